@@ -1,0 +1,1 @@
+"""A Trio client library for NSQ."""

@@ -1,0 +1,61 @@
+"""The NSQ wire protocol, sans-IO: frames, commands, messages, names, IDENTIFY, errors.
+
+Nothing here touches a socket; servers and clients feed bytes in and send the bytes out.
+"""
+
+from . import _commands as commands
+from ._errors import NON_FATAL_CODES, ConnectionAbort, ErrorCode, ProtocolError
+from ._frames import (
+    CLOSE_WAIT_FRAME,
+    FRAME_HEADER,
+    HEARTBEAT,
+    HEARTBEAT_FRAME,
+    MAGIC_V2,
+    OK_FRAME,
+    FrameDecoder,
+    FrameTooBig,
+    FrameType,
+    encode_error,
+    encode_frame,
+    encode_response,
+)
+from ._goflags import Flag, FlagError, FlagSet, exit_with_flag_error, parse_bool
+from ._gostr import format_go_duration, go_json, go_quote, parse_go_duration
+from ._identify import (
+    IdentifyRequest,
+    Negotiated,
+    ServerFeatures,
+    decode_identify,
+    negotiate,
+    response_json,
+)
+from ._message import (
+    MESSAGE_FRAME_PREFIX,
+    MESSAGE_HEADER,
+    MESSAGE_HEADER_SIZE,
+    MESSAGE_ID_LENGTH,
+    Message,
+    decode_message,
+    encode_message,
+    encode_message_frame,
+)
+from ._mpub import decode_mpub_body
+from ._names import EPHEMERAL_SUFFIX, is_ephemeral, is_valid_channel_name, is_valid_name, is_valid_topic_name
+from ._reader import MAX_LINE_LENGTH, BodySpec, Command, CommandReader
+
+# The version our daemons report on the wire (IDENTIFY, /info, lookupd): NSQ's, since tools
+# compare it (nsqadmin flags nodes older than the newest it sees).
+NSQ_VERSION = "1.3.0"
+
+__all__ = [
+    "CLOSE_WAIT_FRAME", "EPHEMERAL_SUFFIX", "FRAME_HEADER", "HEARTBEAT", "HEARTBEAT_FRAME",
+    "MAGIC_V2", "MAX_LINE_LENGTH", "MESSAGE_FRAME_PREFIX", "MESSAGE_HEADER", "MESSAGE_HEADER_SIZE",
+    "MESSAGE_ID_LENGTH", "NON_FATAL_CODES", "NSQ_VERSION", "OK_FRAME", "BodySpec", "Command",
+    "CommandReader", "ConnectionAbort", "ErrorCode", "Flag", "FlagError", "FlagSet", "FrameDecoder",
+    "FrameTooBig", "FrameType", "IdentifyRequest", "Message", "Negotiated", "ProtocolError",
+    "ServerFeatures", "commands", "decode_identify", "decode_message", "decode_mpub_body",
+    "encode_error", "encode_frame", "encode_message", "encode_message_frame", "encode_response",
+    "exit_with_flag_error", "format_go_duration", "go_json", "go_quote", "is_ephemeral",
+    "is_valid_channel_name", "is_valid_name", "is_valid_topic_name", "negotiate",
+    "parse_bool", "parse_go_duration", "response_json",
+]

@@ -1,0 +1,202 @@
+"""IDENTIFY: the client's JSON, the server's checks, and the negotiated answer.
+
+The request is decoded as Go's encoding/json would decode it into nsqd's struct: unknown keys
+are ignored, ``null`` leaves a field at its zero value, and a value of the wrong JSON type
+(a string for an int, ``1.5`` for an int) fails the whole body. ``negotiate`` then applies
+nsqd's rules in nsqd's order (heartbeat, output buffer timeout, output buffer size, sample
+rate, msg timeout) and ``response_json`` renders the reply with the fields in nsqd's order.
+All durations on this wire are milliseconds.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import attrs
+
+from ._errors import ErrorCode, ProtocolError
+from ._gostr import go_json
+
+_STRING_FIELDS = ("client_id", "hostname", "user_agent", "long_id", "short_id")
+_BOOL_FIELDS = ("feature_negotiation", "tls_v1", "snappy", "deflate")
+_INT_FIELDS = {
+    "heartbeat_interval": 64, "output_buffer_size": 64, "output_buffer_timeout": 64,
+    "deflate_level": 64, "sample_rate": 32, "msg_timeout": 64,
+}
+
+
+@attrs.frozen
+class IdentifyRequest:
+    client_id: str = ""
+    hostname: str = ""
+    user_agent: str = ""
+    feature_negotiation: bool = False
+    heartbeat_interval: int = 0
+    output_buffer_size: int = 0
+    output_buffer_timeout: int = 0
+    tls_v1: bool = False
+    snappy: bool = False
+    deflate: bool = False
+    deflate_level: int = 0
+    sample_rate: int = 0
+    msg_timeout: int = 0
+
+
+def decode_identify(body: bytes) -> IdentifyRequest:
+    """Decode an IDENTIFY body.
+
+    Raises:
+        ProtocolError: ``E_BAD_BODY IDENTIFY failed to decode JSON body``.
+    """
+    error = ProtocolError(ErrorCode.E_BAD_BODY, "IDENTIFY failed to decode JSON body")
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise error from None
+    if data is None:
+        return IdentifyRequest()
+    if not isinstance(data, dict):
+        raise error
+    fields: dict[str, Any] = {}
+    for key, value in data.items():
+        if value is None:
+            continue
+        if key in _STRING_FIELDS:
+            if not isinstance(value, str):
+                raise error
+            if key in ("client_id", "hostname", "user_agent"):
+                fields[key] = value
+        elif key in _BOOL_FIELDS:
+            if not isinstance(value, bool):
+                raise error
+            fields[key] = value
+        elif key in _INT_FIELDS:
+            bits = _INT_FIELDS[key]
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise error
+            if not -(2 ** (bits - 1)) <= value < 2 ** (bits - 1):
+                raise error
+            fields[key] = value
+    return IdentifyRequest(**fields)
+
+
+@attrs.frozen
+class ServerFeatures:
+    """What the server offers and allows; all durations in ms."""
+
+    version: str
+    max_rdy_count: int = 2500
+    msg_timeout: int = 60000
+    max_msg_timeout: int = 900000
+    heartbeat_interval: int = 30000
+    max_heartbeat_interval: int = 60000
+    output_buffer_size: int = 16384
+    max_output_buffer_size: int = 65536
+    output_buffer_timeout: int = 250
+    min_output_buffer_timeout: int = 25
+    max_output_buffer_timeout: int = 30000
+    max_deflate_level: int = 6
+    tls_available: bool = False
+    snappy_enabled: bool = False
+    deflate_enabled: bool = False
+    auth_required: bool = False
+
+
+@attrs.frozen
+class Negotiated:
+    """The client's settings after IDENTIFY (ms; 0 heartbeat = disabled)."""
+
+    heartbeat_interval: int
+    output_buffer_size: int
+    output_buffer_timeout: int
+    sample_rate: int
+    msg_timeout: int
+    tls_v1: bool = False
+    snappy: bool = False
+    deflate: bool = False
+    deflate_level: int = 6
+
+
+def _bad(text: str) -> ProtocolError:
+    return ProtocolError(ErrorCode.E_BAD_BODY, text)
+
+
+def negotiate(req: IdentifyRequest, server: ServerFeatures) -> Negotiated:
+    """Apply nsqd's IDENTIFY rules.
+
+    Raises:
+        ProtocolError: E_BAD_BODY for an out-of-range value (first failing check wins),
+            E_IDENTIFY_FAILED when both deflate and snappy would be on.
+    """
+    hb = req.heartbeat_interval
+    if hb == -1:
+        heartbeat = 0
+    elif hb == 0:
+        heartbeat = server.heartbeat_interval
+    elif 1000 <= hb <= server.max_heartbeat_interval:
+        heartbeat = hb
+    else:
+        raise _bad(f"IDENTIFY heartbeat interval ({hb}) is invalid")
+
+    obt = req.output_buffer_timeout
+    if obt == -1:
+        buffer_timeout = 0
+    elif obt == 0:
+        buffer_timeout = server.output_buffer_timeout
+    elif server.min_output_buffer_timeout <= obt <= server.max_output_buffer_timeout:
+        buffer_timeout = obt
+    else:
+        raise _bad(f"IDENTIFY output buffer timeout ({obt}) is invalid")
+
+    obs = req.output_buffer_size
+    if obs == -1:
+        buffer_size, buffer_timeout = 1, 0
+    elif obs == 0:
+        buffer_size = server.output_buffer_size
+    elif 64 <= obs <= server.max_output_buffer_size:
+        buffer_size = obs
+    else:
+        raise _bad(f"IDENTIFY output buffer size ({obs}) is invalid")
+
+    if not 0 <= req.sample_rate <= 99:
+        raise _bad(f"IDENTIFY sample rate ({req.sample_rate}) is invalid")
+
+    mt = req.msg_timeout
+    if mt == 0:
+        msg_timeout = server.msg_timeout
+    elif 1000 <= mt <= server.max_msg_timeout:
+        msg_timeout = mt
+    else:
+        raise _bad(f"IDENTIFY msg timeout ({mt}) is invalid")
+
+    negotiating = req.feature_negotiation
+    tls = negotiating and server.tls_available and req.tls_v1
+    deflate = negotiating and server.deflate_enabled and req.deflate
+    snappy = negotiating and server.snappy_enabled and req.snappy
+    level = req.deflate_level if deflate and req.deflate_level > 0 else 6
+    level = min(level, server.max_deflate_level)
+    if deflate and snappy:
+        raise ProtocolError(ErrorCode.E_IDENTIFY_FAILED,
+                            "cannot enable both deflate and snappy compression")
+    return Negotiated(heartbeat, buffer_size, buffer_timeout, req.sample_rate, msg_timeout,
+                      tls, snappy, deflate, level)
+
+
+def response_json(neg: Negotiated, server: ServerFeatures) -> bytes:
+    """The IDENTIFY reply body, fields in nsqd's order."""
+    return go_json({
+        "max_rdy_count": server.max_rdy_count,
+        "version": server.version,
+        "max_msg_timeout": server.max_msg_timeout,
+        "msg_timeout": neg.msg_timeout,
+        "tls_v1": neg.tls_v1,
+        "deflate": neg.deflate,
+        "deflate_level": neg.deflate_level,
+        "max_deflate_level": server.max_deflate_level,
+        "snappy": neg.snappy,
+        "sample_rate": neg.sample_rate,
+        "auth_required": server.auth_required,
+        "output_buffer_size": neg.output_buffer_size,
+        "output_buffer_timeout": neg.output_buffer_timeout,
+    })

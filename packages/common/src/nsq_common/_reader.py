@@ -1,0 +1,131 @@
+"""Server side of protocol V2: bytes in, whole commands out (sans-IO).
+
+Feed whatever the socket returned; take commands until ``next_command`` returns None. Partial
+reads and pipelined commands both work because nothing is consumed until a command is whole.
+
+A command is a line (``NAME param param\\n``, a trailing ``\\r`` stripped, split on single
+spaces). Whether a body follows, and how large it may be, is the server's decision, made by
+the ``header_hook`` as soon as the line is complete. That is how NSQ orders its checks: a PUB
+with a bad topic is refused before its body is read, and an oversized body is refused from its
+4-byte size alone, before any of it is buffered.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+
+import attrs
+
+from ._errors import ConnectionAbort, ProtocolError
+
+_SIZE = struct.Struct(">i")
+# NSQ reads lines through a 16 KiB bufio.Reader; a longer line is a read error.
+MAX_LINE_LENGTH = 16384
+
+
+@attrs.frozen
+class BodySpec:
+    """How to read a command's body: its limit and NSQ's texts for a bad size."""
+
+    max_size: int
+    code: str
+    invalid: str  # "%d" <- the size, e.g. "PUB invalid message body size %d"
+    too_big: str  # "%d > %d" <- size, limit, e.g. "PUB message too big %d > %d"
+
+
+class Command:
+    """One parsed command. ``body`` is None for commands without one."""
+
+    __slots__ = ("body", "name", "params")
+
+    def __init__(self, name: bytes, params: list[bytes], body: bytes | None) -> None:
+        self.name = name
+        self.params = params
+        self.body = body
+
+    def __repr__(self) -> str:
+        return f"Command({self.name!r}, {self.params!r}, {self.body!r})"
+
+
+HeaderHook = Callable[[bytes, list[bytes]], BodySpec | None]
+
+
+class CommandReader:
+    """Incremental command parser.
+
+    Args:
+        header_hook: called with ``(name, params)`` for each complete line; returns the body
+            spec for commands with a body, None otherwise, or raises ``ProtocolError``.
+        max_line: longest line accepted; beyond it ``ConnectionAbort`` is raised.
+    """
+
+    def __init__(self, header_hook: HeaderHook, max_line: int = MAX_LINE_LENGTH) -> None:
+        self._hook = header_hook
+        self._max_line = max_line
+        self._buf = bytearray()
+        self._pos = 0
+        self._pending: tuple[bytes, list[bytes], BodySpec] | None = None
+        self._body_size = -1
+
+    def feed(self, data: bytes) -> None:
+        if self._pos:
+            del self._buf[: self._pos]
+            self._pos = 0
+        self._buf += data
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf) - self._pos
+
+    def next_command(self) -> Command | None:
+        """The next whole command, or None when more bytes are needed.
+
+        Raises:
+            ProtocolError: from the hook, or a body size out of range (NSQ's text).
+            ConnectionAbort: a line longer than ``max_line``.
+        """
+        buf = self._buf
+        if self._pending is None:
+            pos = self._pos
+            nl = buf.find(b"\n", pos)
+            if nl < 0:
+                if len(buf) - pos > self._max_line:
+                    raise ConnectionAbort("command line too long")
+                return None
+            if nl - pos > self._max_line:
+                raise ConnectionAbort("command line too long")
+            end = nl - 1 if nl > pos and buf[nl - 1] == 13 else nl  # strip "\r"
+            parts = bytes(buf[pos:end]).split(b" ")
+            self._pos = nl + 1
+            name = parts[0]
+            del parts[0]
+            spec = self._hook(name, parts)
+            if spec is None:
+                return Command(name, parts, None)
+            self._pending = (name, parts, spec)
+            self._body_size = -1
+        return self._read_body()
+
+    def _read_body(self) -> Command | None:
+        assert self._pending is not None
+        name, params, spec = self._pending
+        buf, pos = self._buf, self._pos
+        if self._body_size < 0:
+            if len(buf) - pos < 4:
+                return None
+            (size,) = _SIZE.unpack_from(buf, pos)
+            if size <= 0:
+                raise ProtocolError(spec.code, spec.invalid % size)
+            if size > spec.max_size:
+                raise ProtocolError(spec.code, spec.too_big % (size, spec.max_size))
+            self._body_size = size
+            pos += 4
+            self._pos = pos
+        size = self._body_size
+        if len(buf) - pos < size:
+            return None
+        body = bytes(buf[pos : pos + size])
+        self._pos = pos + size
+        self._pending = None
+        return Command(name, params, body)

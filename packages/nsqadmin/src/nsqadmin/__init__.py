@@ -1,0 +1,1 @@
+"""nsqadmin (placeholder until its issue lands)."""

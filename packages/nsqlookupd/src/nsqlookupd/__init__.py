@@ -1,0 +1,1 @@
+"""nsqlookupd (placeholder until its issue lands)."""

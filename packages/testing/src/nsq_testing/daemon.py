@@ -1,0 +1,126 @@
+"""Start one of our daemons as a real child process and learn the ports it bound.
+
+Every daemon prints ``TCP: listening on HOST:PORT`` / ``HTTP: listening on HOST:PORT`` on stderr
+once its listeners are open, with the real port when asked for port 0, as the Go binaries do.
+``start_daemon`` waits for those lines, keeps reading stderr into a list (so the pipe never
+fills), and ``Daemon.stop`` ends the process it started, by its pid, and nothing else.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import attrs
+
+_LISTEN = re.compile(r"(TCP|HTTP|HTTPS): listening on (\S+)")
+
+
+def free_port() -> int:
+    """A port that was free a moment ago on 127.0.0.1."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@attrs.define
+class Daemon:
+    name: str
+    process: subprocess.Popen[bytes]
+    addresses: dict[str, str]
+    log: list[str]
+    _reader: threading.Thread | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def tcp_address(self) -> str:
+        return self.addresses["TCP"]
+
+    @property
+    def http_address(self) -> str:
+        return self.addresses["HTTP"]
+
+    @property
+    def tcp_port(self) -> int:
+        return int(self.tcp_address.rsplit(":", 1)[1])
+
+    @property
+    def http_port(self) -> int:
+        return int(self.http_address.rsplit(":", 1)[1])
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int:
+        """Signal the process and wait for it; SIGKILL if it does not exit in time."""
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+        if self._reader is not None:
+            self._reader.join(5)
+        return self.process.returncode
+
+    def kill(self) -> int:
+        return self.stop(signal.SIGKILL)
+
+    def output(self) -> str:
+        return "".join(self.log)
+
+
+def _executable(name: str) -> str:
+    candidate = Path(sys.executable).with_name(name)
+    return str(candidate) if candidate.exists() else name
+
+
+def start_daemon(name: str, args: Sequence[str], *, cwd: str | os.PathLike[str] | None = None,
+                 expect: Sequence[str] = ("TCP", "HTTP"), timeout: float = 20.0,
+                 env: dict[str, str] | None = None) -> Daemon:
+    """Run ``name`` (an executable next to this Python) with ``args``; wait for its listeners.
+
+    Raises:
+        RuntimeError: the process exited, or did not report every address in ``expect`` in time.
+    """
+    process = subprocess.Popen(
+        [_executable(name), *args], cwd=cwd, stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+    )
+    log: list[str] = []
+    addresses: dict[str, str] = {}
+    ready = threading.Event()
+    wanted = set(expect)
+
+    def pump() -> None:
+        assert process.stderr is not None
+        for raw in process.stderr:
+            line = raw.decode("utf-8", "replace")
+            log.append(line)
+            match = _LISTEN.search(line)
+            if match and match.group(1) not in addresses:
+                addresses[match.group(1)] = match.group(2)
+                if wanted <= addresses.keys():
+                    ready.set()
+        ready.set()
+
+    reader = threading.Thread(target=pump, name=f"{name}-stderr", daemon=True)
+    reader.start()
+    daemon = Daemon(name, process, addresses, log, reader)
+    deadline = time.monotonic() + timeout
+    while not ready.wait(0.05):
+        if time.monotonic() > deadline:
+            break
+    if not wanted <= addresses.keys():
+        daemon.stop(signal.SIGKILL)
+        raise RuntimeError(f"{name} did not start: {''.join(log)[-4000:]}")
+    return daemon

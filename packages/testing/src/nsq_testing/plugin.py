@@ -1,0 +1,45 @@
+"""pytest fixtures that start real daemons on loopback (enabled with ``-p nsq_testing.plugin``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .daemon import Daemon, start_daemon
+
+
+@pytest.fixture
+def run_daemon(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
+    """A factory: ``run_daemon("nsqd", "--mem-queue-size=10")`` -> Daemon; all stopped at the end.
+
+    nsqd gets ``--data-path`` in a fresh temp dir and ``127.0.0.1:0`` listeners unless given.
+    """
+    started: list[Daemon] = []
+
+    def factory(name: str, *args: str, **kwargs: Any) -> Daemon:
+        argv = list(args)
+        joined = " ".join(argv)
+        if name != "nsqadmin" and "tcp-address" not in joined:
+            argv.append("--tcp-address=127.0.0.1:0")
+        if "http-address" not in joined:
+            argv.append("--http-address=127.0.0.1:0")
+        if name == "nsqd" and "data-path" not in joined:
+            data = tmp_path / f"nsqd-{len(started)}"
+            data.mkdir()
+            argv.append(f"--data-path={data}")
+        daemon = start_daemon(name, argv, **kwargs)
+        started.append(daemon)
+        return daemon
+
+    yield factory
+    for daemon in reversed(started):
+        daemon.stop()
+
+
+@pytest.fixture
+def nsqd(run_daemon: Callable[..., Daemon]) -> Daemon:
+    """One nsqd with default options on loopback."""
+    return run_daemon("nsqd")
