@@ -1,0 +1,67 @@
+"""The nsqd command: flags (Go syntax) and config file -> Options -> serve."""
+
+from __future__ import annotations
+
+import platform
+import signal
+import sys
+from collections.abc import Sequence
+
+import trio
+from nsq_common import NSQ_VERSION, FlagError, exit_with_flag_error
+
+from .app import serve
+from .logs import setup_logging
+from .options import Options, build_flagset
+
+
+def version_string() -> str:
+    return f"nsqd v{NSQ_VERSION} (built w/python{platform.python_version()})"
+
+
+def parse_options(argv: Sequence[str]) -> Options:
+    flags = build_flagset()
+    try:
+        values, given, _ = flags.parse(argv)
+        if values["config"]:
+            flags.apply_config_file(values["config"], values, given)
+    except FlagError as exc:
+        exit_with_flag_error(flags, exc)
+    if values["version"]:
+        print(version_string())
+        raise SystemExit(0)
+    opts = Options(values=values)
+    try:
+        opts.validate()
+    except ValueError as exc:
+        sys.stderr.write(f"[nsqd] FATAL: {exc}\n")
+        raise SystemExit(1) from None
+    return opts
+
+
+async def _run(opts: Options) -> None:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(serve, opts)
+            async for _ in signals:
+                break
+            nursery.cancel_scope.cancel()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    opts = parse_options(sys.argv[1:] if argv is None else argv)
+    log = setup_logging("nsqd", opts.log_prefix, opts.log_level)
+    log.info(version_string())
+    try:
+        trio.run(_run, opts)
+    except RuntimeError as exc:  # e.g. the data path is locked
+        log.critical("%s", exc)
+        raise SystemExit(1) from None
+    except OSError as exc:  # e.g. the port is taken
+        log.critical("%s", exc)
+        raise SystemExit(1) from None
+    log.info("exiting")
+
+
+if __name__ == "__main__":
+    main()

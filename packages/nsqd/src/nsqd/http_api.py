@@ -1,0 +1,358 @@
+"""nsqd's HTTP API on Starlette, with NSQ's routes, status codes and texts.
+
+Conventions copied from nsqd (internal/http_api): every API response carries
+``X-NSQ-Content-Type: nsq; version=1.0``; errors are ``{"message": "<TEXT>"}`` with the status
+NSQ uses; a plain value is returned as text, an object as JSON; /ping is plain text.
+Query parameters come from the URL only and, as in Go, the first of repeated keys wins.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from typing import Any
+
+from nsq_common import ProtocolError, decode_mpub_body, go_json, is_valid_name
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from .broker import Broker
+from .message import Message
+from .options import LOG_LEVELS
+from .stats import stats, stats_text
+
+log = logging.getLogger("nsqd")
+
+NSQ_HEADERS = {"X-NSQ-Content-Type": "nsq; version=1.0"}
+_BAD_ESCAPE = re.compile(r"%(?![0-9a-fA-F]{2})")
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def _json(value: Any, status: int = 200) -> Response:
+    return Response(go_json(value), status, headers=NSQ_HEADERS,
+                    media_type="application/json; charset=utf-8")
+
+
+def _text(value: str | bytes, status: int = 200) -> Response:
+    return Response(value, status, headers=NSQ_HEADERS, media_type="text/plain; charset=utf-8")
+
+
+def _empty() -> Response:
+    return Response(b"", 200, headers=NSQ_HEADERS)
+
+
+def error_response(status: int, message: str) -> Response:
+    return _json({"message": message}, status)
+
+
+def _query(request: Request) -> dict[str, str]:
+    """Query parameters as Go's url.ParseQuery sees them (first value wins)."""
+    raw = request.scope.get("query_string", b"").decode("latin-1")
+    if _BAD_ESCAPE.search(raw) or ";" in raw:
+        raise ApiError(400, "INVALID_REQUEST")
+    out: dict[str, str] = {}
+    for key, value in request.query_params.multi_items():
+        out.setdefault(key, value)
+    return out
+
+
+def _bool_param(value: str | None, default: bool) -> bool:
+    if value is None:
+        return default
+    return value in ("true", "1")
+
+
+async def _read_limited(request: Request, limit: int, too_big: str) -> bytes:
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > limit:
+        raise ApiError(413, too_big)
+    chunks = []
+    total = 0
+    async for chunk in request.stream():
+        total += len(chunk)
+        if total > limit:
+            raise ApiError(413, too_big)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class HttpApi:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.opts = broker.opts
+
+    def _topic_arg(self, q: dict[str, str], invalid: str = "INVALID_TOPIC") -> str:
+        topic = q.get("topic")
+        if topic is None:
+            raise ApiError(400, "MISSING_ARG_TOPIC")
+        if not is_valid_name(topic):
+            raise ApiError(400, invalid)
+        return topic
+
+    def _existing_topic(self, q: dict[str, str], invalid: str = "INVALID_TOPIC"):  # type: ignore[no-untyped-def]
+        name = self._topic_arg(q, invalid)
+        topic = self.broker.topics.get(name)
+        if topic is None:
+            raise ApiError(404, "TOPIC_NOT_FOUND")
+        return topic
+
+    def _channel_args(self, q: dict[str, str]):  # type: ignore[no-untyped-def]
+        topic_name = self._topic_arg(q, "INVALID_ARG_TOPIC")
+        channel = q.get("channel")
+        if channel is None:
+            raise ApiError(400, "MISSING_ARG_CHANNEL")
+        if not is_valid_name(channel):
+            raise ApiError(400, "INVALID_ARG_CHANNEL")
+        topic = self.broker.topics.get(topic_name)
+        if topic is None:
+            raise ApiError(404, "TOPIC_NOT_FOUND")
+        return topic, channel
+
+    def _existing_channel(self, q: dict[str, str]):  # type: ignore[no-untyped-def]
+        topic, name = self._channel_args(q)
+        channel = topic.channels.get(name)
+        if channel is None:
+            raise ApiError(404, "CHANNEL_NOT_FOUND")
+        return topic, channel
+
+    # -- endpoints ---------------------------------------------------------------------------
+    async def ping(self, request: Request) -> Response:
+        health = self.broker.health
+        if health != "OK":
+            return Response(health, 500, media_type="text/plain; charset=utf-8")
+        return Response("OK", 200, media_type="text/plain; charset=utf-8")
+
+    async def info(self, request: Request) -> Response:
+        o = self.opts
+        return _json({
+            "version": self.broker.features.version,
+            "broadcast_address": o.broadcast_address,
+            "hostname": _hostname(),
+            "http_port": self.broker.http_port,
+            "tcp_port": self.broker.tcp_port,
+            "start_time": self.broker.start_time,
+            "max_heartbeat_interval": int(o.max_heartbeat_interval * 1e9),
+            "max_output_buffer_size": o.max_output_buffer_size,
+            "max_output_buffer_timeout": int(o.max_output_buffer_timeout * 1e9),
+            "max_deflate_level": o.max_deflate_level,
+        })
+
+    def _messages(self, bodies: list[bytes], defer: float = 0.0) -> list[Message]:
+        ts = time.time_ns()
+        first = self.broker.guid.take(len(bodies))
+        return [Message(b"%016x" % (first + i), b, ts, 0, defer) for i, b in enumerate(bodies)]
+
+    async def _publish(self, topic: str, msgs: list[Message]) -> None:
+        try:
+            await self.broker.publish(topic, msgs)
+        except Exception as exc:
+            log.error("PUB to %s failed: %s", topic, exc)
+            raise ApiError(500 if "exiting" not in str(exc) else 503,
+                           "EXITING" if "exiting" in str(exc) else "INTERNAL_ERROR") from exc
+
+    async def pub(self, request: Request) -> Response:
+        limit = self.opts.max_msg_size
+        body = await _read_limited(request, limit, "MSG_TOO_BIG")
+        if not body:
+            raise ApiError(400, "MSG_EMPTY")
+        q = _query(request)
+        topic = self._topic_arg(q)
+        self.broker.get_topic(topic)
+        defer = 0.0
+        if "defer" in q:
+            try:
+                ms = int(q["defer"], 10)
+            except ValueError:
+                raise ApiError(400, "INVALID_DEFER") from None
+            if ms < 0 or ms > self.opts.max_req_timeout * 1000:
+                raise ApiError(400, "INVALID_DEFER")
+            defer = ms / 1000
+        await self._publish(topic, self._messages([body], defer))
+        return _text("OK")
+
+    async def mpub(self, request: Request) -> Response:
+        o = self.opts
+        length = request.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > o.max_body_size:
+            raise ApiError(413, "BODY_TOO_BIG")
+        q = _query(request)
+        topic = self._topic_arg(q)
+        self.broker.get_topic(topic)
+        binary = q.get("binary")
+        body = await _read_limited(request, o.max_body_size, "BODY_TOO_BIG")
+        if binary is not None and binary not in ("false", "0"):
+            try:
+                bodies = decode_mpub_body(body, o.max_msg_size, o.max_body_size)
+            except ProtocolError as exc:
+                raise ApiError(413, exc.code.removeprefix("E_")) from None
+        else:
+            bodies = [line for line in body.split(b"\n") if line]
+            if any(len(b) > o.max_msg_size for b in bodies):
+                raise ApiError(413, "MSG_TOO_BIG")
+        if bodies:
+            await self._publish(topic, self._messages(bodies))
+        return _text("OK")
+
+    async def stats(self, request: Request) -> Response:
+        q = _query(request)
+        doc = stats(
+            self.broker, topic=q.get("topic"), channel=q.get("channel"),
+            include_clients=_bool_param(q.get("include_clients"), True),
+            include_mem=_bool_param(q.get("include_mem"), True),
+        )
+        if q.get("format") == "json":
+            return _json(doc)
+        return _text(stats_text(doc))
+
+    async def topic_create(self, request: Request) -> Response:
+        self.broker.get_topic(self._topic_arg(_query(request)))
+        return _empty()
+
+    async def topic_delete(self, request: Request) -> Response:
+        q = _query(request)
+        name = q.get("topic")
+        if name is None:
+            raise ApiError(400, "MISSING_ARG_TOPIC")
+        if not self.broker.delete_topic(name):
+            raise ApiError(404, "TOPIC_NOT_FOUND")
+        return _empty()
+
+    async def topic_empty(self, request: Request) -> Response:
+        self._existing_topic(_query(request)).empty()
+        return _empty()
+
+    async def topic_pause(self, request: Request) -> Response:
+        topic = self._existing_topic(_query(request))
+        if request.url.path.endswith("unpause"):
+            topic.unpause(self.broker.now())
+        else:
+            topic.pause()
+        return _empty()
+
+    async def channel_create(self, request: Request) -> Response:
+        topic, name = self._channel_args(_query(request))
+        self.broker.get_channel(topic, name)
+        return _empty()
+
+    async def channel_delete(self, request: Request) -> Response:
+        topic, channel = self._existing_channel(_query(request))
+        self.broker.delete_channel(topic, channel.name)
+        return _empty()
+
+    async def channel_empty(self, request: Request) -> Response:
+        self._existing_channel(_query(request))[1].empty()
+        return _empty()
+
+    async def channel_pause(self, request: Request) -> Response:
+        channel = self._existing_channel(_query(request))[1]
+        if request.url.path.endswith("unpause"):
+            channel.unpause()
+        else:
+            channel.pause()
+        return _empty()
+
+    async def config(self, request: Request) -> Response:
+        opt = request.path_params["opt"]
+        values = self.opts.values
+        if opt not in values or opt in ("config", "version", "verbose"):
+            raise ApiError(400, "INVALID_OPTION")
+        if request.method == "PUT":
+            body = await _read_limited(request, self.opts.max_msg_size, "INVALID_VALUE")
+            if not body:
+                raise ApiError(413, "INVALID_VALUE")
+            if opt == "nsqlookupd_tcp_addresses":
+                try:
+                    addresses = json.loads(body)
+                except ValueError:
+                    raise ApiError(400, "INVALID_VALUE") from None
+                if not isinstance(addresses, list) or not all(isinstance(a, str) for a in addresses):
+                    raise ApiError(400, "INVALID_VALUE")
+                values[opt] = addresses
+            elif opt == "log_level":
+                level = body.decode("utf-8", "replace").strip().lower()
+                if level not in LOG_LEVELS:
+                    raise ApiError(400, "INVALID_VALUE")
+                values[opt] = level
+                logging.getLogger("nsqd").setLevel(_python_level(level))
+            else:
+                raise ApiError(400, "INVALID_OPTION")
+        return _json(_config_value(opt, values[opt]))
+
+
+def _python_level(level: str) -> int:
+    return {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING,
+            "error": logging.ERROR, "fatal": logging.CRITICAL}[level]
+
+
+def _config_value(opt: str, value: Any) -> Any:
+    if opt == "log_level":
+        return LOG_LEVELS[value]
+    if isinstance(value, float) and opt not in ("e2e_processing_latency_percentiles",):
+        return int(value * 1e9)  # Go durations are nanoseconds in JSON
+    return value
+
+
+def _hostname() -> str:
+    import socket
+
+    return socket.gethostname()
+
+
+def build_app(broker: Broker) -> Starlette:
+    api = HttpApi(broker)
+
+    def wrap(handler):  # type: ignore[no-untyped-def]
+        async def endpoint(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except ApiError as exc:
+                return error_response(exc.status, exc.message)
+        return endpoint
+
+    routes = [
+        Route("/ping", wrap(api.ping), methods=["GET"]),
+        Route("/info", wrap(api.info), methods=["GET"]),
+        Route("/pub", wrap(api.pub), methods=["POST"]),
+        Route("/mpub", wrap(api.mpub), methods=["POST"]),
+        Route("/stats", wrap(api.stats), methods=["GET"]),
+        Route("/topic/create", wrap(api.topic_create), methods=["POST"]),
+        Route("/topic/delete", wrap(api.topic_delete), methods=["POST"]),
+        Route("/topic/empty", wrap(api.topic_empty), methods=["POST"]),
+        Route("/topic/pause", wrap(api.topic_pause), methods=["POST"]),
+        Route("/topic/unpause", wrap(api.topic_pause), methods=["POST"]),
+        Route("/channel/create", wrap(api.channel_create), methods=["POST"]),
+        Route("/channel/delete", wrap(api.channel_delete), methods=["POST"]),
+        Route("/channel/empty", wrap(api.channel_empty), methods=["POST"]),
+        Route("/channel/pause", wrap(api.channel_pause), methods=["POST"]),
+        Route("/channel/unpause", wrap(api.channel_pause), methods=["POST"]),
+        Route("/config/{opt}", wrap(api.config), methods=["GET", "PUT"]),
+    ]
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        if exc.status_code == 405:
+            response = error_response(405, "METHOD_NOT_ALLOWED")
+            if exc.headers and "Allow" in exc.headers:
+                response.headers["Allow"] = exc.headers["Allow"]
+            return response
+        if exc.status_code == 404:
+            return error_response(404, "NOT_FOUND")
+        return error_response(exc.status_code, str(exc.detail).upper().replace(" ", "_"))
+
+    async def internal_error(request: Request, exc: Exception) -> Response:
+        log.exception("HTTP %s %s failed", request.method, request.url.path)
+        return error_response(500, "INTERNAL_ERROR")
+
+    return Starlette(routes=routes, exception_handlers={HTTPException: http_error,
+                                                         Exception: internal_error})

@@ -1,0 +1,277 @@
+"""Protocol V2 commands: what nsqd does with each command of one client.
+
+``ProtocolV2`` sits between the byte pump (``tcp.py``) and the broker: ``header`` is the
+``CommandReader`` hook that decides, from a command's line alone, whether a body follows and
+how big it may be (refusing bad params before reading a body, as nsqd does); ``handle`` runs
+a whole command. Errors are raised as ``ProtocolError`` with NSQ's exact code and text; the
+caller writes the error frame and, for fatal ones, closes the connection.
+
+Commands that answer nothing on success (RDY, FIN, REQ, TOUCH, NOP) really answer nothing:
+clients match responses to requests in order.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from nsq_common import (
+    CLOSE_WAIT_FRAME,
+    OK_FRAME,
+    BodySpec,
+    Command,
+    ErrorCode,
+    ProtocolError,
+    decode_identify,
+    decode_mpub_body,
+    encode_response,
+    go_quote,
+    is_valid_name,
+    negotiate,
+    response_json,
+)
+
+from .client import STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED
+from .message import Message
+
+if TYPE_CHECKING:
+    from .broker import Broker
+    from .client import Client
+
+E = ErrorCode
+
+
+def _base10(text: bytes) -> int | None:
+    """nsqd's ByteToBase10: ASCII digits only (empty is 0); None for anything else."""
+    if text and not text.isdigit():
+        return None
+    return int(text) if text else 0
+
+
+def _name(raw: bytes) -> str:
+    return raw.decode("utf-8", "surrogateescape")
+
+
+class ProtocolV2:
+    def __init__(self, broker: Broker, client: Client) -> None:
+        self.broker = broker
+        self.client = client
+        opts = broker.opts
+        self._max_msg_size = opts.max_msg_size
+        self._max_body_size = opts.max_body_size
+        self._max_rdy = opts.max_rdy_count
+        self._max_req_ms = int(opts.max_req_timeout * 1000)
+        self._pub_spec = BodySpec(self._max_msg_size, E.E_BAD_MESSAGE,
+                                  "PUB invalid message body size %d", "PUB message too big %d > %d")
+        self._dpub_spec = BodySpec(self._max_msg_size, E.E_BAD_MESSAGE,
+                                   "DPUB invalid message body size %d",
+                                   "DPUB message too big %d > %d")
+        self._mpub_spec = BodySpec(self._max_body_size, E.E_BAD_BODY, "MPUB invalid body size %d",
+                                   "MPUB body too big %d > %d")
+        self._identify_spec = BodySpec(self._max_body_size, E.E_BAD_BODY,
+                                       "IDENTIFY invalid body size %d",
+                                       "IDENTIFY body too big %d > %d")
+        self._auth_spec = BodySpec(self._max_body_size, E.E_BAD_BODY, "AUTH invalid body size %d",
+                                   "AUTH body too big %d > %d")
+        self._sync = {b"FIN": self.fin, b"RDY": self.rdy, b"REQ": self.req, b"TOUCH": self.touch,
+                      b"NOP": self.nop, b"SUB": self.sub, b"CLS": self.cls}
+        self._async = {b"PUB": self.pub, b"MPUB": self.mpub, b"DPUB": self.dpub,
+                       b"IDENTIFY": self.identify, b"AUTH": self.auth}
+
+    # -- before the body -----------------------------------------------------------------
+    def header(self, name: bytes, params: list[bytes]) -> BodySpec | None:
+        if name == b"PUB":
+            self._check_topic_param(b"PUB", params, 1)
+            return self._pub_spec
+        if name == b"MPUB":
+            self._check_topic_param(b"MPUB", params, 1)
+            return self._mpub_spec
+        if name == b"DPUB":
+            self._check_topic_param(b"DPUB", params, 2)
+            self._defer_ms(params[1])
+            return self._dpub_spec
+        if name == b"IDENTIFY":
+            if self.client.state != STATE_INIT:
+                raise ProtocolError(E.E_INVALID, "cannot IDENTIFY in current state")
+            return self._identify_spec
+        if name == b"AUTH":
+            if self.client.state != STATE_INIT:
+                raise ProtocolError(E.E_INVALID, "cannot AUTH in current state")
+            if params:
+                raise ProtocolError(E.E_INVALID, "AUTH invalid number of parameters")
+            return self._auth_spec
+        return None
+
+    def _check_topic_param(self, cmd: bytes, params: list[bytes], needed: int) -> None:
+        if len(params) < needed:
+            raise ProtocolError(E.E_INVALID, f"{cmd.decode()} insufficient number of parameters")
+        if not is_valid_name(params[0]):
+            text = f"{cmd.decode()} topic name {go_quote(params[0])} is not valid"
+            if cmd == b"MPUB":  # nsqd repeats the code inside the MPUB text
+                text = "E_BAD_TOPIC " + text
+            raise ProtocolError(E.E_BAD_TOPIC, text)
+
+    def _defer_ms(self, raw: bytes) -> int:
+        ms = _base10(raw)
+        if ms is None:
+            raise ProtocolError(E.E_INVALID, f"DPUB could not parse timeout {_name(raw)}")
+        if ms > self._max_req_ms:
+            raise ProtocolError(E.E_INVALID, f"DPUB timeout {ms} out of range 0-{self._max_req_ms}")
+        return ms
+
+    # -- dispatch --------------------------------------------------------------------------
+    def is_async(self, name: bytes) -> bool:
+        return name in self._async
+
+    def handle_sync(self, cmd: Command) -> None:
+        handler = self._sync.get(cmd.name)
+        if handler is None:
+            raise ProtocolError(E.E_INVALID, f"invalid command {_name(cmd.name)}")
+        handler(cmd.params)
+
+    async def handle_async(self, cmd: Command) -> None:
+        await self._async[cmd.name](cmd)
+
+    # -- publishing --------------------------------------------------------------------------
+    def _new_messages(self, bodies: list[bytes], defer: float = 0.0) -> list[Message]:
+        ts = time.time_ns()
+        first = self.broker.guid.take(len(bodies))
+        return [Message(b"%016x" % (first + i), body, ts, 0, defer)
+                for i, body in enumerate(bodies)]
+
+    async def _publish(self, cmd: bytes, topic_raw: bytes, msgs: list[Message],
+                       failed: ErrorCode) -> None:
+        topic = _name(topic_raw)
+        try:
+            await self.broker.publish(topic, msgs)
+        except Exception as exc:
+            raise ProtocolError(failed, f"{cmd.decode()} failed {exc}") from exc
+        counts = self.client.pub_counts
+        counts[topic] = counts.get(topic, 0) + (len(msgs) if cmd == b"MPUB" else 1)
+        self.client.send_frame(OK_FRAME)
+
+    async def pub(self, cmd: Command) -> None:
+        assert cmd.body is not None
+        await self._publish(b"PUB", cmd.params[0], self._new_messages([cmd.body]),
+                            E.E_PUB_FAILED)
+
+    async def mpub(self, cmd: Command) -> None:
+        assert cmd.body is not None
+        bodies = decode_mpub_body(cmd.body, self._max_msg_size, self._max_body_size)
+        await self._publish(b"MPUB", cmd.params[0], self._new_messages(bodies), E.E_MPUB_FAILED)
+
+    async def dpub(self, cmd: Command) -> None:
+        assert cmd.body is not None
+        defer = self._defer_ms(cmd.params[1]) / 1000
+        await self._publish(b"DPUB", cmd.params[0], self._new_messages([cmd.body], defer),
+                            E.E_DPUB_FAILED)
+
+    # -- connection set-up -------------------------------------------------------------------
+    async def identify(self, cmd: Command) -> None:
+        assert cmd.body is not None
+        client = self.client
+        req = decode_identify(cmd.body)
+        client.client_id = req.client_id
+        client.hostname = req.hostname
+        client.user_agent = req.user_agent
+        features = self.broker.features
+        neg = negotiate(req, features)
+        client.identified = True
+        client.heartbeat_interval = neg.heartbeat_interval / 1000
+        client.output_buffer_size = neg.output_buffer_size
+        client.output_buffer_timeout = neg.output_buffer_timeout / 1000
+        client.sample_rate = neg.sample_rate
+        client.msg_timeout = neg.msg_timeout / 1000
+        if not req.feature_negotiation:
+            client.send_frame(OK_FRAME)
+            return
+        client.send_frame(encode_response(response_json(neg, features)))
+
+    async def auth(self, cmd: Command) -> None:
+        raise ProtocolError(E.E_AUTH_DISABLED, "AUTH disabled")
+
+    # -- consuming ---------------------------------------------------------------------------
+    def sub(self, params: list[bytes]) -> None:
+        client = self.client
+        if client.state != STATE_INIT:
+            raise ProtocolError(E.E_INVALID, "cannot SUB in current state")
+        if client.heartbeat_interval <= 0:
+            raise ProtocolError(E.E_INVALID, "cannot SUB with heartbeats disabled")
+        if len(params) < 2:
+            raise ProtocolError(E.E_INVALID, "SUB insufficient number of parameters")
+        if not is_valid_name(params[0]):
+            raise ProtocolError(E.E_BAD_TOPIC, f"SUB topic name {go_quote(params[0])} is not valid")
+        if not is_valid_name(params[1]):
+            raise ProtocolError(E.E_BAD_CHANNEL,
+                                f"SUB channel name {go_quote(params[1])} is not valid")
+        self.broker.subscribe(client, _name(params[0]), _name(params[1]))
+        client.state = STATE_SUBSCRIBED
+        client.send_frame(OK_FRAME)
+
+    def rdy(self, params: list[bytes]) -> None:
+        client = self.client
+        if client.state == STATE_CLOSING:
+            return
+        if client.state != STATE_SUBSCRIBED:
+            raise ProtocolError(E.E_INVALID, "cannot RDY in current state")
+        count = 1
+        if params:
+            parsed = _base10(params[0])
+            if parsed is None:
+                raise ProtocolError(E.E_INVALID, f"RDY could not parse count {_name(params[0])}")
+            count = parsed
+        if count > self._max_rdy:
+            raise ProtocolError(E.E_INVALID, f"RDY count {count} out of range 0-{self._max_rdy}")
+        client.rdy = count
+        if client.channel is not None:
+            self.broker.mark_dirty(client.channel)
+
+    def _message_id(self, cmd: str, params: list[bytes], needed: int) -> bytes:
+        client = self.client
+        if client.state not in (STATE_SUBSCRIBED, STATE_CLOSING):
+            raise ProtocolError(E.E_INVALID, f"cannot {cmd} in current state")
+        if len(params) < needed:
+            raise ProtocolError(E.E_INVALID, f"{cmd} insufficient number of params")
+        message_id = params[0]
+        if len(message_id) != 16:
+            raise ProtocolError(E.E_INVALID, "invalid message ID")
+        return message_id
+
+    def fin(self, params: list[bytes]) -> None:
+        message_id = self._message_id("FIN", params, 1)
+        channel = self.client.channel
+        assert channel is not None
+        reason = channel.finish(self.client, message_id)
+        if reason:
+            raise ProtocolError(E.E_FIN_FAILED, f"FIN {_name(message_id)} failed {reason}")
+
+    def req(self, params: list[bytes]) -> None:
+        message_id = self._message_id("REQ", params, 2)
+        ms = _base10(params[1])
+        if ms is None:
+            raise ProtocolError(E.E_INVALID, f"REQ could not parse timeout {_name(params[1])}")
+        ms = min(ms, self._max_req_ms)  # nsqd clamps silently
+        channel = self.client.channel
+        assert channel is not None
+        reason = channel.requeue(self.client, message_id, ms / 1000, self.broker.now())
+        if reason:
+            raise ProtocolError(E.E_REQ_FAILED, f"REQ {_name(message_id)} failed {reason}")
+
+    def touch(self, params: list[bytes]) -> None:
+        message_id = self._message_id("TOUCH", params, 1)
+        channel = self.client.channel
+        assert channel is not None
+        reason = channel.touch(self.client, message_id, self.broker.now())
+        if reason:
+            raise ProtocolError(E.E_TOUCH_FAILED, f"TOUCH {_name(message_id)} failed {reason}")
+
+    def cls(self, params: list[bytes]) -> None:
+        client = self.client
+        if client.state != STATE_SUBSCRIBED:
+            raise ProtocolError(E.E_INVALID, "cannot CLS in current state")
+        client.rdy = 0
+        client.state = STATE_CLOSING
+        client.send_frame(CLOSE_WAIT_FRAME)
+
+    def nop(self, params: list[bytes]) -> None:
+        pass

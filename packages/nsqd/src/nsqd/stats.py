@@ -1,0 +1,201 @@
+"""/stats: the broker's state in NSQ's JSON shape (field names and order) and its text form.
+
+nsqadmin, nsq_stat and other NSQ tooling read these; keep names, order, ``null`` vs ``[]``
+exactly as nsqd writes them.
+"""
+
+from __future__ import annotations
+
+import gc
+import platform
+import resource
+import sys
+import time
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from nsq_common import NSQ_VERSION, format_go_duration
+
+from .client import Client
+
+if TYPE_CHECKING:
+    from .broker import Broker
+    from .channel import Channel
+    from .topic import Topic
+
+_NO_E2E: dict[str, Any] = {"count": 0, "percentiles": None}
+
+
+def client_stats(client: Client, topic_filter: str | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "client_id": client.client_id,
+        "hostname": client.hostname,
+        "version": "V2",
+        "remote_address": client.remote_address,
+        "state": client.state,
+        "ready_count": client.rdy,
+        "in_flight_count": client.in_flight,
+        "message_count": client.message_count,
+        "finish_count": client.finish_count,
+        "requeue_count": client.requeue_count,
+        "connect_ts": client.connect_ts,
+        "sample_rate": client.sample_rate,
+        "deflate": client.deflate,
+        "snappy": client.snappy,
+        "user_agent": client.user_agent,
+    }
+    counts = [{"topic": t, "count": n} for t, n in sorted(client.pub_counts.items())
+              if topic_filter is None or t == topic_filter]
+    if counts:
+        out["pub_counts"] = counts
+    out.update({
+        "tls": client.tls,
+        "tls_cipher_suite": "",
+        "tls_version": "",
+        "tls_negotiated_protocol": "",
+        "tls_negotiated_protocol_is_mutual": False,
+    })
+    return out
+
+
+def channel_stats(channel: Channel, include_clients: bool) -> dict[str, Any]:
+    clients = ([client_stats(c) for c in channel.clients.values()] if include_clients else None)
+    return {
+        "channel_name": channel.name,
+        "depth": channel.depth,
+        "backend_depth": channel.backend_depth,
+        "in_flight_count": len(channel.in_flight),
+        "deferred_count": len(channel.deferred),
+        "message_count": channel.message_count,
+        "requeue_count": channel.requeue_count,
+        "timeout_count": channel.timeout_count,
+        "client_count": len(channel.clients),
+        "clients": clients,
+        "paused": channel.paused,
+        "e2e_processing_latency": _NO_E2E,
+    }
+
+
+def topic_stats(topic: Topic, channel_filter: str | None, include_clients: bool
+                ) -> dict[str, Any]:
+    channels = [channel_stats(c, include_clients) for name, c in sorted(topic.channels.items())
+                if channel_filter is None or name == channel_filter]
+    return {
+        "topic_name": topic.name,
+        "channels": channels,
+        "depth": topic.depth,
+        "backend_depth": topic.backend_depth,
+        "message_count": topic.message_count,
+        "message_bytes": topic.message_bytes,
+        "paused": topic.paused,
+        "e2e_processing_latency": _NO_E2E,
+    }
+
+
+def memory_stats() -> dict[str, int]:
+    """Go runtime figures have no Python twin; these are the nearest honest ones:
+    allocated blocks for heap_objects, resident bytes for heap_in_use_bytes, GC runs."""
+    try:
+        with open("/proc/self/statm") as fh:
+            rss = int(fh.read().split()[1]) * resource.getpagesize()
+    except OSError:
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return {
+        "heap_objects": sys.getallocatedblocks(),
+        "heap_idle_bytes": 0,
+        "heap_in_use_bytes": rss,
+        "heap_released_bytes": 0,
+        "gc_pause_usec_100": 0,
+        "gc_pause_usec_99": 0,
+        "gc_pause_usec_95": 0,
+        "next_gc_bytes": 0,
+        "gc_total_runs": sum(g["collections"] for g in gc.get_stats()),
+    }
+
+
+def stats(broker: Broker, *, topic: str | None = None, channel: str | None = None,
+          include_clients: bool = True, include_mem: bool = True) -> dict[str, Any]:
+    """The /stats?format=json document."""
+    topics: list[dict[str, Any]] | None
+    if topic is not None and topic not in broker.topics:
+        topics = None
+    else:
+        selected = [t for name, t in sorted(broker.topics.items())
+                    if topic is None or name == topic]
+        if channel is not None:
+            selected = [t for t in selected if channel in t.channels]
+        topics = [topic_stats(t, channel, include_clients) for t in selected]
+    producers: list[dict[str, Any]] | None = None
+    if include_clients and topics is not None:
+        pubs = [client_stats(c, topic) for c in broker.clients.values() if c.pub_counts
+                and (topic is None or topic in c.pub_counts)]
+        producers = pubs or None
+    doc: dict[str, Any] = {
+        "version": NSQ_VERSION,
+        "health": broker.health,
+        "start_time": broker.start_time,
+        "topics": topics,
+    }
+    if include_mem:
+        doc["memory"] = memory_stats()
+    doc["producers"] = producers
+    return doc
+
+
+def _duration_since(ts: int) -> str:
+    return format_go_duration(float(int(time.time()) - ts))
+
+
+def _consumer_line(c: dict[str, Any]) -> str:
+    port = c["remote_address"].rsplit(":", 1)[-1]
+    name = f"{c['hostname']}:{port} {c['user_agent']}"
+    return (f"[V2 {name:<21}] state: {c['state']} inflt: {c['in_flight_count']:<4} "
+            f"rdy: {c['ready_count']:<4} fin: {c['finish_count']:<8} re-q: {c['requeue_count']:<8} "
+            f"msgs: {c['message_count']:<8} connected: {_duration_since(c['connect_ts'])}")
+
+
+def _producer_line(c: dict[str, Any]) -> str:
+    port = c["remote_address"].rsplit(":", 1)[-1]
+    name = f"{c['hostname']}:{port} {c['user_agent']}"
+    counts = ",".join(f"{p['topic']}={p['count']}" for p in c.get("pub_counts", []))
+    return (f"[V2 {name:<21}] msgs: {c['message_count']:<8} topics: {counts} "
+            f"connected: {_duration_since(c['connect_ts'])}")
+
+
+def stats_text(doc: dict[str, Any]) -> str:
+    """The text form of /stats, laid out as nsqd lays it out."""
+    start = datetime.fromtimestamp(doc["start_time"], UTC).isoformat().replace("+00:00", "Z")
+    out = [f"nsqd v{doc['version']} (built w/python{platform.python_version()})\n",
+           f"start_time {start}\n",
+           f"uptime {_duration_since(doc['start_time'])}\n",
+           f"\nHealth: {doc['health']}\n"]
+    if "memory" in doc:
+        out.append("\nMemory:\n")
+        for key, value in doc["memory"].items():
+            out.append(f"   {key:<25}\t{value}\n")
+    topics = doc["topics"] or []
+    if not topics:
+        out.append("\nTopics: None\n")
+    else:
+        out.append("\nTopics:")
+        for t in topics:
+            mark = "*P " if t["paused"] else "   "
+            out.append(f"\n{mark}[{t['topic_name']:<15}] depth: {t['depth']:<5} "
+                       f"be-depth: {t['backend_depth']:<5} msgs: {t['message_count']:<8} e2e%: \n")
+            for c in t["channels"]:
+                mark = "   *P " if c["paused"] else "      "
+                out.append(f"{mark}[{c['channel_name']:<25}] depth: {c['depth']:<5} "
+                           f"be-depth: {c['backend_depth']:<5} inflt: {c['in_flight_count']:<4} "
+                           f"def: {c['deferred_count']:<4} re-q: {c['requeue_count']:<5} "
+                           f"timeout: {c['timeout_count']:<5} "
+                           f"msgs: {c['message_count']:<8} e2e%: \n")
+                for client in c["clients"] or []:
+                    out.append(f"        {_consumer_line(client)}\n")
+    producers = doc["producers"] or []
+    if not producers:
+        out.append("\nProducers: None\n")
+    else:
+        out.append("\nProducers:\n")
+        for p in producers:
+            out.append(f"   {_producer_line(p)}\n")
+    return "".join(out)

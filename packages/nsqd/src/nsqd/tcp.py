@@ -1,0 +1,207 @@
+"""The TCP edge: accept connections, check the magic, and pump bytes in and out.
+
+Each connection runs two tasks, never more: the reader (receive, parse, handle every whole
+command in the chunk, then receive again) and the writer (send whatever the client's output
+buffer holds when it is due, plus heartbeats). Fatal protocol errors are written, then the
+connection closes; non-fatal ones (E_FIN_FAILED, E_REQ_FAILED, E_TOUCH_FAILED) leave it open.
+
+Deadlines follow nsqd: no bytes from the client for two heartbeat intervals closes it; a send
+that cannot finish within one heartbeat interval (a client that stopped reading) closes it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import trio
+from nsq_common import (
+    HEARTBEAT_FRAME,
+    MAGIC_V2,
+    CommandReader,
+    ConnectionAbort,
+    ProtocolError,
+    encode_error,
+)
+
+from .broker import Broker
+from .client import Client
+from .protocol import ProtocolV2
+
+log = logging.getLogger("nsqd")
+
+READ_SIZE = 65536
+MAGIC_TIMEOUT = 60.0  # nsqd's client timeout
+# A client that does not read its responses (a publisher pipelining without looking back)
+# stops being read once this much output is waiting.
+OUTPUT_HIGH_WATER = 4 * 1024 * 1024
+
+
+def _address(stream: trio.SocketStream) -> str:
+    try:
+        host, port = stream.socket.getpeername()[:2]
+    except OSError:
+        return "unknown:0"
+    return f"{host}:{port}"
+
+
+class Connection:
+    def __init__(self, broker: Broker, stream: trio.SocketStream, client: Client) -> None:
+        self.broker = broker
+        self.stream = stream
+        self.client = client
+        self.protocol = ProtocolV2(broker, client)
+        self.reader = CommandReader(self.protocol.header)
+        self._wake_event = trio.Event()
+        self._drained = trio.Event()
+        self._closing = False
+        self._writer_done = trio.Event()
+        self._scope: trio.CancelScope | None = None
+        client.wake = self._wake
+        client.disconnect = self._disconnect
+
+    def _wake(self) -> None:
+        self._wake_event.set()
+
+    def _disconnect(self) -> None:
+        if self._scope is not None:
+            self._scope.cancel()
+
+    async def run(self, initial: bytes) -> None:
+        async with trio.open_nursery() as nursery:
+            self._scope = nursery.cancel_scope
+            nursery.start_soon(self._write_loop)
+            try:
+                await self._read_loop(initial)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+            # Let the writer send what is pending (say, a fatal error frame), then stop.
+            self._closing = True
+            self._wake()
+            with trio.move_on_after(1.0):
+                await self._writer_done.wait()
+            nursery.cancel_scope.cancel()
+
+    async def _read_loop(self, data: bytes) -> None:
+        client = self.client
+        reader = self.reader
+        proto = self.protocol
+        sync_handlers = proto._sync
+        while True:
+            if data:
+                reader.feed(data)
+                while True:
+                    try:
+                        cmd = reader.next_command()
+                        if cmd is None:
+                            break
+                        handler = sync_handlers.get(cmd.name)
+                        if handler is not None:
+                            handler(cmd.params)
+                        elif proto.is_async(cmd.name):
+                            await proto.handle_async(cmd)
+                        else:
+                            proto.handle_sync(cmd)
+                    except ProtocolError as exc:
+                        log.debug("client %s: %s", client.remote_address, exc)
+                        client.send_frame(encode_error(exc.text))
+                        if exc.fatal:
+                            return
+                    except ConnectionAbort as exc:
+                        log.info("client %s: %s, closing", client.remote_address, exc)
+                        return
+                if client.out_bytes > OUTPUT_HIGH_WATER:
+                    self._drained = trio.Event()
+                    self._wake()
+                    await self._drained.wait()
+            hb = client.heartbeat_interval
+            timeout = 2 * hb if hb > 0 else math.inf
+            with trio.move_on_after(timeout) as scope:
+                data = await self.stream.receive_some(READ_SIZE)
+            if scope.cancelled_caught:
+                log.info("client %s: no data for %.1fs, closing", client.remote_address, timeout)
+                return
+            if not data:
+                return
+
+    async def _write_loop(self) -> None:
+        client = self.client
+        stream = self.stream
+        now = trio.current_time
+        hb_interval = client.heartbeat_interval
+        next_hb = now() + hb_interval if hb_interval > 0 else math.inf
+        try:
+            while True:
+                t = now()
+                if client.heartbeat_interval != hb_interval:  # IDENTIFY changed it
+                    hb_interval = client.heartbeat_interval
+                    next_hb = t + hb_interval if hb_interval > 0 else math.inf
+                if t >= next_hb:
+                    client.send_frame(HEARTBEAT_FRAME)
+                    next_hb = t + hb_interval
+                if client.out and (client.urgent or self._closing or t >= client.flush_at):
+                    data = client.take_output()
+                    timeout = hb_interval if hb_interval > 0 else math.inf
+                    with trio.move_on_after(timeout) as scope:
+                        await stream.send_all(data)
+                    if scope.cancelled_caught:
+                        log.info("client %s: write timed out, closing", client.remote_address)
+                        self._disconnect()
+                        return
+                    if client.out_bytes <= OUTPUT_HIGH_WATER:
+                        self._drained.set()
+                    continue
+                if self._closing:
+                    return
+                deadline = next_hb
+                if client.out:
+                    deadline = min(deadline, client.flush_at)
+                self._wake_event = trio.Event()
+                with trio.move_on_at(deadline):
+                    await self._wake_event.wait()
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            self._disconnect()
+        finally:
+            self._drained.set()
+            self._writer_done.set()
+
+
+async def handle_stream(broker: Broker, stream: trio.SocketStream) -> None:
+    """Serve one TCP connection from accept to close."""
+    remote = _address(stream)
+    try:
+        magic = b""
+        with trio.move_on_after(MAGIC_TIMEOUT):
+            while len(magic) < 4:
+                chunk = await stream.receive_some(READ_SIZE)
+                if not chunk:
+                    return
+                magic += chunk
+        if len(magic) < 4:
+            return
+        if magic[:4] != MAGIC_V2:
+            log.info("client %s: bad protocol magic %r", remote, magic[:4])
+            await stream.send_all(encode_error(b"E_BAD_PROTOCOL"))
+            return
+        client = broker.new_client(remote)
+        log.info("TCP: new client(%s)", remote)
+        try:
+            await Connection(broker, stream, client).run(magic[4:])
+        finally:
+            broker.remove_client(client)
+            log.info("client %s: closed", remote)
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        pass
+    except Exception:
+        log.exception("client %s: unexpected error, closing this connection", remote)
+    finally:
+        with trio.move_on_after(1) as scope:
+            scope.shield = True
+            await stream.aclose()
+
+
+async def serve_tcp(broker: Broker, listeners: list[trio.SocketListener]) -> None:
+    async def handler(stream: trio.SocketStream) -> None:
+        await handle_stream(broker, stream)
+
+    await trio.serve_listeners(handler, listeners)
