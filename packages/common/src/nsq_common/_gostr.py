@@ -55,7 +55,7 @@ def parse_go_duration(text: str) -> float:
     original = text
     error = ValueError(f"time: invalid duration {go_quote(original)}")
     sign = 1.0
-    if text[:1] in "+-":
+    if text[:1] in ("+", "-"):
         sign = -1.0 if text[0] == "-" else 1.0
         text = text[1:]
     if text == "0":

@@ -70,6 +70,8 @@ class Daemon:
                 self.process.wait(5)
         if self._reader is not None:
             self._reader.join(5)
+        if self.process.stderr is not None:
+            self.process.stderr.close()
         return self.process.returncode
 
     def kill(self) -> int:

@@ -43,3 +43,13 @@ def run_daemon(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
 def nsqd(run_daemon: Callable[..., Daemon]) -> Daemon:
     """One nsqd with default options on loopback."""
     return run_daemon("nsqd")
+
+
+@pytest.fixture(scope="module")
+def shared_nsqd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    """One nsqd for a whole test module (tests use their own topic names)."""
+    data = tmp_path_factory.mktemp("shared-nsqd")
+    daemon = start_daemon("nsqd", ["--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0",
+                                   f"--data-path={data}"])
+    yield daemon
+    daemon.stop()

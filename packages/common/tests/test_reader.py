@@ -1,0 +1,117 @@
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from nsq_common import (
+    BodySpec,
+    CommandReader,
+    ConnectionAbort,
+    ErrorCode,
+    ProtocolError,
+    commands,
+    decode_mpub_body,
+)
+
+SPEC = BodySpec(100, ErrorCode.E_BAD_MESSAGE, "PUB invalid message body size %d",
+                "PUB message too big %d > %d")
+
+
+def hook(name, params):
+    if name in (b"PUB", b"MPUB"):
+        if not params:
+            raise ProtocolError(ErrorCode.E_INVALID, "PUB insufficient number of parameters")
+        return SPEC
+    return None
+
+
+def parse_all(reader):
+    out = []
+    while (cmd := reader.next_command()) is not None:
+        out.append((cmd.name, cmd.params, cmd.body))
+    return out
+
+
+def test_pipelined_commands_in_one_chunk():
+    r = CommandReader(hook)
+    r.feed(b"NOP\r\nRDY 5\n" + commands.pub("t", b"hello") + b"FIN 0123456789abcdef\n")
+    assert parse_all(r) == [(b"NOP", [], None), (b"RDY", [b"5"], None),
+                            (b"PUB", [b"t"], b"hello"), (b"FIN", [b"0123456789abcdef"], None)]
+
+
+def test_params_split_on_single_spaces_and_empty_line():
+    r = CommandReader(hook)
+    r.feed(b"A  B\n\n")
+    assert parse_all(r) == [(b"A", [b"", b"B"], None), (b"", [], None)]
+
+
+def test_bad_header_refused_before_body():
+    r = CommandReader(hook)
+    r.feed(b"PUB\n")
+    with pytest.raises(ProtocolError, match="insufficient"):
+        r.next_command()
+
+
+@pytest.mark.parametrize(("size", "text"), [(0, "PUB invalid message body size 0"),
+                                            (-1, "PUB invalid message body size -1"),
+                                            (101, "PUB message too big 101 > 100")])
+def test_body_size_checked_from_the_length_alone(size, text):
+    r = CommandReader(hook)
+    r.feed(b"PUB t\n" + size.to_bytes(4, "big", signed=True))
+    with pytest.raises(ProtocolError) as info:
+        r.next_command()
+    assert info.value.description == text
+    assert info.value.code == "E_BAD_MESSAGE"
+
+
+def test_overlong_line_aborts():
+    r = CommandReader(hook, max_line=10)
+    r.feed(b"x" * 11)
+    with pytest.raises(ConnectionAbort):
+        r.next_command()
+
+
+cmds = st.lists(st.one_of(
+    st.builds(lambda t, b: commands.pub(t, b), st.sampled_from(["a", "topic"]),
+              st.binary(min_size=1, max_size=100)),
+    st.just(b"NOP\n"),
+    st.builds(lambda n: b"RDY %d\n" % n, st.integers(0, 2500)),
+), max_size=15)
+
+
+@given(cmds, st.data())
+def test_any_chunking_gives_the_same_commands(items, data):
+    wire = b"".join(items)
+    whole = CommandReader(hook)
+    whole.feed(wire)
+    expected = parse_all(whole)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(wire)), max_size=12)))
+    r = CommandReader(hook)
+    got = []
+    prev = 0
+    for cut in [*cuts, len(wire)]:
+        r.feed(wire[prev:cut])
+        prev = cut
+        got.extend(parse_all(r))
+    assert got == expected
+    assert len(got) == len(items)
+
+
+def test_mpub_body_round_trip_and_errors():
+    body = commands.mpub_body([b"a", b"bb", b"ccc"])
+    assert decode_mpub_body(body, 10, 1000) == [b"a", b"bb", b"ccc"]
+    cases = [
+        (b"\x00\x00", "E_BAD_BODY MPUB failed to read message count"),
+        (b"\x00\x00\x00\x00", "E_BAD_BODY MPUB invalid message count 0"),
+        (b"\x00\x00\x00\x02\x00\x00\x00\x01a", "E_BAD_MESSAGE MPUB failed to read message(1) body size"),
+        (b"\x00\x00\x00\x01\x00\x00\x00\x00", "E_BAD_MESSAGE MPUB invalid message(0) body size 0"),
+        (b"\x00\x00\x00\x01\x00\x00\x00\x0b", "E_BAD_MESSAGE MPUB message too big 11 > 10"),
+        (b"\x00\x00\x00\x01\x00\x00\x00\x05ab", "E_BAD_MESSAGE MPUB failed to read message body"),
+    ]
+    for raw, text in cases:
+        with pytest.raises(ProtocolError) as info:
+            decode_mpub_body(raw, 10, 1000)
+        assert info.value.text.decode() == text
+
+
+@given(st.lists(st.binary(min_size=1, max_size=50), min_size=1, max_size=50))
+def test_mpub_round_trip(bodies):
+    assert decode_mpub_body(commands.mpub_body(bodies), 50, 100000) == bodies

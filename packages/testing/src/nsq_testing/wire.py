@@ -1,0 +1,106 @@
+"""A raw protocol V2 client for tests: send exact bytes, read exact frames."""
+
+from __future__ import annotations
+
+import trio
+from nsq_common import MAGIC_V2, FrameDecoder, FrameType, commands, decode_message
+from nsq_common import Message as WireMessage
+
+
+def _host_port(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host, int(port)
+
+
+class WireClient:
+    """One TCP connection to nsqd, driven by hand."""
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.stream = stream
+        self.decoder = FrameDecoder()
+
+    @classmethod
+    async def connect(cls, address: str, *, magic: bytes = MAGIC_V2) -> WireClient:
+        stream = await trio.open_tcp_stream(*_host_port(address))
+        client = cls(stream)
+        if magic:
+            await stream.send_all(magic)
+        return client
+
+    async def send(self, data: bytes) -> None:
+        await self.stream.send_all(data)
+
+    async def read_frame(self, timeout: float = 5.0, *, skip_heartbeats: bool = True
+                         ) -> tuple[int, bytes]:
+        """The next frame; raises EOFError if the server closed, TooSlowError on timeout."""
+        with trio.fail_after(timeout):
+            while True:
+                frame = self.decoder.next_frame()
+                if frame is not None:
+                    if skip_heartbeats and frame == (FrameType.RESPONSE, b"_heartbeat_"):
+                        continue
+                    return frame
+                data = await self.stream.receive_some(65536)
+                if not data:
+                    raise EOFError("connection closed")
+                self.decoder.feed(data)
+
+    async def response(self, timeout: float = 5.0) -> bytes:
+        frame_type, data = await self.read_frame(timeout)
+        if frame_type != FrameType.RESPONSE:
+            raise AssertionError(f"expected a response, got {frame_type} {data!r}")
+        return data
+
+    async def error(self, timeout: float = 5.0) -> bytes:
+        frame_type, data = await self.read_frame(timeout)
+        if frame_type != FrameType.ERROR:
+            raise AssertionError(f"expected an error, got {frame_type} {data!r}")
+        return data
+
+    async def message(self, timeout: float = 5.0) -> WireMessage:
+        frame_type, data = await self.read_frame(timeout)
+        if frame_type != FrameType.MESSAGE:
+            raise AssertionError(f"expected a message, got {frame_type} {data!r}")
+        return decode_message(data)
+
+    async def messages(self, count: int, timeout: float = 10.0) -> list[WireMessage]:
+        with trio.fail_after(timeout):
+            return [await self.message(timeout) for _ in range(count)]
+
+    async def nothing_for(self, seconds: float) -> None:
+        """Assert that no frame (other than heartbeats) arrives within ``seconds``."""
+        try:
+            frame = await self.read_frame(seconds)
+        except trio.TooSlowError:
+            return
+        raise AssertionError(f"unexpected frame {frame!r}")
+
+    async def closed(self, timeout: float = 5.0) -> bool:
+        """True once the server has closed the connection (frames before that are skipped)."""
+        try:
+            with trio.fail_after(timeout):
+                while True:
+                    data = await self.stream.receive_some(65536)
+                    if not data:
+                        return True
+        except trio.TooSlowError:
+            return False
+        except trio.BrokenResourceError:
+            return True
+
+    async def identify(self, **fields: object) -> bytes:
+        await self.send(commands.identify({"feature_negotiation": True, **fields}))
+        return await self.response()
+
+    async def subscribe(self, topic: str, channel: str, rdy: int = 0) -> None:
+        await self.send(commands.sub(topic, channel))
+        assert await self.response() == b"OK"
+        if rdy:
+            await self.send(commands.rdy(rdy))
+
+    async def pub(self, topic: str, body: bytes) -> None:
+        await self.send(commands.pub(topic, body))
+        assert await self.response() == b"OK"
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
