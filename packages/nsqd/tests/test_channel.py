@@ -1,0 +1,144 @@
+"""Channel and topic logic with a fake clock and fake clients: no sockets, no Trio."""
+
+from nsqd.channel import Channel
+from nsqd.client import STATE_SUBSCRIBED, Client
+from nsqd.guid import GuidFactory
+from nsqd.message import Message
+from nsqd.topic import Topic
+
+
+class Owner:
+    def __init__(self):
+        self.dirty = set()
+        self.emptied = []
+
+    def mark_dirty(self, channel):
+        self.dirty.add(channel)
+
+    def channel_emptied_of_clients(self, channel):
+        self.emptied.append(channel)
+
+
+def make_client(cid: int, rdy: int, msg_timeout: float = 60.0) -> Client:
+    c = Client(cid, f"127.0.0.1:{1000 + cid}", msg_timeout=msg_timeout, heartbeat_interval=30,
+               output_buffer_size=16384, output_buffer_timeout=0.25, clock=lambda: 0.0)
+    c.state = STATE_SUBSCRIBED
+    c.rdy = rdy
+    return c
+
+
+def messages(n: int) -> list[Message]:
+    return [Message(b"%016x" % i, b"body%d" % i, 0) for i in range(n)]
+
+
+def delivered(client: Client) -> int:
+    data = client.take_output()
+    return data.count(b"body")
+
+
+def test_rdy_window_and_spread():
+    owner = Owner()
+    ch = Channel("t", "c", owner, max_msg_timeout=900)
+    a, b = make_client(1, 3), make_client(2, 3)
+    ch.add_client(a)
+    ch.add_client(b)
+    ch.put(messages(10), now=0.0)
+    ch.pump(0.0)
+    assert (a.in_flight, b.in_flight) == (3, 3)
+    assert ch.depth == 4 and len(ch.in_flight) == 6
+    assert delivered(a) == 3 and delivered(b) == 3
+
+
+def test_fin_req_touch_and_timeouts():
+    owner = Owner()
+    ch = Channel("t", "c", owner, max_msg_timeout=5.0)
+    a = make_client(1, 10, msg_timeout=2.0)
+    ch.add_client(a)
+    ch.put(messages(3), now=0.0)
+    ch.pump(0.0)
+    m0, m1, m2 = (b"%016x" % i for i in range(3))
+    assert ch.finish(a, m0) is None
+    assert ch.finish(a, m0) == "ID not in flight"
+    assert ch.requeue(a, m1, 10.0, now=1.0) is None
+    assert len(ch.deferred) == 1 and ch.requeue_count == 1
+    assert ch.touch(a, m2, now=1.5) is None  # deadline 3.5
+    assert not ch.scan(3.0)
+    assert ch.scan(3.6)  # m2 timed out
+    assert ch.timeout_count == 1 and a.in_flight == 0 and ch.depth == 1
+    ch.pump(3.6)
+    assert ch.touch(a, m2, now=6.0) is None  # capped at delivery 3.6 + max 5.0 = 8.6
+    assert ch.in_flight.get(m2).deadline == 8.0
+    assert ch.scan(11.0)  # the deferred one is due, and m2 timed out again at 8.0
+    assert ch.depth == 2 and ch.timeout_count == 2
+
+
+def test_other_client_cannot_answer():
+    owner = Owner()
+    ch = Channel("t", "c", owner, max_msg_timeout=900)
+    a, b = make_client(1, 1), make_client(2, 0)
+    ch.add_client(a)
+    ch.add_client(b)
+    ch.put(messages(1), now=0.0)
+    ch.pump(0.0)
+    assert ch.finish(b, b"%016x" % 0) == "client does not own message"
+
+
+def test_remove_client_requeues_its_messages_and_ephemeral_goes():
+    owner = Owner()
+    ch = Channel("t", "c#ephemeral", owner, max_msg_timeout=900)
+    a = make_client(1, 5)
+    ch.add_client(a)
+    ch.put(messages(2), now=0.0)
+    ch.pump(0.0)
+    ch.remove_client(a)
+    assert ch.depth == 2 and len(ch.in_flight) == 0
+    assert owner.emptied == [ch]
+
+
+def test_paused_channel_holds_and_empty_clears():
+    owner = Owner()
+    ch = Channel("t", "c", owner, max_msg_timeout=900)
+    a = make_client(1, 5)
+    ch.add_client(a)
+    ch.pause()
+    ch.put(messages(2), now=0.0)
+    ch.pump(0.0)
+    assert a.in_flight == 0
+    ch.unpause()
+    ch.pump(0.0)
+    assert a.in_flight == 2
+    ch.empty()
+    assert a.in_flight == 0 and len(ch.in_flight) == 0
+
+
+def test_topic_fans_out_copies_and_holds_without_channels():
+    owner = Owner()
+    topic = Topic("t", owner, max_msg_timeout=900)
+    topic.put(messages(2), now=0.0)
+    assert topic.depth == 2
+    one, _ = topic.get_channel("one", now=0.0)
+    assert topic.depth == 0 and one.depth == 2
+    two, _ = topic.get_channel("two", now=0.0)
+    topic.put(messages(1), now=0.0)
+    assert one.depth == 3 and two.depth == 1
+    assert one.queue[-1] is not two.queue[-1] and one.queue[-1].id == two.queue[-1].id
+
+
+def test_sampling_drops_about_the_rest():
+    owner = Owner()
+    ch = Channel("t", "c", owner, max_msg_timeout=900)
+    a = make_client(1, 2500)
+    a.sample_rate = 10
+    ch.add_client(a)
+    ch.put(messages(2000), now=0.0)
+    ch.pump(0.0)
+    assert 100 < a.in_flight < 350 and ch.depth == 0
+
+
+def test_guid_unique_monotonic_16_hex():
+    g = GuidFactory(7)
+    ids = g.new_ids(10000) + [g.new_id() for _ in range(100)]
+    assert len(set(ids)) == len(ids)
+    assert all(len(i) == 16 for i in ids)
+    assert [int(i, 16) for i in ids] == sorted(int(i, 16) for i in ids)
+    assert (int(ids[0], 16) >> 12) & 0x3FF == 7

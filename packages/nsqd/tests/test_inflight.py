@@ -1,0 +1,60 @@
+from nsqd.inflight import DeferredQueue, InFlightQueue
+from nsqd.message import Message
+
+
+def msg(i: int, deadline: float) -> Message:
+    m = Message(b"%016x" % i, b"x", 0)
+    m.deadline = deadline
+    return m
+
+
+def test_in_order_adds_pop_in_order_and_remove():
+    q = InFlightQueue()
+    for i in range(5):
+        q.add(msg(i, float(i)))
+    assert q.remove(b"%016x" % 1) is not None
+    assert q.remove(b"%016x" % 1) is None
+    assert [m.deadline for m in q.pop_due(3.0)] == [0.0, 2.0, 3.0]
+    assert len(q) == 1 and q.next_deadline() == 4.0
+
+
+def test_out_of_order_adds_use_the_heap():
+    q = InFlightQueue()
+    q.add(msg(1, 10.0))
+    q.add(msg(2, 5.0))  # shorter timeout than the newest: heap
+    q.add(msg(3, 12.0))
+    assert q.next_deadline() == 5.0
+    assert [m.deadline for m in q.pop_due(11.0)] == [10.0, 5.0]
+    assert len(q) == 1
+
+
+def test_touch_re_add_is_not_popped_twice():
+    q = InFlightQueue()
+    m = msg(1, 10.0)
+    q.add(msg(0, 20.0))
+    q.add(m)  # heap
+    q.remove(m.id)
+    m.deadline = 30.0
+    q.add(m)
+    assert [x.deadline for x in q.pop_due(25.0)] == [20.0]
+    assert [x.deadline for x in q.pop_due(40.0)] == [30.0]
+    assert len(q) == 0
+
+
+def test_heap_of_dead_entries_is_compacted():
+    q = InFlightQueue()
+    q.add(msg(0, 1e9))
+    for i in range(1, 5000):
+        q.add(msg(i, float(i)))
+        q.remove(b"%016x" % i)
+    assert len(q._heap) < 2100
+    assert len(q) == 1
+
+
+def test_deferred():
+    q = DeferredQueue()
+    for i, d in enumerate([3.0, 1.0, 2.0]):
+        q.add(msg(i, d))
+    assert b"%016x" % 1 in q
+    assert [m.deadline for m in q.pop_due(2.0)] == [1.0, 2.0]
+    assert len(q) == 1
