@@ -1,0 +1,416 @@
+"""DiskQueue against real files in a temp dir: format, rolling, recovery, corruption, errors."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import stat
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+import trio
+from nsqd.diskqueue import DiskQueue, DiskQueueError
+
+NAME = "t"
+SMALL = {"min_msg_size": 4, "max_msg_size": 1024}
+# Our own logger: the broker's logging setup may stop "nsqd.*" records from reaching caplog.
+LOG = logging.getLogger("test_diskqueue")
+
+
+def rec(i: int, size: int = 20) -> bytes:
+    return f"{i:08d}".encode().ljust(size, b".")
+
+
+def data_file(path: Path, num: int) -> Path:
+    return path / f"{NAME}.diskqueue.{num:06d}.dat"
+
+
+def meta(path: Path) -> bytes:
+    return (path / f"{NAME}.diskqueue.meta.dat").read_bytes()
+
+
+def listing(path: Path) -> list[str]:
+    return sorted(p.name for p in path.iterdir())
+
+
+def make(path: Path, **kwargs: object) -> DiskQueue:
+    return DiskQueue(NAME, path, **{**SMALL, "logger": LOG, **kwargs})  # type: ignore[arg-type]
+
+
+@asynccontextmanager
+async def running(dq: DiskQueue) -> AsyncIterator[DiskQueue]:
+    async with trio.open_nursery() as nursery:
+        await nursery.start(dq.run)
+        try:
+            yield dq
+        finally:
+            await dq.close()  # run() returns after close()
+
+
+async def take(dq: DiskQueue, n: int) -> list[bytes]:
+    out: list[bytes] = []
+    with trio.fail_after(10):
+        while len(out) < n:
+            await dq.wait_readable()
+            out += dq.pop(n - len(out))
+    return out
+
+
+def overwrite(path: Path, offset: int, data: bytes) -> None:
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        f.write(data)
+
+
+async def eventually(check: Callable[[], bool]) -> None:
+    # Polling: the run() task deletes and renames files with no event a test could wait on.
+    with trio.fail_after(5):
+        while not check():  # noqa: ASYNC110
+            await trio.sleep(0.01)
+
+
+async def test_round_trip_in_order(tmp_path: Path) -> None:
+    async with running(make(tmp_path)) as dq:
+        await dq.put([rec(0)])
+        await dq.put([rec(i) for i in range(1, 10)])
+        assert dq.depth() == 10
+        assert await take(dq, 10) == [rec(i) for i in range(10)]
+        assert dq.depth() == 0
+        assert dq.pop(5) == []
+
+
+async def test_depth_survives_close_and_reopen(tmp_path: Path) -> None:
+    async with running(make(tmp_path)) as dq:
+        await dq.put([rec(i) for i in range(10)])
+        assert await take(dq, 3) == [rec(0), rec(1), rec(2)]
+    dq = make(tmp_path)
+    assert dq.depth() == 7
+    async with running(dq):
+        assert await take(dq, 7) == [rec(i) for i in range(3, 10)]
+        assert dq.depth() == 0
+    assert make(tmp_path).depth() == 0
+
+
+async def test_reads_a_directory_in_go_diskqueue_format(tmp_path: Path) -> None:
+    records = [rec(0, 26), rec(1, 40), rec(2, 26), rec(3, 30)]
+    framed = [len(r).to_bytes(4, "big") + r for r in records]
+    data_file(tmp_path, 4).write_bytes(b"".join(framed[:2]))
+    data_file(tmp_path, 5).write_bytes(b"".join(framed[2:]))
+    (tmp_path / f"{NAME}.diskqueue.meta.dat").write_bytes(b"3\n4,30\n5,64\n")
+    dq = DiskQueue(NAME, tmp_path, logger=LOG)  # nsqd's sizes: min 26
+    assert dq.depth() == 3
+    async with running(dq):
+        assert await take(dq, 3) == records[1:]
+        await eventually(lambda: not data_file(tmp_path, 4).exists())
+    assert meta(tmp_path) == b"0\n5,64\n5,64\n"
+
+
+async def test_metadata_text_and_mode(tmp_path: Path) -> None:
+    async with running(make(tmp_path)) as dq:
+        await dq.put([rec(i, 30) for i in range(3)])  # 34 bytes each on disk
+        await take(dq, 1)
+    assert meta(tmp_path) == b"2\n0,34\n0,102\n"
+    assert stat.S_IMODE((tmp_path / f"{NAME}.diskqueue.meta.dat").stat().st_mode) == 0o600
+    assert stat.S_IMODE(data_file(tmp_path, 0).stat().st_mode) == 0o600
+    assert data_file(tmp_path, 0).read_bytes()[:34] == b"\x00\x00\x00\x1e" + rec(0, 30)
+    assert not [n for n in listing(tmp_path) if n.endswith(".tmp")]
+
+
+async def test_sync_every_one_persists_each_put(tmp_path: Path) -> None:
+    dq = make(tmp_path, sync_every=1)
+    await dq.put([rec(0)])
+    assert meta(tmp_path) == b"1\n0,0\n0,24\n"
+    await dq.put([rec(1), rec(2)])
+    assert meta(tmp_path) == b"3\n0,0\n0,72\n"
+    await dq.close()
+
+
+async def test_sync_timeout_persists_metadata(tmp_path: Path) -> None:
+    async with running(make(tmp_path, sync_timeout=0.05)) as dq:
+        await dq.put([rec(0)])
+        await eventually(lambda: meta(tmp_path) == b"1\n0,0\n0,24\n")
+
+
+async def test_rolls_files_and_deletes_fully_read_ones(tmp_path: Path) -> None:
+    dq = make(tmp_path, max_bytes_per_file=3 * 24)  # three 24-byte records per file
+    async with running(dq):
+        for i in range(10):
+            await dq.put([rec(i)])
+        assert [data_file(tmp_path, n).stat().st_size for n in range(4)] == [72, 72, 72, 24]
+        assert meta(tmp_path).endswith(b"\n3,0\n")  # persisted on the roll into file 3
+        assert await take(dq, 7) == [rec(i) for i in range(7)]
+        await eventually(lambda: not data_file(tmp_path, 1).exists())
+        assert not data_file(tmp_path, 0).exists()
+        assert data_file(tmp_path, 2).exists()
+    assert meta(tmp_path) == b"3\n2,24\n3,24\n"
+    async with running(make(tmp_path, max_bytes_per_file=3 * 24)) as dq:
+        assert await take(dq, 3) == [rec(7), rec(8), rec(9)]
+        await eventually(lambda: not data_file(tmp_path, 2).exists())
+    assert listing(tmp_path) == [f"{NAME}.diskqueue.000003.dat", f"{NAME}.diskqueue.meta.dat"]
+
+
+async def test_oversized_record_goes_alone_into_an_empty_file(tmp_path: Path) -> None:
+    dq = make(tmp_path, max_bytes_per_file=50)
+    async with running(dq):
+        await dq.put([rec(0, 100), rec(1, 10), rec(2, 100)])
+        sizes = [data_file(tmp_path, n).stat().st_size for n in range(3)]
+        assert sizes == [104, 14, 104]
+        assert await take(dq, 3) == [rec(0, 100), rec(1, 10), rec(2, 100)]
+
+
+async def test_reader_at_writer_tail_then_roll_leaves_no_bad_file(tmp_path: Path) -> None:
+    # go-diskqueue v1.1.0 renames the finished file to .bad here (issue #42).
+    async with running(make(tmp_path, max_bytes_per_file=2 * 24)) as dq:
+        for i in range(6):
+            await dq.put([rec(i)])
+            assert await take(dq, 1) == [rec(i)]
+        await eventually(lambda: not data_file(tmp_path, 1).exists())
+    assert not [n for n in listing(tmp_path) if n.endswith(".bad")]
+    assert meta(tmp_path) == b"0\n2,48\n2,48\n"
+
+
+async def test_refuses_out_of_range_sizes(tmp_path: Path) -> None:
+    dq = make(tmp_path, min_msg_size=10, max_msg_size=20)
+    with pytest.raises(DiskQueueError, match=r"^invalid message write size \(9\) minMsgSize=10"):
+        await dq.put([b"x" * 10, b"x" * 9])
+    with pytest.raises(DiskQueueError, match=r"\(21\) minMsgSize=10 maxMsgSize=20$"):
+        await dq.put([b"x" * 21])
+    assert dq.depth() == 0
+    assert dq.healthy  # the caller's mistake, not the disk's
+    await dq.put([b"x" * 10, b"x" * 20])
+    assert dq.depth() == 2
+    await dq.close()
+
+
+async def test_out_of_range_size_on_read_is_corruption(tmp_path: Path) -> None:
+    dq = make(tmp_path)
+    await dq.put([rec(0), rec(1, 200), rec(2)])
+    await dq.close()
+    async with running(make(tmp_path, max_msg_size=100)) as dq:
+        assert await take(dq, 1) == [rec(0)]
+        await eventually(lambda: data_file(tmp_path, 0).with_suffix(".dat.bad").exists())
+        assert dq.depth() == 0
+        await dq.put([rec(3)])
+        assert await take(dq, 1) == [rec(3)]
+
+
+async def test_garbage_in_the_middle_of_a_segment(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger=LOG.name)
+    dq = make(tmp_path)
+    await dq.put([rec(i) for i in range(10)])
+    await dq.close()
+    overwrite(data_file(tmp_path, 0), 5 * 24, b"\xff\xff\xff\xffgarbage")  # the write file
+    async with running(make(tmp_path)) as dq:
+        assert dq.depth() == 10
+        assert await take(dq, 5) == [rec(i) for i in range(5)]
+        bad = tmp_path / f"{NAME}.diskqueue.000000.dat.bad"
+        await eventually(bad.exists)
+        assert dq.depth() == 0
+        await dq.put([rec(10), rec(11)])  # into a new file
+        assert await take(dq, 2) == [rec(10), rec(11)]
+    assert str(data_file(tmp_path, 0)) in caplog.text
+    assert "invalid message read size (-1)" in caplog.text
+    assert "depth 5 at tail" in caplog.text
+    assert data_file(tmp_path, 1).exists()
+
+
+async def test_truncated_final_record_of_an_older_file(tmp_path: Path) -> None:
+    dq = make(tmp_path, max_bytes_per_file=5 * 24)
+    await dq.put([rec(i) for i in range(8)])  # file 0: records 0-4, file 1: 5-7
+    await dq.close()
+    os.truncate(data_file(tmp_path, 0), 5 * 24 - 3)
+    async with running(make(tmp_path, max_bytes_per_file=5 * 24)) as dq:
+        assert await take(dq, 7) == [rec(i) for i in (0, 1, 2, 3, 5, 6, 7)]
+        assert (tmp_path / f"{NAME}.diskqueue.000000.dat.bad").exists()
+        await eventually(lambda: dq.depth() == 0)
+        await dq.put([rec(8)])
+        assert await take(dq, 1) == [rec(8)]
+
+
+async def test_truncated_final_record_of_the_write_file(tmp_path: Path) -> None:
+    dq = make(tmp_path)
+    await dq.put([rec(i) for i in range(5)])
+    await dq.close()
+    os.truncate(data_file(tmp_path, 0), 5 * 24 - 3)
+    dq = make(tmp_path)
+    await dq.put([rec(5)])  # before the reader ran: must not land in the damaged file
+    async with running(dq):
+        assert await take(dq, 5) == [rec(0), rec(1), rec(2), rec(3), rec(5)]
+        assert (tmp_path / f"{NAME}.diskqueue.000000.dat.bad").exists()
+        assert dq.depth() == 0
+
+
+async def test_unclean_shutdown_continues_in_a_new_file(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger=LOG.name)
+    dq = make(tmp_path)
+    await dq.put([rec(i) for i in range(5)])
+    await dq.close()
+    stale = meta(tmp_path)
+    dq = make(tmp_path)
+    await dq.put([rec(i) for i in range(5, 8)])
+    await dq.close()
+    # A kill -9 after the second put: data in the file, metadata from before it.
+    (tmp_path / f"{NAME}.diskqueue.meta.dat").write_bytes(stale)
+    dq = make(tmp_path)
+    assert "metadata writePos 120 < file size of 192" in caplog.text
+    assert dq.depth() == 8
+    async with running(dq):
+        await dq.put([rec(8)])
+        assert data_file(tmp_path, 1).stat().st_size == 24
+        assert await take(dq, 9) == [rec(i) for i in range(9)]
+        assert dq.depth() == 0
+        await eventually(lambda: not data_file(tmp_path, 0).exists())
+    assert not [n for n in listing(tmp_path) if n.endswith(".bad")]
+
+
+KILLED_WRITER = """
+import os, signal, sys, trio
+from nsqd.diskqueue import DiskQueue
+
+async def main():
+    dq = DiskQueue("t", sys.argv[1], min_msg_size=4, max_msg_size=1024,
+                   max_bytes_per_file=1000, sync_every=10**6)
+    for i in range(50):
+        await dq.put([f"{i:08d}".encode().ljust(20, b".")])
+    os.kill(os.getpid(), signal.SIGKILL)
+
+trio.run(main)
+"""
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
+async def test_kill_9_after_put_loses_nothing(tmp_path: Path) -> None:
+    proc = await trio.run_process([sys.executable, "-c", KILLED_WRITER, str(tmp_path)], check=False)
+    assert proc.returncode == -signal.SIGKILL
+    assert meta(tmp_path) == b"41\n0,0\n1,0\n"  # persisted only on the roll into file 1
+    dq = make(tmp_path, max_bytes_per_file=1000)
+    assert dq.depth() == 50
+    async with running(dq):
+        assert await take(dq, 50) == [rec(i) for i in range(50)]
+
+
+async def test_depth_forced_to_zero_at_the_tail(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger=LOG.name)
+    (tmp_path / f"{NAME}.diskqueue.meta.dat").write_bytes(b"4\n0,0\n0,0\n")
+    dq = make(tmp_path)
+    assert dq.depth() == 0
+    assert "depth 4 at tail (data loss)" in caplog.text
+    await dq.close()
+
+
+async def test_empty(tmp_path: Path) -> None:
+    dq = make(tmp_path, max_bytes_per_file=3 * 24)
+    async with running(dq):
+        await dq.put([rec(i) for i in range(10)])
+        assert await take(dq, 2) == [rec(0), rec(1)]
+        await dq.empty()
+        assert dq.depth() == 0
+        assert dq.pop(10) == []
+        assert listing(tmp_path) == []
+        await dq.put([rec(10), rec(11)])
+        assert await take(dq, 2) == [rec(10), rec(11)]
+    assert meta(tmp_path) == b"0\n4,48\n4,48\n"
+
+
+async def test_delete_after_empty_removes_everything(tmp_path: Path) -> None:
+    dq = make(tmp_path)
+    await dq.put([rec(0)])
+    await dq.empty()
+    await dq.put([rec(1)])
+    await dq.delete()
+    assert listing(tmp_path) == []
+    with pytest.raises(DiskQueueError, match="exiting"):
+        await dq.put([rec(2)])
+
+
+async def test_closed_queue_refuses_work(tmp_path: Path) -> None:
+    dq = make(tmp_path)
+    await dq.close()
+    await dq.close()
+    for call in (dq.put([rec(0)]), dq.empty(), dq.wait_readable()):
+        with pytest.raises(DiskQueueError, match=r"^exiting$"):
+            await call
+
+
+async def test_concurrent_puts_are_grouped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = 0
+    original = DiskQueue._write_blocking
+
+    def counting(self: DiskQueue, *args: object) -> object:
+        nonlocal calls
+        calls += 1
+        return original(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(DiskQueue, "_write_blocking", counting)
+    async with running(make(tmp_path)) as dq:
+        async with trio.open_nursery() as nursery:
+            for i in range(200):
+                nursery.start_soon(dq.put, [rec(i), rec(1000 + i)])
+        assert dq.depth() == 400
+        assert calls < 20
+        got = await take(dq, 400)
+    assert sorted(got) == sorted([rec(i) for i in range(200)] + [rec(1000 + i) for i in range(200)])
+    for i in range(200):  # each call's records stay together and in order
+        assert got.index(rec(1000 + i)) == got.index(rec(i)) + 1
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+async def test_failed_write_flips_health(tmp_path: Path) -> None:
+    dq = make(tmp_path)
+    data_file(tmp_path, 0).symlink_to("/dev/full")  # every write: ENOSPC
+    with pytest.raises(DiskQueueError, match="No space left"):
+        await dq.put([rec(0)])
+    assert not dq.healthy
+    assert dq.depth() == 0
+    data_file(tmp_path, 0).unlink()
+    await dq.put([rec(1)])
+    assert dq.healthy
+    async with running(dq):
+        assert await take(dq, 1) == [rec(1)]
+
+
+async def test_cancelled_run_leaves_a_clean_restart_point(tmp_path: Path) -> None:
+    dq = make(tmp_path, sync_every=10_000, sync_timeout=60)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(dq.run)
+        await dq.put([rec(i) for i in range(6)])
+        assert await take(dq, 2) == [rec(0), rec(1)]
+        nursery.cancel_scope.cancel()
+    assert meta(tmp_path) == b"4\n0,48\n0,144\n"
+    await dq.close()
+    async with running(make(tmp_path)) as dq2:
+        assert dq2.depth() == 4
+        assert await take(dq2, 4) == [rec(i) for i in range(2, 6)]
+
+
+async def test_hundred_thousand_small_records(tmp_path: Path) -> None:
+    total, batch = 100_000, 1000
+    payloads = [i.to_bytes(4, "big") * 25 for i in range(total)]
+    got: list[bytes] = []
+    dq = make(tmp_path, sync_every=2500, max_bytes_per_file=1 << 20, max_msg_size=200)
+    async with running(dq):
+
+        async def consume() -> None:
+            while len(got) < total:
+                await dq.wait_readable()
+                got.extend(dq.pop(500))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(consume)
+            for start in range(0, total, batch):
+                await dq.put(payloads[start : start + batch])
+    assert got == payloads
+    assert dq.depth() == 0
+    assert len(listing(tmp_path)) == 2  # the last data file and the metadata
+
+
+def test_logger_defaults_to_module_logger(tmp_path: Path) -> None:
+    dq = DiskQueue(NAME, str(tmp_path))
+    assert dq.logger is logging.getLogger("nsqd.diskqueue")
+    assert dq.depth() == 0
