@@ -1,0 +1,241 @@
+"""``python -m bench``: start nsqd, run the scenarios, print the median msgs/s and MB/s.
+
+Run from the repository root with the workspace's Python (``make bench``). See
+``docs/performance.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import platform
+import signal
+import statistics
+import sys
+import time
+from dataclasses import asdict
+from typing import Any
+
+from .scenarios import SCENARIOS, RunFailed, RunResult, Settings, run_once
+from .server import Nsqd
+
+MIB = 1024 * 1024
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {text}")
+    return value
+
+
+def _scenario_list(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown scenario(s) {', '.join(unknown) or text!r}; choose from {', '.join(SCENARIOS)}")
+    return names
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="nsqd throughput benchmark (publish via MPUB / pipelined PUB; consume with "
+                    "1 and 4 consumers). Prints the median of --runs runs per scenario.",
+    )
+    p.add_argument("--scenarios", type=_scenario_list, default=None,
+                   help=f"comma-separated subset of: {', '.join(SCENARIOS)} (default: all)")
+    p.add_argument("--runs", type=_positive, default=3, help="runs per scenario (default 3)")
+    p.add_argument("--count", type=_positive, default=None,
+                   help="messages per run, for every scenario (default: "
+                   + ", ".join(f"{s.name} {s.default_count:,}" for s in SCENARIOS.values()) + ")")
+    p.add_argument("--size", type=_positive, default=100, help="message body bytes (default 100)")
+    p.add_argument("--batch", type=_positive, default=200,
+                   help="messages per MPUB; also PUB commands per send (default 200)")
+    p.add_argument("--publishers", type=_positive, default=1,
+                   help="publisher connections (processes) in mpub and pub (default 1)")
+    p.add_argument("--pub-window", type=_positive, default=2000,
+                   help="pub: most PUBs sent but not yet answered per connection (default 2000)")
+    p.add_argument("--mpub-window", type=_positive, default=1,
+                   help="mpub: MPUBs in flight per connection (default 1: wait for each OK, "
+                        "as bench_writer does)")
+    p.add_argument("--rdy", type=_positive, default=2500, help="consumers' RDY (default 2500)")
+    p.add_argument("--output-buffer-timeout", type=int, default=25, metavar="MS",
+                   help="consumers' IDENTIFY output_buffer_timeout in ms (default 25, nsqd's "
+                        "minimum; 0 = nsqd's default of 250, -1 = none)")
+    p.add_argument("--mem-queue-size", type=int, default=None,
+                   help="passed to the nsqd started here (default: nsqd's own, 10000)")
+    p.add_argument("--nsqd-tcp-address", default=None,
+                   help="benchmark this running nsqd instead of starting one")
+    p.add_argument("--nsqd-http-address", default=None,
+                   help="its HTTP address (default: TCP port + 1)")
+    p.add_argument("--json", dest="json_path", metavar="FILE", default=None,
+                   help="also write the results to FILE as JSON")
+    p.add_argument("--profile", metavar="OUT.svg", default=None,
+                   help="run nsqd under 'py-spy record -o OUT.svg' for one scenario "
+                        "(--scenarios NAME; default mpub)")
+    p.add_argument("--timeout", type=float, default=300.0,
+                   help="seconds a run may take before it is abandoned (default 300)")
+    p.add_argument("--start-method", choices=["spawn", "forkserver", "fork"], default="spawn",
+                   help="multiprocessing start method for the client processes (default spawn)")
+    return p
+
+
+def _fmt_rate(value: float) -> str:
+    return f"{value:,.0f}"
+
+
+def _share(cpu: float | None, seconds: float) -> float | None:
+    return None if cpu is None or seconds <= 0 else cpu / seconds
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.0f}%"
+
+
+def _summary(name: str, runs: list[RunResult], size: int) -> dict[str, Any]:
+    median = statistics.median(r.rate for r in runs)
+    client = [_share(r.client_cpu, r.seconds) for r in runs]
+    server = [_share(r.nsqd_cpu, r.seconds) for r in runs]
+    return {
+        "scenario": name,
+        "messages": runs[0].messages,
+        "median_msgs_per_s": median,
+        "median_mb_per_s": median * size / MIB,
+        "median_client_cpu": statistics.median(c for c in client if c is not None),
+        "median_nsqd_cpu": (statistics.median(c for c in server if c is not None)
+                            if all(c is not None for c in server) else None),
+        "runs": [{"messages": r.messages, "seconds": r.seconds, "msgs_per_s": r.rate,
+                  "mb_per_s": r.rate * size / MIB, "client_cpu_seconds": r.client_cpu,
+                  "nsqd_cpu_seconds": r.nsqd_cpu} for r in runs],
+    }
+
+
+def print_table(summaries: list[dict[str, Any]], settings: Settings, runs: int) -> None:
+    headers = ("scenario", "setup", "msgs/run", "msgs/s", "MB/s", "client CPU", "nsqd CPU",
+               "runs (msgs/s)")
+    rows = []
+    for s in summaries:
+        sc = SCENARIOS[s["scenario"]]
+        rows.append((
+            f"{sc.name}: {sc.title}", settings.describe(sc), f"{s['messages']:,}",
+            _fmt_rate(s["median_msgs_per_s"]), f"{s['median_mb_per_s']:.2f}",
+            _pct(s["median_client_cpu"]), _pct(s["median_nsqd_cpu"]),
+            " ".join(_fmt_rate(r["msgs_per_s"]) for r in s["runs"]),
+        ))
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    right = {2, 3, 4, 5, 6}
+
+    def line(cells: tuple[str, ...]) -> str:
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths, strict=True))).rstrip()
+
+    print()
+    print(f"{settings.size}-byte messages; median of {runs} run(s); MB/s = msgs/s x size / 2^20; "
+          "CPU = CPU time / run time (clients: all client processes together)")
+    print(line(headers))
+    print(line(tuple("-" * w for w in widths)))
+    for row in rows:
+        print(line(row))
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    # SIGTERM cleans up like Ctrl-C: client processes, nsqd and its data directory.
+    signal.signal(signal.SIGTERM, _interrupt)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    names: list[str] = args.scenarios or list(SCENARIOS)
+    if args.profile:
+        if args.nsqd_tcp_address:
+            parser.error("--profile starts its own nsqd; it cannot be used with --nsqd-tcp-address")
+        names = args.scenarios or ["mpub"]
+        if len(names) != 1:
+            parser.error("--profile runs one scenario: give --scenarios NAME")
+    if args.nsqd_tcp_address and args.mem_queue_size is not None:
+        parser.error("--mem-queue-size applies to the nsqd started here, not to --nsqd-tcp-address")
+    settings = Settings(size=args.size, batch=args.batch, publishers=args.publishers,
+                        pub_window=args.pub_window, mpub_window=args.mpub_window, rdy=args.rdy,
+                        output_buffer_timeout=args.output_buffer_timeout,
+                        count=args.count, timeout=args.timeout)
+    ctx = multiprocessing.get_context(args.start_method)
+
+    if args.nsqd_tcp_address:
+        nsqd = Nsqd.external(args.nsqd_tcp_address, args.nsqd_http_address)
+        where = f"nsqd at {nsqd.tcp_address}"
+    else:
+        nsqd = Nsqd.start(args.mem_queue_size, profile=args.profile)
+        mqs = "default" if args.mem_queue_size is None else str(args.mem_queue_size)
+        where = f"nsqd started at {nsqd.tcp_address} (mem-queue-size {mqs})"
+        if args.profile:
+            where += f", under py-spy -> {args.profile}"
+    print(f"bench: {where}; scenarios {', '.join(names)}; {args.runs} run(s) each", flush=True)
+
+    summaries: list[dict[str, Any]] = []
+    failed = interrupted = False
+    try:
+        for name in names:
+            scenario = SCENARIOS[name]
+            runs: list[RunResult] = []
+            for i in range(args.runs):
+                try:
+                    result = run_once(ctx, nsqd, scenario, settings)
+                except RunFailed as exc:
+                    print(f"  {name} run {i + 1}: FAILED: {exc}", file=sys.stderr, flush=True)
+                    failed = True
+                    break
+                runs.append(result)
+                print(f"  {name} run {i + 1}/{args.runs}: {result.messages:,} msgs in "
+                      f"{result.seconds:.3f}s = {_fmt_rate(result.rate)} msgs/s, "
+                      f"{result.rate * settings.size / MIB:.2f} MB/s; CPU: clients "
+                      f"{_pct(_share(result.client_cpu, result.seconds))}, nsqd "
+                      f"{_pct(_share(result.nsqd_cpu, result.seconds))}", flush=True)
+            if runs:
+                summaries.append(_summary(name, runs, settings.size))
+    except KeyboardInterrupt:
+        interrupted = True
+        print("interrupted", file=sys.stderr)
+    finally:
+        nsqd.stop()
+    if failed and not interrupted and nsqd.daemon is not None:
+        tail = nsqd.log()[-3000:]
+        if tail:
+            print(f"--- nsqd log (tail) ---\n{tail}", file=sys.stderr)
+
+    if summaries:
+        print_table(summaries, settings, args.runs)
+    if args.profile and nsqd.daemon is not None:
+        if os.path.exists(args.profile):
+            print(f"\nprofile written to {args.profile}")
+        else:
+            print(f"\nprofile {args.profile} was not written; py-spy and nsqd said:\n"
+                  f"{nsqd.log()[-3000:]}", file=sys.stderr)
+            failed = True
+    if args.json_path:
+        doc = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "machine": {"platform": platform.platform(), "python": platform.python_version(),
+                        "cpus": os.cpu_count()},
+            "command": "python -m bench " + " ".join(sys.argv[1:] if argv is None else argv),
+            "settings": asdict(settings),
+            "runs": args.runs,
+            "mem_queue_size": args.mem_queue_size,
+            "failed": failed,
+            "interrupted": interrupted,
+            "results": summaries,
+        }
+        with open(args.json_path, "w", encoding="utf-8") as fh:
+            json.dump(doc, fh, indent=2)
+            fh.write("\n")
+        print(f"results written to {args.json_path}")
+    return 1 if failed or interrupted else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
