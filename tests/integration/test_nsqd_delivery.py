@@ -240,6 +240,8 @@ async def test_message_ids_unique_and_never_repeat_after_restart(run_daemon, tmp
         await pub.send(commands.mpub("d-ids", [b"x"] * 500))
         assert await pub.response() == b"OK"
         msgs = await c.messages(500)
+        await c.send(b"".join(commands.fin(m.id) for m in msgs))
+        await c.pub("d-ids-sync", b"x")  # answered only after the FINs were handled
         seen.extend(int(m.id, 16) for m in msgs)
         await pub.aclose()
         await c.aclose()

@@ -1,4 +1,4 @@
-"""Channel and topic logic with a fake clock and fake clients: no sockets, no Trio."""
+"""Channel and topic logic with explicit times and fake clients: no sockets, memory queues only."""
 
 from nsqd.channel import Channel
 from nsqd.client import STATE_SUBSCRIBED, Client
@@ -36,25 +36,25 @@ def delivered(client: Client) -> int:
     return data.count(b"body")
 
 
-def test_rdy_window_and_spread():
+async def test_rdy_window_and_spread():
     owner = Owner()
     ch = Channel("t", "c", owner, max_msg_timeout=900)
     a, b = make_client(1, 3), make_client(2, 3)
     ch.add_client(a)
     ch.add_client(b)
-    ch.put(messages(10), now=0.0)
+    await ch.put(messages(10), now=0.0)
     ch.pump(0.0)
     assert (a.in_flight, b.in_flight) == (3, 3)
     assert ch.depth == 4 and len(ch.in_flight) == 6
     assert delivered(a) == 3 and delivered(b) == 3
 
 
-def test_fin_req_touch_and_timeouts():
+async def test_fin_req_touch_and_timeouts():
     owner = Owner()
     ch = Channel("t", "c", owner, max_msg_timeout=5.0)
     a = make_client(1, 10, msg_timeout=2.0)
     ch.add_client(a)
-    ch.put(messages(3), now=0.0)
+    await ch.put(messages(3), now=0.0)
     ch.pump(0.0)
     m0, m1, m2 = (b"%016x" % i for i in range(3))
     assert ch.finish(a, m0) is None
@@ -72,36 +72,36 @@ def test_fin_req_touch_and_timeouts():
     assert ch.depth == 2 and ch.timeout_count == 2
 
 
-def test_other_client_cannot_answer():
+async def test_other_client_cannot_answer():
     owner = Owner()
     ch = Channel("t", "c", owner, max_msg_timeout=900)
     a, b = make_client(1, 1), make_client(2, 0)
     ch.add_client(a)
     ch.add_client(b)
-    ch.put(messages(1), now=0.0)
+    await ch.put(messages(1), now=0.0)
     ch.pump(0.0)
     assert ch.finish(b, b"%016x" % 0) == "client does not own message"
 
 
-def test_remove_client_requeues_its_messages_and_ephemeral_goes():
+async def test_remove_client_requeues_its_messages_and_ephemeral_goes():
     owner = Owner()
     ch = Channel("t", "c#ephemeral", owner, max_msg_timeout=900)
     a = make_client(1, 5)
     ch.add_client(a)
-    ch.put(messages(2), now=0.0)
+    await ch.put(messages(2), now=0.0)
     ch.pump(0.0)
     ch.remove_client(a)
     assert ch.depth == 2 and len(ch.in_flight) == 0
     assert owner.emptied == [ch]
 
 
-def test_paused_channel_holds_and_empty_clears():
+async def test_paused_channel_holds_and_empty_clears():
     owner = Owner()
     ch = Channel("t", "c", owner, max_msg_timeout=900)
     a = make_client(1, 5)
     ch.add_client(a)
     ch.pause()
-    ch.put(messages(2), now=0.0)
+    await ch.put(messages(2), now=0.0)
     ch.pump(0.0)
     assert a.in_flight == 0
     ch.unpause()
@@ -111,26 +111,30 @@ def test_paused_channel_holds_and_empty_clears():
     assert a.in_flight == 0 and len(ch.in_flight) == 0
 
 
-def test_topic_fans_out_copies_and_holds_without_channels():
+async def test_topic_fans_out_copies_and_holds_without_channels():
     owner = Owner()
-    topic = Topic("t", owner, max_msg_timeout=900)
-    topic.put(messages(2), now=0.0)
+    topic = Topic("t", clock=lambda: 0.0)
+    await topic.put(messages(2))
     assert topic.depth == 2
-    one, _ = topic.get_channel("one", now=0.0)
+    one = Channel("t", "one", owner, max_msg_timeout=900)
+    topic.add_channel(one)
+    await topic._fan_out(topic.backlog.take(10))
     assert topic.depth == 0 and one.depth == 2
-    two, _ = topic.get_channel("two", now=0.0)
-    topic.put(messages(1), now=0.0)
+    two = Channel("t", "two", owner, max_msg_timeout=900)
+    topic.add_channel(two)
+    await topic.put(messages(1))
     assert one.depth == 3 and two.depth == 1
-    assert one.queue[-1] is not two.queue[-1] and one.queue[-1].id == two.queue[-1].id
+    a, b = one.backlog.memory[-1], two.backlog.memory[-1]
+    assert a is not b and a.id == b.id
 
 
-def test_sampling_drops_about_the_rest():
+async def test_sampling_drops_about_the_rest():
     owner = Owner()
     ch = Channel("t", "c", owner, max_msg_timeout=900)
     a = make_client(1, 2500)
     a.sample_rate = 10
     ch.add_client(a)
-    ch.put(messages(2000), now=0.0)
+    await ch.put(messages(2000), now=0.0)
     ch.pump(0.0)
     assert 100 < a.in_flight < 350 and ch.depth == 0
 

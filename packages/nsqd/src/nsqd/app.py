@@ -6,8 +6,12 @@ Task tree::
     ├── tcp: trio.serve_listeners ── one task per connection ─┬─ reader
     │                                                         └─ writer (output buffer, heartbeats)
     ├── http: hypercorn worker (Starlette app)
-    ├── pump: delivers messages for dirty channels
-    └── queue scan: in-flight timeouts and deferred messages, every 100 ms
+    └── broker
+        ├── pump: delivers messages for dirty channels
+        ├── queue scan: in-flight timeouts and deferred messages, every 100 ms
+        ├── metadata writer: nsqd.dat after topics/channels change
+        ├── one per topic: held messages -> channels (and its disk queue's read-ahead)
+        └── one per channel: its disk queue's read-ahead
 
 The listeners are bound before anything is served, so the real ports (port 0 included) are
 known and printed first, as nsqd prints them.
@@ -86,8 +90,7 @@ async def serve(opts: Options, *, task_status: trio.TaskStatus[Broker] = trio.TA
         log.info("HTTP: listening on %s", _shown(http_sock))
     try:
         async with trio.open_nursery() as nursery:
-            await nursery.start(broker.run_pump)
-            await nursery.start(broker.run_queue_scan)
+            await nursery.start(broker.run)  # metadata and saved messages load before clients
             listener = trio.SocketListener(trio.socket.from_stdlib_socket(tcp_sock))
             nursery.start_soon(serve_tcp, broker, [listener])
             if http_sock is not None:

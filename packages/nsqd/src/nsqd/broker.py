@@ -1,26 +1,33 @@
-"""The broker's state: topics, channels, clients, and the two loops that move messages.
+"""The broker's state: topics, channels, clients, and the tasks that move messages.
 
 - the pump task delivers messages for every channel marked dirty (new messages, a freed
   in-flight slot, a RDY change, an unpause), so delivery is batched per wake-up, never a
   task or an await per message;
 - the queue scan task runs every 100 ms, as nsqd's does, and requeues timed-out in-flight
-  messages and releases due deferred ones.
+  messages and releases due deferred ones;
+- each topic has one task moving held messages to its channels, and each disk queue one task
+  reading ahead; the metadata writer saves nsqd.dat after changes.
 
-Both loops and every protocol handler run on the one Trio thread, so no locks are needed: a
-handler's changes are atomic between its awaits.
+Everything runs on the one Trio thread, so no locks are needed: a handler's changes are
+atomic between its awaits. ``close`` saves every message (queued, in flight, deferred) of
+every durable topic and channel, for the next start.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import trio
 from nsq_common import NSQ_VERSION, ServerFeatures
 
+from . import deferred_store, metadata
+from .backlog import encode_record
 from .channel import Channel
 from .client import Client
+from .diskqueue import DiskQueue, DiskQueueError
 from .guid import GuidFactory
 from .message import Message
 from .options import Options
@@ -40,6 +47,7 @@ class Broker:
         self.guid = GuidFactory(opts.id)
         self.start_time = int(time.time())
         self.health = "OK"
+        self.exiting = False
         self.tcp_port = 0
         self.http_port = 0
         self.features = ServerFeatures(
@@ -56,24 +64,104 @@ class Broker:
             max_output_buffer_timeout=int(opts.max_output_buffer_timeout * 1000),
             max_deflate_level=opts.max_deflate_level,
         )
+        # With --sync-every 1 every message is written through to disk before it is
+        # acknowledged, so that not even a kill -9 loses one: memory queues are skipped.
+        self.mem_queue_size = 0 if opts.sync_every == 1 else opts.mem_queue_size
         self._next_client_id = 0
         self._dirty: set[Channel] = set()
         self._dirty_event = trio.Event()
+        self._metadata_event = trio.Event()
+        self._nursery: trio.Nursery | None = None
+        self._scopes: dict[object, trio.CancelScope] = {}
+
+    # -- lifecycle -----------------------------------------------------------------------
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Load what the last run left, then keep the broker's loops going until cancelled;
+        on the way out, save every message to disk."""
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                self._load()
+                nursery.start_soon(self._pump_loop)
+                nursery.start_soon(self._queue_scan_loop)
+                nursery.start_soon(self._metadata_loop)
+                task_status.started()
+        finally:
+            with trio.CancelScope(shield=True):
+                await self.close()
+
+    def _load(self) -> None:
+        path = metadata.metadata_path(self.opts.data_path)
+        topics, warnings = metadata.load(path)
+        for warning in warnings:
+            log.warning("%s", warning)
+        for meta in topics:
+            topic = self.get_topic(meta.name)
+            topic.paused = meta.paused
+            for cmeta in meta.channels:
+                channel = self.get_channel(topic, cmeta.name)
+                channel.paused = cmeta.paused
+        if topics:
+            log.info("loaded metadata: %d topics", len(topics))
+        self._write_metadata_now()
+
+    def _spawn(self, key: object, fn: Callable[[], Awaitable[None]]) -> None:
+        assert self._nursery is not None, "the broker is not running"
+        scope = trio.CancelScope()
+        self._scopes[key] = scope
+
+        async def runner() -> None:
+            with scope:
+                await fn()
+
+        self._nursery.start_soon(runner)
+
+    def _stop(self, key: object) -> None:
+        scope = self._scopes.pop(key, None)
+        if scope is not None:
+            scope.cancel()
+
+    def _disk_queue(self, name: str) -> DiskQueue:
+        o = self.opts
+        return DiskQueue(name, o.data_path or ".", max_bytes_per_file=o.max_bytes_per_file,
+                         min_msg_size=26, max_msg_size=o.max_msg_size + 26,
+                         sync_every=o.sync_every, sync_timeout=o.sync_timeout, logger=log)
 
     # -- topics and channels -------------------------------------------------------------
     def get_topic(self, name: str) -> Topic:
         topic = self.topics.get(name)
-        if topic is None:
-            topic = Topic(name, self, max_msg_timeout=self.opts.max_msg_timeout)
-            self.topics[name] = topic
-            log.info("TOPIC(%s): created", name)
+        if topic is not None:
+            return topic
+        topic = Topic(name, mem_queue_size=self._mem_size(name),
+                      disk=None if name.endswith("#ephemeral") else self._disk_queue(name),
+                      clock=self.now)
+        self.topics[name] = topic
+        self._restore_deferred(name, topic)
+        self._spawn(topic, topic.run)
+        self.metadata_changed()
+        log.info("TOPIC(%s): created", name)
         return topic
 
     def get_channel(self, topic: Topic, name: str) -> Channel:
-        channel, created = topic.get_channel(name, self.now())
-        if created:
-            log.info("TOPIC(%s): new channel(%s)", topic.name, name)
+        channel = topic.channels.get(name)
+        if channel is not None:
+            return channel
+        durable = not (topic.ephemeral or name.endswith("#ephemeral"))
+        queue_name = f"{topic.name}:{name}"
+        channel = Channel(topic.name, name, self, max_msg_timeout=self.opts.max_msg_timeout,
+                          mem_queue_size=self._mem_size(name),
+                          disk=self._disk_queue(queue_name) if durable else None)
+        self._restore_deferred(queue_name, channel)
+        topic.add_channel(channel)
+        self._spawn(channel, channel.backlog.run)
+        self.metadata_changed()
+        log.info("TOPIC(%s): new channel(%s)", topic.name, name)
         return channel
+
+    def _mem_size(self, name: str) -> int:
+        if name.endswith("#ephemeral"):
+            return max(self.opts.mem_queue_size, 1)
+        return self.mem_queue_size
 
     def delete_topic(self, name: str) -> bool:
         topic = self.topics.pop(name, None)
@@ -81,27 +169,49 @@ class Broker:
             return False
         topic.deleted = True
         for channel_name in list(topic.channels):
-            self._close_channel(topic, channel_name)
+            self._remove_channel(topic, channel_name)
+        self._stop(topic)
+        topic.empty()
+        self._drop_files(topic.backlog.disk, topic.name)
+        self.metadata_changed()
         log.info("TOPIC(%s): deleted", name)
         return True
 
     def delete_channel(self, topic: Topic, name: str) -> bool:
         if name not in topic.channels:
             return False
-        self._close_channel(topic, name)
+        self._remove_channel(topic, name)
+        self.metadata_changed()
         log.info("TOPIC(%s): deleted channel(%s)", topic.name, name)
         if topic.ephemeral and not topic.channels and not topic.deleted:
             self.delete_topic(topic.name)
         return True
 
-    def _close_channel(self, topic: Topic, name: str) -> None:
+    def _remove_channel(self, topic: Topic, name: str) -> None:
         channel = topic.channels.pop(name)
         channel.deleted = True
         self._dirty.discard(channel)
+        self._stop(channel)
         for client in list(channel.clients.values()):
             client.disconnect()
         channel.clients.clear()
         channel.empty()
+        self._drop_files(channel.backlog.disk, f"{topic.name}:{name}")
+
+    def _drop_files(self, disk: DiskQueue | None, queue_name: str) -> None:
+        deferred_store.deferred_path(self.opts.data_path, queue_name).unlink(missing_ok=True)
+        if disk is not None and self._nursery is not None:
+            self._nursery.start_soon(disk.delete)
+
+    async def empty_topic(self, topic: Topic) -> None:
+        topic.empty()
+        if topic.backlog.disk is not None:
+            await topic.backlog.disk.empty()
+
+    async def empty_channel(self, channel: Channel) -> None:
+        channel.empty()
+        if channel.backlog.disk is not None:
+            await channel.backlog.disk.empty()
 
     def channel_emptied_of_clients(self, channel: Channel) -> None:
         """An ephemeral channel lost its last client: it goes, and an ephemeral topic with it."""
@@ -111,7 +221,21 @@ class Broker:
 
     # -- publishing and subscribing -------------------------------------------------------
     async def publish(self, topic_name: str, msgs: list[Message]) -> None:
-        self.get_topic(topic_name).put(msgs, self.now())
+        """Store ``msgs`` in a topic (created if needed).
+
+        Raises:
+            RuntimeError: ``exiting``, or the disk write error (nsqd turns unhealthy).
+        """
+        if self.exiting:
+            raise RuntimeError("exiting")
+        try:
+            await self.get_topic(topic_name).put(msgs)
+        except DiskQueueError as exc:
+            self.health = f"NOK - {exc}"
+            log.error("TOPIC(%s): failed to store messages - %s", topic_name, exc)
+            raise RuntimeError(str(exc)) from None
+        if self.health != "OK":
+            self.health = "OK"
 
     def subscribe(self, client: Client, topic_name: str, channel_name: str) -> Channel:
         topic = self.get_topic(topic_name)
@@ -147,9 +271,7 @@ class Broker:
     def iter_channels(self) -> list[Channel]:
         return [c for t in self.topics.values() for c in t.channels.values()]
 
-    async def run_pump(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-                       ) -> None:
-        task_status.started()
+    async def _pump_loop(self) -> None:
         while True:
             await self._dirty_event.wait()
             self._dirty_event = trio.Event()
@@ -160,12 +282,94 @@ class Broker:
                     channel.pump(now)
             await trio.lowlevel.checkpoint()
 
-    async def run_queue_scan(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-                             ) -> None:
-        task_status.started()
+    async def _queue_scan_loop(self) -> None:
         while True:
             await trio.sleep(QUEUE_SCAN_INTERVAL)
             now = self.now()
             for channel in self.iter_channels():
                 if channel.in_flight or channel.deferred:
                     channel.scan(now)
+
+    # -- metadata ----------------------------------------------------------------------------
+    def metadata_changed(self) -> None:
+        self._metadata_event.set()
+
+    def _metadata(self) -> list[metadata.TopicMeta]:
+        return [
+            metadata.TopicMeta(t.name, t.paused, tuple(
+                metadata.ChannelMeta(c.name, c.paused) for c in t.channels.values()
+                if not c.ephemeral))
+            for t in self.topics.values() if not t.ephemeral
+        ]
+
+    def _write_metadata_now(self) -> None:
+        path = metadata.metadata_path(self.opts.data_path)
+        metadata.write_atomic(path, metadata.encode(self._metadata()))
+
+    async def _metadata_loop(self) -> None:
+        path = metadata.metadata_path(self.opts.data_path)
+        while True:
+            await self._metadata_event.wait()
+            self._metadata_event = trio.Event()
+            data = metadata.encode(self._metadata())
+            try:
+                await trio.to_thread.run_sync(metadata.write_atomic, path, data)
+            except OSError as exc:
+                log.error("failed to persist metadata - %s", exc)
+
+    # -- deferred messages across restarts ------------------------------------------------
+    def _restore_deferred(self, queue_name: str, owner: Topic | Channel) -> None:
+        path = deferred_store.deferred_path(self.opts.data_path, queue_name)
+        entries = deferred_store.load(path)
+        if not entries:
+            return
+        wall, now = time.time_ns(), self.now()
+        for due, msg in entries:
+            delay = max(0.0, (due - wall) / 1e9)
+            if isinstance(owner, Channel):
+                msg.deadline = now + delay
+                owner.deferred.add(msg)
+            else:
+                msg.defer = max(delay, 1e-9)
+                owner.backlog.put_back([msg])
+        log.info("%s: restored %d deferred messages", queue_name, len(entries))
+
+    # -- shutdown --------------------------------------------------------------------------
+    async def close(self) -> None:
+        """Save every message of every durable topic and channel, then the metadata."""
+        self.exiting = True
+        for client in list(self.clients.values()):
+            self.remove_client(client)  # their in-flight messages go back to the queues
+        wall, now = time.time_ns(), self.now()
+        for topic in list(self.topics.values()):
+            for channel in list(topic.channels.values()):
+                msgs = channel.backlog.clear_memory() + channel.in_flight.clear()
+                deferred = [(wall + int(max(0.0, m.deadline - now) * 1e9), m)
+                            for m in channel.deferred.clear()]
+                await self._save(f"{topic.name}:{channel.name}", channel.backlog.disk, msgs,
+                                 deferred)
+            held = topic.backlog.clear_memory()
+            deferred = [(wall + int(m.defer * 1e9), m) for m in held if m.defer]
+            await self._save(topic.name, topic.backlog.disk, [m for m in held if not m.defer],
+                             deferred)
+        try:
+            self._write_metadata_now()
+        except OSError as exc:
+            log.error("failed to persist metadata - %s", exc)
+
+    async def _save(self, queue_name: str, disk: DiskQueue | None, msgs: list[Message],
+                    deferred: list[tuple[int, Message]]) -> None:
+        if disk is None:
+            return  # ephemeral: nothing survives, as in NSQ
+        try:
+            if msgs:
+                await disk.put([encode_record(m) for m in msgs])
+            await disk.close()
+            path: Path = deferred_store.deferred_path(self.opts.data_path, queue_name)
+            await trio.to_thread.run_sync(deferred_store.save, path, deferred)
+        except (DiskQueueError, OSError) as exc:
+            log.error("%s: failed to save messages at shutdown - %s", queue_name, exc)
+        else:
+            if msgs or deferred:
+                log.info("%s: saved %d messages and %d deferred", queue_name, len(msgs),
+                         len(deferred))

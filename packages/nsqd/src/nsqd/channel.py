@@ -2,8 +2,8 @@
 
 Each message goes to exactly one subscribed client. A client takes messages while its
 in-flight count is below its RDY (a standing window, never decremented by delivery, as nsqd
-does it). Messages wait in ``queue`` (arrival order), then sit ``in_flight`` until FIN, REQ,
-or their deadline; REQ with a delay and DPUB park them in ``deferred``.
+does it). Messages wait in the ``backlog`` (memory, then disk), then sit ``in_flight`` until
+FIN, REQ, or their deadline; REQ with a delay and DPUB park them in ``deferred``.
 
 Nothing here awaits or spawns: delivery happens in ``pump``, which the broker's pump task calls
 for every channel marked dirty, so one read of 2,000 FINs costs one pump, not 2,000.
@@ -12,15 +12,16 @@ for every channel marked dirty, so one read of 2,000 FINs costs one pump, not 2,
 from __future__ import annotations
 
 import random
-from collections import deque
 from typing import TYPE_CHECKING, Protocol
 
 from nsq_common import is_ephemeral
 
+from .backlog import Backlog
 from .inflight import DeferredQueue, InFlightQueue
 
 if TYPE_CHECKING:
     from .client import Client
+    from .diskqueue import DiskQueue
     from .message import Message
 
 
@@ -34,13 +35,13 @@ class Owner(Protocol):
 
 class Channel:
     def __init__(self, topic_name: str, name: str, owner: Owner, *, max_msg_timeout: float,
-                 clock: object = None) -> None:
+                 mem_queue_size: int = 10000, disk: DiskQueue | None = None) -> None:
         self.topic_name = topic_name
         self.name = name
         self.ephemeral = is_ephemeral(name)
         self.owner = owner
         self.max_msg_timeout = max_msg_timeout
-        self.queue: deque[Message] = deque()
+        self.backlog = Backlog(mem_queue_size, disk, self._disk_readable)
         self.in_flight = InFlightQueue()
         self.deferred = DeferredQueue()
         self.clients: dict[int, Client] = {}
@@ -54,32 +55,46 @@ class Channel:
     # -- stats ---------------------------------------------------------------------------
     @property
     def depth(self) -> int:
-        return len(self.queue)
+        return len(self.backlog)
 
     @property
     def backend_depth(self) -> int:
-        return 0
+        return self.backlog.disk_depth
+
+    def _disk_readable(self) -> None:
+        self.owner.mark_dirty(self)
+
+    def _requeue(self, msgs: list[Message]) -> None:
+        self.backlog.put_back(msgs)
+        self.owner.mark_dirty(self)
 
     # -- arrivals ------------------------------------------------------------------------
-    def put(self, msgs: list[Message], now: float) -> None:
-        """Accept messages from the topic (already this channel's own copies)."""
+    async def put(self, msgs: list[Message], now: float) -> None:
+        """Accept new messages from the topic (already this channel's own copies).
+
+        Raises:
+            DiskQueueError: the overflow could not be written to disk.
+        """
         self.message_count += len(msgs)
-        queue = self.queue
-        for msg in msgs:
-            if msg.defer:
-                msg.deadline = now + msg.defer
-                msg.defer = 0.0
-                self.deferred.add(msg)
-            else:
-                queue.append(msg)
-        if queue:
+        if any(m.defer for m in msgs):
+            undeferred = []
+            for msg in msgs:
+                if msg.defer:
+                    msg.deadline = now + msg.defer  # the delay starts when the channel gets it
+                    msg.defer = 0.0
+                    self.deferred.add(msg)
+                else:
+                    undeferred.append(msg)
+            msgs = undeferred
+        if msgs:
             self.owner.mark_dirty(self)
+            await self.backlog.put(msgs)
 
     # -- delivery ------------------------------------------------------------------------
     def pump(self, now: float) -> None:
-        """Hand queued messages to ready clients, spread across them in turn."""
-        queue = self.queue
-        if self.paused or not queue or not self.clients:
+        """Hand waiting messages to ready clients, spread across them in turn."""
+        backlog = self.backlog
+        if self.paused or not self.clients or not backlog.has_ready():
             return
         ready = [c for c in self.clients.values() if c.ready_slots() > 0]
         if not ready:
@@ -87,19 +102,24 @@ class Channel:
         start = self._rotation % len(ready)
         self._rotation += 1
         ready = ready[start:] + ready[:start]
-        while queue and ready:
-            share = -(-len(queue) // len(ready))
+        while ready:
+            wanted = sum(c.ready_slots() for c in ready)
+            msgs = backlog.take(wanted)
+            if not msgs:
+                return
+            share = -(-len(msgs) // len(ready))
             still_ready = []
+            pos = 0
             for client in ready:
-                n = min(share, client.ready_slots(), len(queue))
-                if n <= 0:
-                    continue
-                batch = [queue.popleft() for _ in range(n)]
-                self._deliver(client, batch, now)
+                n = min(share, client.ready_slots(), len(msgs) - pos)
+                if n > 0:
+                    self._deliver(client, msgs[pos:pos + n], now)
+                    pos += n
                 if client.ready_slots() > 0:
                     still_ready.append(client)
-                if not queue:
-                    break
+            if pos < len(msgs):  # sampling or rounding left some over
+                backlog.memory.extendleft(reversed(msgs[pos:]))
+                return
             ready = still_ready
 
     def _deliver(self, client: Client, batch: list[Message], now: float) -> None:
@@ -132,8 +152,7 @@ class Channel:
             return "client does not own message"
         self.in_flight.remove(message_id)
         client.in_flight -= 1
-        if self.queue:
-            self.owner.mark_dirty(self)
+        self.owner.mark_dirty(self)
         return msg
 
     def finish(self, client: Client, message_id: bytes) -> str | None:
@@ -155,8 +174,7 @@ class Channel:
             msg.deadline = now + delay
             self.deferred.add(msg)
         else:
-            self.queue.append(msg)
-            self.owner.mark_dirty(self)
+            self._requeue([msg])
         return None
 
     def touch(self, client: Client, message_id: bytes, now: float) -> str | None:
@@ -183,9 +201,7 @@ class Channel:
             if client is not None:
                 client.in_flight -= 1
         self.timeout_count += len(expired)
-        self.queue.extend(expired)
-        self.queue.extend(due)
-        self.owner.mark_dirty(self)
+        self._requeue(expired + due)
         return True
 
     def next_deadline(self) -> float | None:
@@ -206,8 +222,7 @@ class Channel:
             self.in_flight.remove(msg.id)
         client.in_flight = 0
         if mine:
-            self.queue.extend(mine)
-            self.owner.mark_dirty(self)
+            self._requeue(mine)
         if not self.clients and self.ephemeral:
             self.owner.channel_emptied_of_clients(self)
 
@@ -219,8 +234,9 @@ class Channel:
         self.owner.mark_dirty(self)
 
     def empty(self) -> None:
-        """Drop queued, in-flight and deferred messages (NSQ's channel empty)."""
-        self.queue.clear()
+        """Drop queued, in-flight and deferred messages (NSQ's channel empty); the disk
+        queue's files are dropped by the caller (it is I/O)."""
+        self.backlog.clear_memory()
         self.in_flight.clear()
         self.deferred.clear()
         for client in self.clients.values():

@@ -167,6 +167,10 @@ class DiskQueue:
     def depth(self) -> int:
         return self._depth
 
+    def ready(self) -> int:
+        """Records already read ahead: what pop() can return now without waiting."""
+        return 0 if self._closed else len(self._buffer)
+
     async def put(self, records: list[bytes]) -> None:
         """Append ``records``; see the module docstring for what "written" means.
 

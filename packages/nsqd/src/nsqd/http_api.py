@@ -229,15 +229,16 @@ class HttpApi:
         return _empty()
 
     async def topic_empty(self, request: Request) -> Response:
-        self._existing_topic(_query(request)).empty()
+        await self.broker.empty_topic(self._existing_topic(_query(request)))
         return _empty()
 
     async def topic_pause(self, request: Request) -> Response:
         topic = self._existing_topic(_query(request))
         if request.url.path.endswith("unpause"):
-            topic.unpause(self.broker.now())
+            topic.unpause()
         else:
             topic.pause()
+        self.broker.metadata_changed()
         return _empty()
 
     async def channel_create(self, request: Request) -> Response:
@@ -251,7 +252,7 @@ class HttpApi:
         return _empty()
 
     async def channel_empty(self, request: Request) -> Response:
-        self._existing_channel(_query(request))[1].empty()
+        await self.broker.empty_channel(self._existing_channel(_query(request))[1])
         return _empty()
 
     async def channel_pause(self, request: Request) -> Response:
@@ -260,6 +261,7 @@ class HttpApi:
             channel.unpause()
         else:
             channel.pause()
+        self.broker.metadata_changed()
         return _empty()
 
     async def config(self, request: Request) -> Response:

@@ -1,82 +1,102 @@
 """A topic: it takes published messages and copies each to every one of its channels.
 
 Messages published while the topic has no channel, or is paused, wait in the topic's own
-queue and flow to the channels once there are some and it is unpaused (NSQ's topic pump).
-The first channel gets the original message object and every other channel a copy, so a
-single-channel topic costs no copies at all.
+backlog (memory, then disk) and flow to the channels once there are some and it is unpaused:
+that is the job of ``run``, the topic's one task (NSQ's topic messagePump). Otherwise a publish
+goes straight to the channels. The first channel gets the original message object and every
+other channel a copy, so a single-channel topic costs no copies at all.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from typing import TYPE_CHECKING
 
+import trio
 from nsq_common import is_ephemeral
 
-from .channel import Channel, Owner
+from .backlog import Backlog
+from .channel import Channel
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from .diskqueue import DiskQueue
     from .message import Message
+
+DRAIN_BATCH = 1000
 
 
 class Topic:
-    def __init__(self, name: str, owner: Owner, *, max_msg_timeout: float) -> None:
+    def __init__(self, name: str, *, mem_queue_size: int = 10000, disk: DiskQueue | None = None,
+                 clock: Callable[[], float] = trio.current_time) -> None:
         self.name = name
         self.ephemeral = is_ephemeral(name)
-        self.owner = owner
-        self.max_msg_timeout = max_msg_timeout
+        self.now = clock
         self.channels: dict[str, Channel] = {}
-        self.queue: deque[Message] = deque()
+        self.backlog = Backlog(mem_queue_size, disk, self.wake)
         self.paused = False
         self.deleted = False
         self.message_count = 0
         self.message_bytes = 0
+        self._wake = trio.Event()
 
     @property
     def depth(self) -> int:
-        return len(self.queue)
+        return len(self.backlog)
 
     @property
     def backend_depth(self) -> int:
-        return 0
+        return self.backlog.disk_depth
 
-    def put(self, msgs: list[Message], now: float) -> None:
+    def wake(self) -> None:
+        """Something may flow to the channels now (a new channel, an unpause, disk data)."""
+        self._wake.set()
+
+    async def put(self, msgs: list[Message]) -> None:
+        """Publish: straight to the channels, or held in the backlog.
+
+        Raises:
+            DiskQueueError: the messages could not be stored.
+        """
         self.message_count += len(msgs)
         self.message_bytes += sum([len(m.body) for m in msgs])
         if self.paused or not self.channels:
-            self.queue.extend(msgs)
+            await self.backlog.put(msgs)
         else:
-            self._fan_out(msgs, now)
+            await self._fan_out(msgs)
 
-    def _fan_out(self, msgs: list[Message], now: float) -> None:
+    async def _fan_out(self, msgs: list[Message]) -> None:
         channels = list(self.channels.values())
+        now = self.now()
         for channel in channels[1:]:
-            channel.put([m.copy() for m in msgs], now)
-        channels[0].put(msgs, now)
+            await channel.put([m.copy() for m in msgs], now)
+        await channels[0].put(msgs, now)
 
-    def drain(self, now: float) -> None:
-        """Move held messages to the channels, if there are channels and we are not paused."""
-        if self.queue and self.channels and not self.paused:
-            msgs = list(self.queue)
-            self.queue.clear()
-            self._fan_out(msgs, now)
-
-    def get_channel(self, name: str, now: float) -> tuple[Channel, bool]:
-        """The channel called ``name``, created if missing; the flag says it is new."""
-        channel = self.channels.get(name)
-        if channel is not None:
-            return channel, False
-        channel = Channel(self.name, name, self.owner, max_msg_timeout=self.max_msg_timeout)
-        self.channels[name] = channel
-        self.drain(now)
-        return channel, True
+    def add_channel(self, channel: Channel) -> None:
+        self.channels[channel.name] = channel
+        self.wake()
 
     def pause(self) -> None:
         self.paused = True
 
-    def unpause(self, now: float) -> None:
+    def unpause(self) -> None:
         self.paused = False
-        self.drain(now)
+        self.wake()
 
     def empty(self) -> None:
-        self.queue.clear()
+        """Drop what the topic holds in memory; its disk files are dropped by the caller."""
+        self.backlog.clear_memory()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Move held messages to the channels whenever that becomes possible."""
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.backlog.run)
+            task_status.started()
+            while True:
+                await self._wake.wait()
+                self._wake = trio.Event()
+                while not self.paused and self.channels:
+                    msgs = self.backlog.take(DRAIN_BATCH)
+                    if not msgs:
+                        break
+                    await self._fan_out(msgs)

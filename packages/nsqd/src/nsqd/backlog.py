@@ -1,0 +1,119 @@
+"""The messages waiting in a topic or a channel: in memory up to --mem-queue-size, on disk
+beyond it, as nsqd's memoryMsgChan + backend queue.
+
+New messages fill memory first and overflow to the disk queue, whose write is awaited, so a
+publisher is answered only once its message is stored. Messages coming back (REQ, timeouts, a
+consumer that went away, deferred ones falling due) always go to memory: they were in memory
+already, and refusing them would lose them. Deferred messages also stay in memory (their due
+time is not part of the disk format); a clean shutdown saves them apart, with their delay.
+
+Ephemeral topics and channels have no disk queue: past the memory limit their messages are
+dropped, as in NSQ.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import deque
+from collections.abc import Callable
+
+import trio
+
+from .diskqueue import DiskQueue
+from .message import Message
+
+_HEADER = struct.Struct(">qH")
+
+
+def encode_record(msg: Message) -> bytes:
+    """The disk record: NSQ's 26-byte message header and the body."""
+    return _HEADER.pack(msg.timestamp, msg.attempts) + msg.id + msg.body
+
+
+def decode_record(record: bytes) -> Message:
+    timestamp, attempts = _HEADER.unpack_from(record)
+    return Message(record[10:26], record[26:], timestamp, attempts)
+
+
+class Backlog:
+    def __init__(self, mem_size: int, disk: DiskQueue | None,
+                 on_readable: Callable[[], None]) -> None:
+        self.memory: deque[Message] = deque()
+        self.mem_size = mem_size
+        self.disk = disk
+        self.dropped = 0
+        self._on_readable = on_readable
+        self._taken = trio.Event()
+
+    def __len__(self) -> int:
+        return len(self.memory) + (self.disk.depth() if self.disk is not None else 0)
+
+    @property
+    def disk_depth(self) -> int:
+        return self.disk.depth() if self.disk is not None else 0
+
+    def has_ready(self) -> bool:
+        """Messages that ``take`` can hand out right now."""
+        return bool(self.memory) or (self.disk is not None and self.disk.ready() > 0)
+
+    def put_back(self, msgs: list[Message]) -> None:
+        """Messages coming back to the queue: memory, always."""
+        self.memory.extend(msgs)
+
+    async def put(self, msgs: list[Message]) -> None:
+        """New messages: memory while there is room, the rest to disk (awaited).
+
+        Raises:
+            DiskQueueError: the disk write failed; nothing of ``msgs`` past memory was kept.
+        """
+        memory = self.memory
+        room = self.mem_size - len(memory)
+        if room >= len(msgs):
+            memory.extend(msgs)
+            return
+        if room > 0:
+            memory.extend(msgs[:room])
+            msgs = msgs[room:]
+        held = [m for m in msgs if m.defer]
+        if held:
+            memory.extend(held)
+            msgs = [m for m in msgs if not m.defer]
+        if self.disk is None:
+            self.dropped += len(msgs)
+            return
+        if msgs:
+            await self.disk.put([encode_record(m) for m in msgs])
+
+    def take(self, n: int) -> list[Message]:
+        """Up to ``n`` messages, memory first, then what the disk queue has read ahead."""
+        memory = self.memory
+        if len(memory) >= n:
+            return [memory.popleft() for _ in range(n)]
+        out = list(memory)
+        memory.clear()
+        if self.disk is not None and len(out) < n:
+            records = self.disk.pop(n - len(out))
+            if records:
+                out.extend([decode_record(r) for r in records])
+                self._taken.set()
+        return out
+
+    def clear_memory(self) -> list[Message]:
+        msgs = list(self.memory)
+        self.memory.clear()
+        return msgs
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Keep the disk queue reading ahead and tell the owner when records are ready."""
+        disk = self.disk
+        if disk is None:
+            task_status.started()
+            return
+        async with trio.open_nursery() as nursery:
+            await nursery.start(disk.run)
+            task_status.started()
+            while True:
+                await disk.wait_readable()
+                self._on_readable()
+                await self._taken.wait()
+                self._taken = trio.Event()

@@ -1,0 +1,103 @@
+"""nsqd.dat: which topics and channels exist and whether they are paused, in NSQ's JSON layout.
+
+    {"topics":[{"name":"t","paused":false,"channels":[{"name":"c","paused":true}]}],"version":"1.3.0"}
+
+Written atomically (temp file, fsync, rename, mode 0600) so a crash leaves the old file or the
+new one, never half of one. Ephemeral topics and channels are never written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from pathlib import Path
+
+import attrs
+from nsq_common import NSQ_VERSION, go_json, is_valid_name
+
+FILE_NAME = "nsqd.dat"
+
+
+@attrs.frozen
+class ChannelMeta:
+    name: str
+    paused: bool = False
+
+
+@attrs.frozen
+class TopicMeta:
+    name: str
+    paused: bool = False
+    channels: tuple[ChannelMeta, ...] = ()
+
+
+def metadata_path(data_path: str) -> Path:
+    return Path(data_path or ".") / FILE_NAME
+
+
+def encode(topics: list[TopicMeta]) -> bytes:
+    doc = {
+        "topics": [{
+            "name": t.name,
+            "paused": t.paused,
+            "channels": [{"name": c.name, "paused": c.paused} for c in t.channels] or None,
+        } for t in topics] or None,
+        "version": NSQ_VERSION,
+    }
+    return go_json(doc)
+
+
+def decode(data: bytes) -> tuple[list[TopicMeta], list[str]]:
+    """Parse nsqd.dat; returns the topics and warnings about entries skipped.
+
+    Raises:
+        ValueError: the file is not nsqd metadata.
+    """
+    doc = json.loads(data)
+    if not isinstance(doc, dict):
+        raise ValueError("metadata is not a JSON object")
+    topics: list[TopicMeta] = []
+    warnings: list[str] = []
+    for t in doc.get("topics") or []:
+        name = t.get("name", "")
+        if not is_valid_name(name):
+            warnings.append(f"skipping creation of invalid topic {name}")
+            continue
+        channels = []
+        for c in t.get("channels") or []:
+            cname = c.get("name", "")
+            if not is_valid_name(cname):
+                warnings.append(f"skipping creation of invalid channel {cname}")
+                continue
+            channels.append(ChannelMeta(cname, bool(c.get("paused", False))))
+        topics.append(TopicMeta(name, bool(t.get("paused", False)), tuple(channels)))
+    return topics, warnings
+
+
+def load(path: Path) -> tuple[list[TopicMeta], list[str]]:
+    """Read the file; a missing file is an empty list.
+
+    Raises:
+        ValueError: ``failed to parse metadata in <file> - <err>`` (nsqd then refuses to start).
+    """
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return [], []
+    try:
+        return decode(data)
+    except (ValueError, AttributeError, TypeError) as exc:
+        raise ValueError(f"failed to parse metadata in {path} - {exc}") from None
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` all at once."""
+    tmp = path.with_name(f"{path.name}.{random.randrange(1 << 62)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
