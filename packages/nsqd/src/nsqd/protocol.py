@@ -73,7 +73,7 @@ class ProtocolV2:
                                        "IDENTIFY body too big %d > %d")
         self._auth_spec = BodySpec(self._max_body_size, E.E_BAD_BODY, "AUTH invalid body size %d",
                                    "AUTH body too big %d > %d")
-        self._sync = {b"FIN": self.fin, b"RDY": self.rdy, b"REQ": self.req, b"TOUCH": self.touch,
+        self.sync_handlers = {b"FIN": self.fin, b"RDY": self.rdy, b"REQ": self.req, b"TOUCH": self.touch,
                       b"NOP": self.nop, b"SUB": self.sub, b"CLS": self.cls}
         self._async = {b"PUB": self.pub, b"MPUB": self.mpub, b"DPUB": self.dpub,
                        b"IDENTIFY": self.identify, b"AUTH": self.auth}
@@ -124,7 +124,7 @@ class ProtocolV2:
         return name in self._async
 
     def handle_sync(self, cmd: Command) -> None:
-        handler = self._sync.get(cmd.name)
+        handler = self.sync_handlers.get(cmd.name)
         if handler is None:
             raise ProtocolError(E.E_INVALID, f"invalid command {_name(cmd.name)}")
         handler(cmd.params)
@@ -152,8 +152,19 @@ class ProtocolV2:
 
     async def pub(self, cmd: Command) -> None:
         assert cmd.body is not None
-        await self._publish(b"PUB", cmd.params[0], self._new_messages([cmd.body]),
-                            E.E_PUB_FAILED)
+        await self.pub_many(cmd.params[0], [cmd.body])
+
+    async def pub_many(self, topic: bytes, bodies: list[bytes]) -> None:
+        """Several pipelined PUBs to one topic, stored together (one disk write for all)
+        and answered with one OK each, in order."""
+        name = _name(topic)
+        try:
+            await self.broker.publish(name, self._new_messages(bodies))
+        except Exception as exc:
+            raise ProtocolError(E.E_PUB_FAILED, f"PUB failed {exc}") from exc
+        counts = self.client.pub_counts
+        counts[name] = counts.get(name, 0) + len(bodies)
+        self.client.send_frame(OK_FRAME * len(bodies))
 
     async def mpub(self, cmd: Command) -> None:
         assert cmd.body is not None
