@@ -75,6 +75,10 @@ class ProtocolV2:
                                    "AUTH body too big %d > %d")
         self.sync_handlers = {b"FIN": self.fin, b"RDY": self.rdy, b"REQ": self.req, b"TOUCH": self.touch,
                       b"NOP": self.nop, b"SUB": self.sub, b"CLS": self.cls}
+        self._batch_topic: bytes | None = None
+        self._batch_bodies: list[bytes] = []
+        self._batch_replies = 0
+        self._batch_first = b""
         self._async = {b"PUB": self.pub, b"MPUB": self.mpub, b"DPUB": self.dpub,
                        b"IDENTIFY": self.identify, b"AUTH": self.auth}
 
@@ -147,29 +151,66 @@ class ProtocolV2:
         except Exception as exc:
             raise ProtocolError(failed, f"{cmd.decode()} failed {exc}") from exc
         counts = self.client.pub_counts
-        counts[topic] = counts.get(topic, 0) + (len(msgs) if cmd == b"MPUB" else 1)
+        counts[topic] = counts.get(topic, 0) + len(msgs)
         self.client.send_frame(OK_FRAME)
 
     async def pub(self, cmd: Command) -> None:
-        assert cmd.body is not None
-        await self.pub_many(cmd.params[0], [cmd.body])
-
-    async def pub_many(self, topic: bytes, bodies: list[bytes]) -> None:
-        """Several pipelined PUBs to one topic, stored together (one disk write for all)
-        and answered with one OK each, in order."""
-        name = _name(topic)
-        try:
-            await self.broker.publish(name, self._new_messages(bodies))
-        except Exception as exc:
-            raise ProtocolError(E.E_PUB_FAILED, f"PUB failed {exc}") from exc
-        counts = self.client.pub_counts
-        counts[name] = counts.get(name, 0) + len(bodies)
-        self.client.send_frame(OK_FRAME * len(bodies))
+        self.batch(cmd)
+        await self.flush_batch()
 
     async def mpub(self, cmd: Command) -> None:
+        self.batch(cmd)
+        await self.flush_batch()
+
+    # Consecutive PUB and MPUB commands to one topic that arrive in one read are stored as
+    # one batch and answered with one OK each, in order: a pipelining publisher then costs
+    # one disk write per read rather than one per command. Nothing is answered before the
+    # whole batch is stored, so an OK still means "stored".
+    @property
+    def batch_pending(self) -> bool:
+        return self._batch_topic is not None
+
+    def batchable(self, cmd: Command) -> bool:
+        """Whether a PUB/MPUB can join the pending batch (same topic, or no batch)."""
+        return self._batch_topic is None or cmd.params[0] == self._batch_topic
+
+    def batch(self, cmd: Command) -> None:
+        """Add a PUB or MPUB to the pending batch (its body is checked now).
+
+        Raises:
+            ProtocolError: a malformed MPUB body.
+        """
         assert cmd.body is not None
-        bodies = decode_mpub_body(cmd.body, self._max_msg_size, self._max_body_size)
-        await self._publish(b"MPUB", cmd.params[0], self._new_messages(bodies), E.E_MPUB_FAILED)
+        if cmd.name == b"MPUB":
+            bodies = decode_mpub_body(cmd.body, self._max_msg_size, self._max_body_size)
+            self._batch_bodies.extend(bodies)
+        else:
+            self._batch_bodies.append(cmd.body)
+        if self._batch_topic is None:
+            self._batch_topic = cmd.params[0]
+            self._batch_first = cmd.name
+        self._batch_replies += 1
+
+    async def flush_batch(self) -> None:
+        """Store the pending batch and answer it.
+
+        Raises:
+            ProtocolError: E_PUB_FAILED / E_MPUB_FAILED (for the batch's first command).
+        """
+        topic_raw = self._batch_topic
+        if topic_raw is None:
+            return
+        bodies, replies, first = self._batch_bodies, self._batch_replies, self._batch_first
+        self._batch_topic, self._batch_bodies, self._batch_replies = None, [], 0
+        topic = _name(topic_raw)
+        try:
+            await self.broker.publish(topic, self._new_messages(bodies))
+        except Exception as exc:
+            code = E.E_MPUB_FAILED if first == b"MPUB" else E.E_PUB_FAILED
+            raise ProtocolError(code, f"{first.decode()} failed {exc}") from exc
+        counts = self.client.pub_counts
+        counts[topic] = counts.get(topic, 0) + len(bodies)
+        self.client.send_frame(OK_FRAME * replies)
 
     async def dpub(self, cmd: Command) -> None:
         assert cmd.body is not None

@@ -30,7 +30,8 @@ from .protocol import ProtocolV2
 
 log = logging.getLogger("nsqd")
 
-READ_SIZE = 65536
+READ_SIZE = 262144
+BATCHED = (b"PUB", b"MPUB")
 MAGIC_TIMEOUT = 60.0  # nsqd's client timeout
 # A client that does not read its responses (a publisher pipelining without looking back)
 # stops being read once this much output is waiting.
@@ -87,26 +88,19 @@ class Connection:
         reader = self.reader
         proto = self.protocol
         sync_handlers = proto.sync_handlers
-        # Consecutive PUBs to one topic within a read are stored as one batch: a pipelining
-        # publisher then costs one disk write per read, not one per message.
-        pub_topic: bytes | None = None
-        pub_bodies: list[bytes] = []
         while True:
             if data:
                 reader.feed(data)
                 while True:
                     try:
                         cmd = reader.next_command()
-                        if cmd is not None and cmd.name == b"PUB" and cmd.body is not None:
-                            if pub_topic is not None and cmd.params[0] != pub_topic:
-                                await proto.pub_many(pub_topic, pub_bodies)
-                                pub_bodies = []
-                            pub_topic = cmd.params[0]
-                            pub_bodies.append(cmd.body)
+                        if cmd is not None and cmd.name in BATCHED:
+                            if not proto.batchable(cmd):  # another topic: store the batch first
+                                await proto.flush_batch()
+                            proto.batch(cmd)
                             continue
-                        if pub_topic is not None:
-                            topic, bodies, pub_topic, pub_bodies = pub_topic, pub_bodies, None, []
-                            await proto.pub_many(topic, bodies)
+                        if proto.batch_pending:
+                            await proto.flush_batch()
                         if cmd is None:
                             break
                         handler = sync_handlers.get(cmd.name)
@@ -118,12 +112,10 @@ class Connection:
                             proto.handle_sync(cmd)
                     except ProtocolError as raised:
                         error = raised
-                        if pub_topic is not None:  # PUBs before the bad command come first
-                            topic, bodies, pub_topic, pub_bodies = pub_topic, pub_bodies, None, []
-                            try:
-                                await proto.pub_many(topic, bodies)
-                            except ProtocolError as earlier:
-                                error = earlier
+                        try:  # what was published before the bad command is answered first
+                            await proto.flush_batch()
+                        except ProtocolError as earlier:
+                            error = earlier
                         log.debug("client %s: %s", client.remote_address, error)
                         client.send_frame(encode_error(error.text))
                         if error.fatal:
