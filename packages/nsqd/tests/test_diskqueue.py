@@ -69,7 +69,7 @@ def overwrite(path: Path, offset: int, data: bytes) -> None:
 async def eventually(check: Callable[[], bool]) -> None:
     # Polling: the run() task deletes and renames files with no event a test could wait on.
     with trio.fail_after(5):
-        while not check():  # noqa: ASYNC110
+        while not check():
             await trio.sleep(0.01)
 
 
