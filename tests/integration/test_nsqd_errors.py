@@ -141,3 +141,15 @@ async def test_not_your_message(shared_nsqd):
     await a.send(b"NOP\n")
     for c in (publisher, a, b):
         await c.aclose()
+
+
+async def test_max_channel_consumers(run_daemon):
+    daemon = run_daemon("nsqd", "--max-channel-consumers=1")
+    first = await WireClient.connect(daemon.tcp_address)
+    await first.subscribe("limited", "c")
+    second = await WireClient.connect(daemon.tcp_address)
+    await second.send(commands.sub("limited", "c"))
+    assert await second.error() == b"E_SUB_FAILED SUB failed consumers for limited:c exceeds limit of 1"
+    assert await second.closed()
+    await first.aclose()
+    await second.aclose()

@@ -238,8 +238,18 @@ class Broker:
             self.health = "OK"
 
     def subscribe(self, client: Client, topic_name: str, channel_name: str) -> Channel:
+        """Add ``client`` to a channel (created if needed).
+
+        Raises:
+            RuntimeError: NSQ's reason for E_SUB_FAILED.
+        """
+        if self.exiting:
+            raise RuntimeError("exiting")
         topic = self.get_topic(topic_name)
         channel = self.get_channel(topic, channel_name)
+        limit = self.opts.max_channel_consumers
+        if limit and len(channel.clients) >= limit:
+            raise RuntimeError(f"consumers for {topic_name}:{channel_name} exceeds limit of {limit}")
         channel.add_client(client)
         client.channel = channel
         return channel

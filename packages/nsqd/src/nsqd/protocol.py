@@ -256,7 +256,10 @@ class ProtocolV2:
         if not is_valid_name(params[1]):
             raise ProtocolError(E.E_BAD_CHANNEL,
                                 f"SUB channel name {go_quote(params[1])} is not valid")
-        self.broker.subscribe(client, _name(params[0]), _name(params[1]))
+        try:
+            self.broker.subscribe(client, _name(params[0]), _name(params[1]))
+        except RuntimeError as exc:
+            raise ProtocolError(E.E_SUB_FAILED, f"SUB failed {exc}") from None
         client.state = STATE_SUBSCRIBED
         client.send_frame(OK_FRAME)
 
