@@ -40,6 +40,22 @@ def _scenario_list(text: str) -> list[str]:
     return names
 
 
+def _sizes(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of integers: {text!r}") from None
+    if not values or any(v < 0 for v in values):
+        raise argparse.ArgumentTypeError("give one or more sizes >= 0")
+    return values
+
+
+def _queue_label(size: int | None) -> str:
+    if size is None:
+        return "external"
+    return "disk" if size == 0 else f"memory ({size:,})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m bench",
@@ -66,8 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-buffer-timeout", type=int, default=25, metavar="MS",
                    help="consumers' IDENTIFY output_buffer_timeout in ms (default 25, nsqd's "
                         "minimum; 0 = nsqd's default of 250, -1 = none)")
-    p.add_argument("--mem-queue-size", type=int, default=None,
-                   help="passed to the nsqd started here (default: nsqd's own, 10000)")
+    p.add_argument("--mem-queue-size", type=_sizes, default=[10_000_000, 0],
+                   help="comma-separated --mem-queue-size values; every scenario runs against a "
+                        "fresh nsqd for each (default 10000000,0: the memory path, where every "
+                        "message of a run fits in memory, then the disk path)")
     p.add_argument("--nsqd-tcp-address", default=None,
                    help="benchmark this running nsqd instead of starting one")
     p.add_argument("--nsqd-http-address", default=None,
@@ -92,6 +110,10 @@ def _share(cpu: float | None, seconds: float) -> float | None:
     return None if cpu is None or seconds <= 0 else cpu / seconds
 
 
+def _bytes(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value * 100:.0f}%"
 
@@ -100,6 +122,7 @@ def _summary(name: str, runs: list[RunResult], size: int) -> dict[str, Any]:
     median = statistics.median(r.rate for r in runs)
     client = [_share(r.client_cpu, r.seconds) for r in runs]
     server = [_share(r.nsqd_cpu, r.seconds) for r in runs]
+    written = [r.written_per_message for r in runs]
     return {
         "scenario": name,
         "messages": runs[0].messages,
@@ -108,26 +131,30 @@ def _summary(name: str, runs: list[RunResult], size: int) -> dict[str, Any]:
         "median_client_cpu": statistics.median(c for c in client if c is not None),
         "median_nsqd_cpu": (statistics.median(c for c in server if c is not None)
                             if all(c is not None for c in server) else None),
+        "median_written_per_msg": (statistics.median(w for w in written if w is not None)
+                                   if all(w is not None for w in written) else None),
         "runs": [{"messages": r.messages, "seconds": r.seconds, "msgs_per_s": r.rate,
                   "mb_per_s": r.rate * size / MIB, "client_cpu_seconds": r.client_cpu,
-                  "nsqd_cpu_seconds": r.nsqd_cpu} for r in runs],
+                  "nsqd_cpu_seconds": r.nsqd_cpu, "nsqd_written_bytes": r.nsqd_written}
+                 for r in runs],
     }
 
 
 def print_table(summaries: list[dict[str, Any]], settings: Settings, runs: int) -> None:
-    headers = ("scenario", "setup", "msgs/run", "msgs/s", "MB/s", "client CPU", "nsqd CPU",
-               "runs (msgs/s)")
+    headers = ("queue", "scenario", "setup", "msgs/run", "msgs/s", "MB/s", "client CPU", "nsqd CPU",
+               "disk B/msg", "runs (msgs/s)")
     rows = []
     for s in summaries:
         sc = SCENARIOS[s["scenario"]]
         rows.append((
-            f"{sc.name}: {sc.title}", settings.describe(sc), f"{s['messages']:,}",
+            s.get("queue", ""), f"{sc.name}: {sc.title}", settings.describe(sc), f"{s['messages']:,}",
             _fmt_rate(s["median_msgs_per_s"]), f"{s['median_mb_per_s']:.2f}",
             _pct(s["median_client_cpu"]), _pct(s["median_nsqd_cpu"]),
+            _bytes(s["median_written_per_msg"]),
             " ".join(_fmt_rate(r["msgs_per_s"]) for r in s["runs"]),
         ))
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-    right = {2, 3, 4, 5, 6}
+    right = {3, 4, 5, 6, 7, 8}
 
     def line(cells: tuple[str, ...]) -> str:
         return "  ".join(c.rjust(w) if i in right else c.ljust(w)
@@ -158,64 +185,68 @@ def main(argv: list[str] | None = None) -> int:
         names = args.scenarios or ["mpub"]
         if len(names) != 1:
             parser.error("--profile runs one scenario: give --scenarios NAME")
-    if args.nsqd_tcp_address and args.mem_queue_size is not None:
-        parser.error("--mem-queue-size applies to the nsqd started here, not to --nsqd-tcp-address")
     settings = Settings(size=args.size, batch=args.batch, publishers=args.publishers,
                         pub_window=args.pub_window, mpub_window=args.mpub_window, rdy=args.rdy,
                         output_buffer_timeout=args.output_buffer_timeout,
                         count=args.count, timeout=args.timeout)
     ctx = multiprocessing.get_context(args.start_method)
-
-    if args.nsqd_tcp_address:
-        nsqd = Nsqd.external(args.nsqd_tcp_address, args.nsqd_http_address)
-        where = f"nsqd at {nsqd.tcp_address}"
-    else:
-        nsqd = Nsqd.start(args.mem_queue_size, profile=args.profile)
-        mqs = "default" if args.mem_queue_size is None else str(args.mem_queue_size)
-        where = f"nsqd started at {nsqd.tcp_address} (mem-queue-size {mqs})"
-        if args.profile:
-            where += f", under py-spy -> {args.profile}"
-    print(f"bench: {where}; scenarios {', '.join(names)}; {args.runs} run(s) each", flush=True)
+    sizes: list[int | None] = [None] if args.nsqd_tcp_address else list(args.mem_queue_size)
+    if args.profile:
+        sizes = sizes[:1]
 
     summaries: list[dict[str, Any]] = []
     failed = interrupted = False
-    try:
-        for name in names:
-            scenario = SCENARIOS[name]
-            runs: list[RunResult] = []
-            for i in range(args.runs):
-                try:
-                    result = run_once(ctx, nsqd, scenario, settings)
-                except RunFailed as exc:
-                    print(f"  {name} run {i + 1}: FAILED: {exc}", file=sys.stderr, flush=True)
-                    failed = True
-                    break
-                runs.append(result)
-                print(f"  {name} run {i + 1}/{args.runs}: {result.messages:,} msgs in "
-                      f"{result.seconds:.3f}s = {_fmt_rate(result.rate)} msgs/s, "
-                      f"{result.rate * settings.size / MIB:.2f} MB/s; CPU: clients "
-                      f"{_pct(_share(result.client_cpu, result.seconds))}, nsqd "
-                      f"{_pct(_share(result.nsqd_cpu, result.seconds))}", flush=True)
-            if runs:
-                summaries.append(_summary(name, runs, settings.size))
-    except KeyboardInterrupt:
-        interrupted = True
-        print("interrupted", file=sys.stderr)
-    finally:
-        nsqd.stop()
-    if failed and not interrupted and nsqd.daemon is not None:
-        tail = nsqd.log()[-3000:]
-        if tail:
-            print(f"--- nsqd log (tail) ---\n{tail}", file=sys.stderr)
+    for size in sizes:
+        if args.nsqd_tcp_address:
+            nsqd = Nsqd.external(args.nsqd_tcp_address, args.nsqd_http_address)
+            where = f"nsqd at {nsqd.tcp_address}"
+        else:
+            nsqd = Nsqd.start(size, profile=args.profile)
+            where = f"nsqd started at {nsqd.tcp_address} (mem-queue-size {size})"
+            if args.profile:
+                where += f", under py-spy -> {args.profile}"
+        print(f"bench: {where}; scenarios {', '.join(names)}; {args.runs} run(s) each", flush=True)
+        try:
+            for name in names:
+                scenario = SCENARIOS[name]
+                runs: list[RunResult] = []
+                for i in range(args.runs):
+                    try:
+                        result = run_once(ctx, nsqd, scenario, settings)
+                    except RunFailed as exc:
+                        print(f"  {name} run {i + 1}: FAILED: {exc}", file=sys.stderr, flush=True)
+                        failed = True
+                        break
+                    runs.append(result)
+                    print(f"  {name} run {i + 1}/{args.runs}: {result.messages:,} msgs in "
+                          f"{result.seconds:.3f}s = {_fmt_rate(result.rate)} msgs/s, "
+                          f"{result.rate * settings.size / MIB:.2f} MB/s; CPU: clients "
+                          f"{_pct(_share(result.client_cpu, result.seconds))}, nsqd "
+                          f"{_pct(_share(result.nsqd_cpu, result.seconds))}", flush=True)
+                if runs:
+                    summary = _summary(name, runs, settings.size)
+                    summary["queue"] = _queue_label(size)
+                    summary["mem_queue_size"] = size
+                    summaries.append(summary)
+        except KeyboardInterrupt:
+            interrupted = True
+            print("interrupted", file=sys.stderr)
+        finally:
+            nsqd.stop()
+        if failed and not interrupted and nsqd.daemon is not None:
+            tail = nsqd.log()[-3000:]
+            if tail:
+                print(f"--- nsqd log (tail) ---\n{tail}", file=sys.stderr)
+        if interrupted:
+            break
 
     if summaries:
         print_table(summaries, settings, args.runs)
-    if args.profile and nsqd.daemon is not None:
+    if args.profile and not args.nsqd_tcp_address:
         if os.path.exists(args.profile):
             print(f"\nprofile written to {args.profile}")
         else:
-            print(f"\nprofile {args.profile} was not written; py-spy and nsqd said:\n"
-                  f"{nsqd.log()[-3000:]}", file=sys.stderr)
+            print(f"\nprofile {args.profile} was not written", file=sys.stderr)
             failed = True
     if args.json_path:
         doc = {
@@ -225,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
             "command": "python -m bench " + " ".join(sys.argv[1:] if argv is None else argv),
             "settings": asdict(settings),
             "runs": args.runs,
-            "mem_queue_size": args.mem_queue_size,
+            "mem_queue_sizes": sizes,
             "failed": failed,
             "interrupted": interrupted,
             "results": summaries,

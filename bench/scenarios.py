@@ -70,6 +70,13 @@ class RunResult:
     seconds: float
     client_cpu: float  # CPU seconds of every client process during the run
     nsqd_cpu: float | None  # CPU seconds nsqd used from the start signal to the last result
+    nsqd_written: int | None = None  # bytes nsqd wrote to storage during the run
+
+    @property
+    def written_per_message(self) -> float | None:
+        if self.nsqd_written is None or not self.messages:
+            return None
+        return self.nsqd_written / self.messages
 
     @property
     def rate(self) -> float:
@@ -116,13 +123,13 @@ def _publish(ctx: BaseContext, nsqd: Nsqd, scenario: Scenario, s: Settings,
         else:
             common.update(units=share, per_unit=1, per_send=s.batch, window=s.pub_window)
         params.append(common)
-    results, nsqd_cpu = run_clients(ctx, nsqd, params, None, s.timeout)
+    results, nsqd_usage = run_clients(ctx, nsqd, params, None, s.timeout)
     messages = sum(r["messages"] for r in results)
     item = nsqd.wait_for(topic, lambda t: t is not None and t["message_count"] >= messages, 10)
     got = None if item is None else item["message_count"]
     if got != messages:
         raise RunFailed(f"published {messages} messages but nsqd counts {got}")
-    return _combine(results, messages, nsqd_cpu)
+    return _combine(results, messages, nsqd_usage)
 
 
 def _consume(ctx: BaseContext, nsqd: Nsqd, scenario: Scenario, s: Settings,
@@ -142,7 +149,7 @@ def _consume(ctx: BaseContext, nsqd: Nsqd, scenario: Scenario, s: Settings,
                "size": s.size, "rdy": s.rdy, "target": count,
                "output_buffer_timeout": s.output_buffer_timeout}
               for _ in range(scenario.consumers)]
-    results, nsqd_cpu = run_clients(ctx, nsqd, params, counter, s.timeout)
+    results, nsqd_usage = run_clients(ctx, nsqd, params, counter, s.timeout)
     received = sum(r["messages"] for r in results)
     extra = sum(r["extra"] for r in results)
     if received != count or extra:
@@ -162,18 +169,21 @@ def _consume(ctx: BaseContext, nsqd: Nsqd, scenario: Scenario, s: Settings,
     ch = item["channels"][0]
     if (ch["message_count"], ch["requeue_count"], ch["timeout_count"]) != (count, 0, 0):
         raise RunFailed(f"unexpected channel counters after consuming {count} messages: {ch}")
-    return _combine(results, received, nsqd_cpu)
+    return _combine(results, received, nsqd_usage)
 
 
-def _combine(results: list[dict[str, Any]], messages: int, nsqd_cpu: float | None) -> RunResult:
+def _combine(results: list[dict[str, Any]], messages: int,
+             nsqd_usage: tuple[float | None, int | None]) -> RunResult:
     start = min(r["start"] for r in results)
     end = max(r["end"] for r in results)
-    return RunResult(messages, end - start, sum(r["cpu"] for r in results), nsqd_cpu)
+    cpu, written = nsqd_usage
+    return RunResult(messages, end - start, sum(r["cpu"] for r in results), cpu, written)
 
 
 def run_clients(ctx: BaseContext, nsqd: Nsqd, params: list[dict[str, Any]], counter: Any,
-                timeout: float) -> tuple[list[dict[str, Any]], float | None]:
-    """One process per client; start them together; their results and nsqd's CPU seconds.
+                timeout: float) -> tuple[list[dict[str, Any]], tuple[float | None, int | None]]:
+    """One process per client; start them together; their results and nsqd's CPU seconds
+    and bytes written to storage during the run.
 
     Raises:
         RunFailed: a client failed, exited, or did not finish within ``timeout``.
@@ -195,14 +205,18 @@ def run_clients(ctx: BaseContext, nsqd: Nsqd, params: list[dict[str, Any]], coun
         for proc, reader in zip(procs, readers, strict=True):
             _receive(proc, reader, "ready", deadline)
         cpu_before = nsqd.cpu_seconds()
+        written_before = nsqd.written_bytes()
         go.set()
         deadline = time.monotonic() + timeout
         results = [_receive(proc, reader, "done", deadline)
                    for proc, reader in zip(procs, readers, strict=True)]
         cpu_after = nsqd.cpu_seconds()
+        written_after = nsqd.written_bytes()
         cpu = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
+        written = (None if written_before is None or written_after is None
+                   else written_after - written_before)
         finished = True
-        return results, cpu
+        return results, (cpu, written)
     finally:
         go.set()
         for proc in procs:

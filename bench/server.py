@@ -124,6 +124,19 @@ class Nsqd:
         fields = stat.rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
+    def written_bytes(self) -> int | None:
+        """Bytes nsqd has caused to be written to storage so far (Linux /proc/<pid>/io
+        ``write_bytes``, counted when pages are dirtied: data files, metadata, everything)."""
+        if self.pid is None:
+            return None
+        try:
+            for line in Path(f"/proc/{self.pid}/io").read_text().splitlines():
+                if line.startswith("write_bytes:"):
+                    return int(line.split()[1])
+        except OSError:
+            return None
+        return None
+
     def log(self) -> str:
         return self.daemon.output() if self.daemon is not None else ""
 
