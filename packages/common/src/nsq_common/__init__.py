@@ -29,6 +29,26 @@ from ._identify import (
     negotiate,
     response_json,
 )
+from ._lookup import (
+    LOOKUP_MAX_IDENTIFY_SIZE,
+    LOOKUP_MAX_LINE,
+    MAGIC_V1,
+    LookupBadMagic,
+    LookupCommand,
+    LookupdInfo,
+    LookupIdentify,
+    LookupPing,
+    LookupReader,
+    LookupRegister,
+    LookupResponseReader,
+    LookupSignal,
+    LookupUnregister,
+    decode_lookup_identify,
+    decode_lookupd_info,
+    encode_lookup_command,
+    encode_lookup_response,
+    lookup_response_error,
+)
 from ._message import (
     MESSAGE_FRAME_PREFIX,
     MESSAGE_HEADER,
@@ -40,7 +60,13 @@ from ._message import (
     encode_message_frame,
 )
 from ._mpub import decode_mpub_body
-from ._names import EPHEMERAL_SUFFIX, is_ephemeral, is_valid_channel_name, is_valid_name, is_valid_topic_name
+from ._names import (
+    EPHEMERAL_SUFFIX,
+    is_ephemeral,
+    is_valid_channel_name,
+    is_valid_name,
+    is_valid_topic_name,
+)
 from ._reader import MAX_LINE_LENGTH, BodySpec, Command, CommandReader
 
 # The version our daemons report on the wire (IDENTIFY, /info, lookupd): NSQ's, since tools
@@ -58,4 +84,13 @@ __all__ = [
     "exit_with_flag_error", "format_go_duration", "go_json", "go_quote", "is_ephemeral",
     "is_valid_channel_name", "is_valid_name", "is_valid_topic_name", "negotiate",
     "parse_bool", "parse_go_duration", "response_json",
+]
+
+# nsqlookupd protocol V1
+__all__ += [
+    "LOOKUP_MAX_IDENTIFY_SIZE", "LOOKUP_MAX_LINE", "MAGIC_V1", "LookupBadMagic", "LookupCommand",
+    "LookupIdentify", "LookupPing", "LookupReader", "LookupRegister", "LookupResponseReader",
+    "LookupSignal", "LookupUnregister", "LookupdInfo", "decode_lookup_identify",
+    "decode_lookupd_info", "encode_lookup_command", "encode_lookup_response",
+    "lookup_response_error",
 ]

@@ -64,13 +64,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     log.info(version_string())
     try:
         trio.run(_run, opts)
-    except RuntimeError as exc:  # e.g. the data path is locked
-        log.critical("%s", exc)
-        raise SystemExit(1) from None
-    except OSError as exc:  # e.g. the port is taken
-        log.critical("%s", exc)
+    except (OSError, RuntimeError, ValueError, BaseExceptionGroup) as exc:
+        # a port taken, the data path locked, unreadable metadata: say it in one line
+        log.critical("%s", _first_cause(exc))
         raise SystemExit(1) from None
     log.info("exiting")
+
+
+def _first_cause(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    return exc
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from .channel import Channel
 from .client import Client
 from .diskqueue import DiskQueue, DiskQueueError
 from .guid import GuidFactory
+from .lookup import Lookup
 from .message import Message
 from .options import Options
 from .topic import Topic
@@ -73,6 +74,7 @@ class Broker:
         self._metadata_event = trio.Event()
         self._nursery: trio.Nursery | None = None
         self._scopes: dict[object, trio.CancelScope] = {}
+        self.lookup = Lookup(self)
 
     # -- lifecycle -----------------------------------------------------------------------
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -85,6 +87,7 @@ class Broker:
                 nursery.start_soon(self._pump_loop)
                 nursery.start_soon(self._queue_scan_loop)
                 nursery.start_soon(self._metadata_loop)
+                await nursery.start(self.lookup.run)
                 task_status.started()
         finally:
             with trio.CancelScope(shield=True):
@@ -140,6 +143,8 @@ class Broker:
         self._spawn(topic, topic.run)
         self.metadata_changed()
         log.info("TOPIC(%s): created", name)
+        self.lookup.changed("register", name, None)
+        self.lookup.topic_created(topic)
         return topic
 
     def get_channel(self, topic: Topic, name: str) -> Channel:
@@ -156,6 +161,7 @@ class Broker:
         self._spawn(channel, channel.backlog.run)
         self.metadata_changed()
         log.info("TOPIC(%s): new channel(%s)", topic.name, name)
+        self.lookup.changed("register", topic.name, name)
         return channel
 
     def _mem_size(self, name: str) -> int:
@@ -175,6 +181,7 @@ class Broker:
         self._drop_files(topic.backlog.disk, topic.name)
         self.metadata_changed()
         log.info("TOPIC(%s): deleted", name)
+        self.lookup.changed("unregister", name, None)
         return True
 
     def delete_channel(self, topic: Topic, name: str) -> bool:
@@ -183,6 +190,7 @@ class Broker:
         self._remove_channel(topic, name)
         self.metadata_changed()
         log.info("TOPIC(%s): deleted channel(%s)", topic.name, name)
+        self.lookup.changed("unregister", topic.name, name)
         if topic.ephemeral and not topic.channels and not topic.deleted:
             self.delete_topic(topic.name)
         return True

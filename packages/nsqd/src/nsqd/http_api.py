@@ -281,6 +281,7 @@ class HttpApi:
                 if not isinstance(addresses, list) or not all(isinstance(a, str) for a in addresses):
                     raise ApiError(400, "INVALID_VALUE")
                 values[opt] = addresses
+                self.broker.lookup.set_addresses(addresses)
             elif opt == "log_level":
                 level = body.decode("utf-8", "replace").strip().lower()
                 if level not in LOG_LEVELS:

@@ -36,6 +36,8 @@ class Topic:
         self.backlog = Backlog(mem_queue_size, disk, self.wake)
         self.paused = False
         self.deleted = False
+        # False while nsqd asks the lookupds which channels this new topic has elsewhere.
+        self.started = True
         self.message_count = 0
         self.message_bytes = 0
         self._wake = trio.Event()
@@ -60,7 +62,7 @@ class Topic:
         """
         self.message_count += len(msgs)
         self.message_bytes += sum([len(m.body) for m in msgs])
-        if self.paused or not self.channels:
+        if self.paused or not self.channels or not self.started:
             await self.backlog.put(msgs)
         else:
             await self._fan_out(msgs)
@@ -95,7 +97,7 @@ class Topic:
             while True:
                 await self._wake.wait()
                 self._wake = trio.Event()
-                while not self.paused and self.channels:
+                while self.started and not self.paused and self.channels:
                     msgs = self.backlog.take(DRAIN_BATCH)
                     if not msgs:
                         break

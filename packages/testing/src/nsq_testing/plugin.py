@@ -21,12 +21,15 @@ def run_daemon(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
 
     def factory(name: str, *args: str, **kwargs: Any) -> Daemon:
         argv = list(args)
-        joined = " ".join(argv)
-        if name != "nsqadmin" and "tcp-address" not in joined:
+
+        def given(flag: str) -> bool:
+            return any(a.lstrip("-").split("=", 1)[0] == flag for a in argv)
+
+        if name != "nsqadmin" and not given("tcp-address"):
             argv.append("--tcp-address=127.0.0.1:0")
-        if "http-address" not in joined:
+        if not given("http-address"):
             argv.append("--http-address=127.0.0.1:0")
-        if name == "nsqd" and "data-path" not in joined:
+        if name == "nsqd" and not given("data-path"):
             data = tmp_path / f"nsqd-{len(started)}"
             data.mkdir()
             argv.append(f"--data-path={data}")

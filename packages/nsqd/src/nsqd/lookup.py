@@ -1,0 +1,226 @@
+"""nsqd's side of discovery: keep every nsqlookupd told which topics and channels we have.
+
+One task per ``--lookupd-tcp-address``. Each connects, sends the magic and IDENTIFY, then
+REGISTERs every topic and channel (a topic with channels is registered through its channels,
+as nsqd does), and from then on forwards each create/delete as it happens and PINGs every
+15 s. A connection that fails is retried with backoff (1 s doubling to 15 s); on reconnect the
+full registration is replayed, so nothing missed while disconnected is lost. Changes are
+queued per peer and never awaited by the broker: a lookupd that is down or slow cannot slow
+publishing or consuming.
+
+When a new topic appears, nsqd asks each lookupd (over HTTP, ``/channels?topic=``) which
+channels exist for it elsewhere in the cluster and creates them before the topic starts
+flowing, so no message is lost for a channel the cluster already has (NSQ does the same).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import socket
+from typing import TYPE_CHECKING
+
+import httpx
+import trio
+from nsq_common import (
+    MAGIC_V1,
+    NSQ_VERSION,
+    LookupCommand,
+    LookupIdentify,
+    LookupPing,
+    LookupRegister,
+    LookupResponseReader,
+    LookupUnregister,
+    decode_lookupd_info,
+    encode_lookup_command,
+    is_ephemeral,
+    lookup_response_error,
+)
+
+if TYPE_CHECKING:
+    from .broker import Broker
+    from .topic import Topic
+
+log = logging.getLogger("nsqd")
+
+PING_INTERVAL = 15.0
+IO_TIMEOUT = 1.0
+MAX_BACKOFF = 15.0
+
+
+def _host_port(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+class LookupPeer:
+    """One nsqlookupd: its connection, its queue of changes, and its HTTP address once known."""
+
+    def __init__(self, lookup: Lookup, address: str) -> None:
+        self.lookup = lookup
+        self.address = address
+        self.http_address: str | None = None
+        self.scope = trio.CancelScope()
+        self._send, self._receive = trio.open_memory_channel[LookupCommand](math.inf)
+        self._stream: trio.SocketStream | None = None
+        self._reader = LookupResponseReader(lookup.broker.opts.max_body_size)
+
+    def enqueue(self, command: LookupCommand) -> None:
+        self._send.send_nowait(command)
+
+    async def run(self) -> None:
+        backoff = 1.0
+        with self.scope:
+            while True:
+                try:
+                    await self._connect()
+                    backoff = 1.0
+                    await self._forward()
+                except Exception as exc:  # any failure of this peer: retry it, nothing else
+                    log.warning("LOOKUPD(%s): %s; retrying in %.0fs", self.address,
+                                exc or type(exc).__name__, backoff)
+                finally:
+                    await self._close()
+                await trio.sleep(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF)
+
+    async def _connect(self) -> None:
+        host, port = _host_port(self.address)
+        with trio.fail_after(IO_TIMEOUT):
+            self._stream = await trio.open_tcp_stream(host, port)
+        self._reader = LookupResponseReader(self.lookup.broker.opts.max_body_size)
+        await self._stream.send_all(MAGIC_V1)
+        # Changes queued while disconnected are covered by the full registration below.
+        while True:
+            try:
+                self._receive.receive_nowait()
+            except trio.WouldBlock:
+                break
+        reply = await self._command(self.lookup.identify())
+        info = decode_lookupd_info(reply)
+        self.http_address = f"{info.broadcast_address}:{info.http_port}"
+        log.info("LOOKUPD(%s): peer info %s", self.address, reply.decode(errors="replace"))
+        for command in self.lookup.registrations():
+            await self._command(command)
+
+    async def _forward(self) -> None:
+        while True:
+            with trio.move_on_after(PING_INTERVAL):
+                command = await self._receive.receive()
+                await self._command(command)
+                continue
+            await self._command(LookupPing())
+
+    async def _command(self, command: LookupCommand) -> bytes:
+        assert self._stream is not None
+        with trio.fail_after(IO_TIMEOUT):
+            await self._stream.send_all(encode_lookup_command(command))
+            while (reply := self._reader.next_response()) is None:
+                data = await self._stream.receive_some(65536)
+                if not data:
+                    raise trio.BrokenResourceError("connection closed by lookupd")
+                self._reader.receive_data(data)
+        error = lookup_response_error(reply)
+        if error is not None:
+            raise error
+        return reply
+
+    async def _close(self) -> None:
+        if self._stream is not None:
+            stream, self._stream = self._stream, None
+            with trio.CancelScope(shield=True), trio.move_on_after(1):
+                await stream.aclose()
+
+
+class Lookup:
+    """Every lookupd peer of one nsqd."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.peers: dict[str, LookupPeer] = {}
+        self._nursery: trio.Nursery | None = None
+        self._http = httpx.AsyncClient(timeout=httpx.Timeout(
+            broker.opts.http_client_request_timeout,
+            connect=broker.opts.http_client_connect_timeout))
+
+    def identify(self) -> LookupIdentify:
+        opts, broker = self.broker.opts, self.broker
+        return LookupIdentify(
+            broadcast_address=opts.broadcast_address,
+            tcp_port=opts.broadcast_tcp_port or broker.tcp_port,
+            http_port=opts.broadcast_http_port or broker.http_port,
+            version=NSQ_VERSION,
+            hostname=socket.gethostname(),
+        )
+
+    def registrations(self) -> list[LookupCommand]:
+        commands: list[LookupCommand] = []
+        for topic in list(self.broker.topics.values()):
+            if topic.channels:
+                commands.extend(LookupRegister(topic.name, c) for c in list(topic.channels))
+            else:
+                commands.append(LookupRegister(topic.name))
+        return commands
+
+    # -- the broker tells us ----------------------------------------------------------------
+    def changed(self, kind: str, topic: str, channel: str | None) -> None:
+        command: LookupCommand = (LookupRegister(topic, channel) if kind == "register"
+                                  else LookupUnregister(topic, channel))
+        for peer in self.peers.values():
+            peer.enqueue(command)
+
+    def topic_created(self, topic: Topic) -> None:
+        """Hold a new topic until the lookupds have said which channels it has elsewhere."""
+        known = [p.http_address for p in self.peers.values() if p.http_address]
+        if not known or self._nursery is None:
+            if self.peers:
+                log.info("TOPIC(%s): no lookupd has answered yet; not asking for channels",
+                         topic.name)
+            return
+        topic.started = False
+        self._nursery.start_soon(self._start_topic, topic, known)
+
+    async def _start_topic(self, topic: Topic, lookupds: list[str]) -> None:
+        try:
+            for address in lookupds:
+                try:
+                    r = await self._http.get(f"http://{address}/channels",
+                                             params={"topic": topic.name},
+                                             headers={"Accept": "application/vnd.nsq; version=1.0"})
+                    channels = r.json().get("channels") or [] if r.status_code == 200 else []
+                except (httpx.HTTPError, ValueError, AttributeError) as exc:
+                    log.warning("LOOKUPD(%s): channels of %s not known - %s", address,
+                                topic.name, exc)
+                    continue
+                for name in channels:
+                    if isinstance(name, str) and not is_ephemeral(name) and not topic.deleted:
+                        self.broker.get_channel(topic, name)
+        finally:
+            topic.started = True
+            topic.wake()
+
+    # -- peers ----------------------------------------------------------------------------------
+    def set_addresses(self, addresses: list[str]) -> None:
+        """Reconcile peers with ``addresses`` (start-up and PUT /config/nsqlookupd_tcp_addresses)."""
+        wanted = list(dict.fromkeys(addresses))
+        for address in list(self.peers):
+            if address not in wanted:
+                log.info("LOOKUPD(%s): removing peer", address)
+                self.peers.pop(address).scope.cancel()
+        for address in wanted:
+            if address not in self.peers and self._nursery is not None:
+                log.info("LOOKUPD(%s): adding peer", address)
+                peer = LookupPeer(self, address)
+                self.peers[address] = peer
+                self._nursery.start_soon(peer.run)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                self.set_addresses(self.broker.opts.nsqlookupd_tcp_addresses)
+                task_status.started()
+                await trio.sleep_forever()
+        finally:
+            with trio.CancelScope(shield=True):
+                await self._http.aclose()

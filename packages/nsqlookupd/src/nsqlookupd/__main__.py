@@ -1,0 +1,61 @@
+"""The ``nsqlookupd`` command: flags to Options, then ``trio.run(serve)`` until SIGINT/SIGTERM."""
+
+from __future__ import annotations
+
+import platform
+import signal
+import sys
+from collections.abc import Sequence
+from functools import partial
+
+import trio
+from nsq_common import NSQ_VERSION, FlagError, exit_with_flag_error
+
+from .app import ListenError, Listeners, bind_listeners, serve
+from .logger import Logger
+from .options import ConfigError, Options, flag_set, parse_args
+
+
+def version_string() -> str:
+    return f"nsqlookupd v{NSQ_VERSION} (built w/python{platform.python_version()})"
+
+
+async def _run(options: Options, log: Logger, listeners: Listeners) -> None:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(partial(serve, options, log=log, listeners=listeners))
+            async for _ in signals:  # the first one ends the server, gracefully
+                nursery.cancel_scope.cancel()
+                break
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    flags = flag_set()
+    try:
+        parsed = parse_args(sys.argv[1:] if argv is None else argv, flags)
+    except FlagError as exc:
+        exit_with_flag_error(flags, exc)
+    except ConfigError as exc:
+        Logger().fatal(str(exc))
+        raise SystemExit(1) from None
+    if parsed.version:
+        print(version_string())
+        raise SystemExit(0)
+    options = parsed.options
+    log = Logger(options.log_prefix, options.log_level)
+    log.info(version_string())
+    try:
+        listeners = bind_listeners(options)
+    except ListenError as exc:
+        log.fatal(f"failed to instantiate nsqlookupd - {exc}")
+        raise SystemExit(1) from None
+    # Until trio listens for signals itself, both of them mean a quiet exit too.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        trio.run(_run, options, log, listeners)
+    except KeyboardInterrupt:
+        listeners.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,161 @@
+"""nsqlookupd as one Trio task: bind both listeners, serve TCP and HTTP in one nursery.
+
+We bind the sockets ourselves, before serving, for three reasons: a bad address fails at
+once with NSQ's ``listen (<addr>) failed - <err>``; port 0 yields the real port for the
+``TCP: listening on`` / ``HTTP: listening on`` lines and for lookupd's IDENTIFY answer; and
+SO_REUSEADDR lets a restarted nsqlookupd take its ports back right after a crash. hypercorn
+then serves HTTP on the pre-bound socket.
+"""
+
+from __future__ import annotations
+
+import socket
+from functools import partial
+
+import attrs
+import trio
+from hypercorn.app_wrappers import ASGIWrapper
+from hypercorn.config import Config, Sockets
+from hypercorn.trio.run import worker_serve
+from nsq_common import NSQ_VERSION, LookupdInfo
+
+from .http import create_app
+from .logger import Logger
+from .options import Options
+from .registry import Clock, RegistrationDB
+from .tcp import TCPServer, format_address
+
+BACKLOG = 1024
+
+
+class ListenError(Exception):
+    """An address that cannot be listened on."""
+
+
+@attrs.define(eq=False)
+class Listeners:
+    tcp: socket.socket
+    http: socket.socket
+
+    @property
+    def tcp_address(self) -> str:
+        return format_address(self.tcp.getsockname())
+
+    @property
+    def http_address(self) -> str:
+        return format_address(self.http.getsockname())
+
+    def close(self) -> None:
+        self.tcp.close()
+        self.http.close()
+
+
+@attrs.frozen
+class Addresses:
+    """Where a running nsqlookupd listens, ``ip:port`` each."""
+
+    tcp: str
+    http: str
+
+
+def split_host_port(address: str) -> tuple[str, str]:
+    """Go's ``net.SplitHostPort``: ``host:port`` or ``[v6host]:port``.
+
+    Raises:
+        ValueError: no port, or misplaced brackets.
+    """
+    if address.startswith("["):
+        host, sep, rest = address[1:].partition("]")
+        if not sep or not rest.startswith(":"):
+            raise ValueError(f"address {address}: missing port in address")
+        return host, rest[1:]
+    host, sep, port = address.rpartition(":")
+    if not sep:
+        raise ValueError(f"address {address}: missing port in address")
+    if ":" in host:
+        raise ValueError(f"address {address}: too many colons in address")
+    return host, port
+
+
+def bind(address: str) -> socket.socket:
+    """A listening TCP socket on ``address`` (port 0: any free port).
+
+    Raises:
+        ListenError: ``listen (<address>) failed - <reason>``.
+    """
+    sock = None
+    try:
+        host, port = split_host_port(address)
+        family, kind, proto, _, sockaddr = socket.getaddrinfo(
+            host or None, port or 0, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(sockaddr)
+        sock.listen(BACKLOG)
+    except (OSError, ValueError) as exc:
+        if sock is not None:
+            sock.close()
+        raise ListenError(f"listen ({address}) failed - {exc}") from None
+    return sock
+
+
+def bind_listeners(options: Options) -> Listeners:
+    """Both listeners, or ListenError (and nothing left open)."""
+    tcp = bind(options.tcp_address)
+    try:
+        return Listeners(tcp, bind(options.http_address))
+    except ListenError:
+        tcp.close()
+        raise
+
+
+def _hypercorn_config(log: Logger) -> Config:
+    config = Config()
+    errors = log.stdlib_logger("nsqlookupd.hypercorn")
+    errors.setLevel("WARNING")  # its "Running on ..." lines would only repeat ours
+    config.errorlog = errors
+    config.accesslog = None  # requests are logged by our router, in NSQ's format
+    config.include_server_header = False  # Go's net/http sends none
+    config.graceful_timeout = 1.0
+    return config
+
+
+async def serve(options: Options, *, log: Logger | None = None,
+                listeners: Listeners | None = None, clock: Clock | None = None,
+                task_status: trio.TaskStatus[Addresses] = trio.TASK_STATUS_IGNORED) -> None:
+    """Run nsqlookupd until cancelled; ``task_status.started`` gets the bound addresses.
+
+    Args:
+        listeners: pre-bound sockets (taken over and closed at the end); bound from
+            ``options`` when None.
+        clock: ns since the epoch, for the registry (tests); the wall clock by default.
+
+    Raises:
+        ListenError: when binding here fails.
+    """
+    log = log or Logger(options.log_prefix, options.log_level)
+    listeners = listeners or bind_listeners(options)
+    addresses = Addresses(listeners.tcp_address, listeners.http_address)
+    db = RegistrationDB(inactive_timeout=round(options.inactive_producer_timeout * 1e9),
+                        tombstone_lifetime=round(options.tombstone_lifetime * 1e9))
+    if clock is not None:
+        db.clock = clock
+    info = LookupdInfo(broadcast_address=options.broadcast_address,
+                       hostname=socket.gethostname(), http_port=listeners.http.getsockname()[1],
+                       tcp_port=listeners.tcp.getsockname()[1], version=NSQ_VERSION)
+    tcp = TCPServer(db, info, log)
+    try:
+        async with trio.open_nursery() as nursery:
+            listener = trio.SocketListener(trio.socket.from_stdlib_socket(listeners.tcp))
+            await nursery.start(tcp.serve, listener)
+            log.info(f"TCP: listening on {addresses.tcp}")
+            sockets = Sockets(secure_sockets=[], insecure_sockets=[listeners.http],
+                              quic_sockets=[])
+            app = ASGIWrapper(create_app(db, log))
+            await nursery.start(partial(worker_serve, app, _hypercorn_config(log), sockets=sockets))
+            log.info(f"HTTP: listening on {addresses.http}")
+            task_status.started(addresses)
+    finally:
+        log.info(f"TCP: closing {addresses.tcp}")
+        log.info(f"HTTP: closing {addresses.http}")
+        listeners.close()

@@ -1,0 +1,155 @@
+"""nsqlookupd's HTTP API: the routes, each a thin view over the registry.
+
+Shapes, status codes and texts are NSQ's (see ``httpapi`` for the conventions they share).
+Go's ``/debug/pprof`` routes exist so that tools probing them get an answer, but there is no Go
+runtime to profile: the index and ``cmdline`` work, the profiles answer 501.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from nsq_common import NSQ_VERSION, is_valid_name
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from .httpapi import HTTPError, Params, Router, plain_text, v1_response
+from .logger import Logger
+from .registry import RegistrationDB
+
+_PROFILES = ("profile", "heap", "goroutine", "block", "threadcreate")
+
+
+class LookupAPI:
+    def __init__(self, db: RegistrationDB, log: Logger) -> None:
+        self.db = db
+        self.log = log
+
+    async def ping(self, request: Request) -> Response:
+        return plain_text("OK")
+
+    async def info(self, request: Request) -> Response:
+        return v1_response({"version": NSQ_VERSION})
+
+    async def topics(self, request: Request) -> Response:
+        return v1_response({"topics": self.db.topics()})
+
+    async def channels(self, request: Request) -> Response:
+        topic = _topic(Params.of(request))
+        return v1_response({"channels": self.db.channels(topic)})
+
+    async def lookup(self, request: Request) -> Response:
+        topic = _topic(Params.of(request))
+        found = self.db.lookup(topic)
+        if found is None:
+            raise HTTPError(404, "TOPIC_NOT_FOUND")
+        channels, peers = found
+        return v1_response({"channels": channels, "producers": [p.to_json() for p in peers]})
+
+    async def nodes(self, request: Request) -> Response:
+        producers = [peer.to_json() | {"tombstones": tombstones, "topics": topics}
+                     for peer, topics, tombstones in self.db.nodes()]
+        return v1_response({"producers": producers})
+
+    async def debug(self, request: Request) -> Response:
+        return v1_response(self.db.debug())
+
+    async def create_topic(self, request: Request) -> Response:
+        topic = _topic(Params.of(request))
+        if not is_valid_name(topic):
+            raise HTTPError(400, "INVALID_ARG_TOPIC")
+        self.log.info(f"DB: adding topic({topic})")
+        self.db.create_topic(topic)
+        return v1_response()
+
+    async def delete_topic(self, request: Request) -> Response:
+        topic = _topic(Params.of(request))
+        for reg in self.db.delete_topic(topic):
+            if reg.category == "channel":
+                self.log.info(f"DB: removing channel({reg.subkey}) from topic({topic})")
+            else:
+                self.log.info(f"DB: removing topic({topic})")
+        return v1_response()
+
+    async def create_channel(self, request: Request) -> Response:
+        topic, channel = _topic_channel(Params.of(request))
+        self.log.info(f"DB: adding channel({channel}) in topic({topic})")
+        self.log.info(f"DB: adding topic({topic})")
+        self.db.create_channel(topic, channel)
+        return v1_response()
+
+    async def delete_channel(self, request: Request) -> Response:
+        topic, channel = _topic_channel(Params.of(request))
+        if not self.db.delete_channel(topic, channel):
+            raise HTTPError(404, "CHANNEL_NOT_FOUND")
+        self.log.info(f"DB: removing channel({channel}) from topic({topic})")
+        return v1_response()
+
+    async def tombstone(self, request: Request) -> Response:
+        params = Params.of(request)
+        topic = _topic(params)
+        node = params.get("node")
+        if node is None:
+            raise HTTPError(400, "MISSING_ARG_NODE")
+        self.log.info(f"DB: setting tombstone for producer@{node} of topic({topic})")
+        self.db.tombstone_topic_producer(topic, node)
+        return v1_response()
+
+    async def pprof_index(self, request: Request) -> Response:
+        rows = "".join(f'<a href="{name}?debug=1">{name}</a><br>\n' for name in _PROFILES)
+        page = f"<html><head><title>/debug/pprof/</title></head><body>\n{rows}</body></html>\n"
+        return Response(page, media_type="text/html; charset=utf-8")
+
+    async def pprof_cmdline(self, request: Request) -> Response:
+        return plain_text("\x00".join(sys.argv))
+
+    async def pprof_unavailable(self, request: Request) -> Response:
+        return plain_text("profiling is not available in this implementation\n", 501)
+
+
+def _topic(params: Params) -> str:
+    topic = params.get("topic")
+    if topic is None:
+        raise HTTPError(400, "MISSING_ARG_TOPIC")
+    return topic
+
+
+def _topic_channel(params: Params) -> tuple[str, str]:
+    """NSQ's GetTopicChannelArgs: both present and valid, checked in this order."""
+    topic = _topic(params)
+    if not is_valid_name(topic):
+        raise HTTPError(400, "INVALID_ARG_TOPIC")
+    channel = params.get("channel")
+    if channel is None:
+        raise HTTPError(400, "MISSING_ARG_CHANNEL")
+    if not is_valid_name(channel):
+        raise HTTPError(400, "INVALID_ARG_CHANNEL")
+    return topic, channel
+
+
+def create_router(db: RegistrationDB, log: Logger) -> Router:
+    api = LookupAPI(db, log)
+    router = Router(log)
+    for path, handler in (("/ping", api.ping), ("/info", api.info), ("/debug", api.debug),
+                          ("/lookup", api.lookup), ("/topics", api.topics),
+                          ("/channels", api.channels), ("/nodes", api.nodes)):
+        router.add("GET", path, handler)
+    for path, handler in (("/topic/create", api.create_topic), ("/topic/delete", api.delete_topic),
+                          ("/channel/create", api.create_channel),
+                          ("/channel/delete", api.delete_channel),
+                          ("/topic/tombstone", api.tombstone)):
+        router.add("POST", path, handler)
+    router.add("GET", "/debug/pprof", api.pprof_index, logged=False)
+    router.add("GET", "/debug/pprof/cmdline", api.pprof_cmdline, logged=False)
+    router.add("GET", "/debug/pprof/symbol", api.pprof_unavailable, logged=False)
+    router.add("POST", "/debug/pprof/symbol", api.pprof_unavailable, logged=False)
+    for name in _PROFILES:
+        router.add("GET", f"/debug/pprof/{name}", api.pprof_unavailable, logged=False)
+    return router
+
+
+def create_app(db: RegistrationDB, log: Logger) -> Starlette:
+    """The ASGI app: Starlette for the ASGI plumbing (lifespan), our router for every path."""
+    return Starlette(routes=[Route("/{path:path}", endpoint=create_router(db, log))])

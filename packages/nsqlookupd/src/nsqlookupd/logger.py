@@ -1,0 +1,105 @@
+"""Log lines in NSQ's format, so tools that read nsqlookupd's stderr keep working::
+
+    [nsqlookupd] 2026/11/21 06:19:52.123456 INFO: TCP: listening on 127.0.0.1:4160
+
+(``--log-prefix``, then Go's ``log`` date and time with microseconds in local time, the level,
+the message). Messages below ``--log-level`` are dropped.
+"""
+
+from __future__ import annotations
+
+import datetime
+import enum
+import logging
+import sys
+from typing import TextIO
+
+import attrs
+
+
+class LogLevel(enum.IntEnum):
+    DEBUG = 1
+    INFO = 2
+    WARN = 3
+    ERROR = 4
+    FATAL = 5
+
+    @property
+    def label(self) -> str:
+        return "WARNING" if self is LogLevel.WARN else self.name
+
+    @classmethod
+    def parse(cls, text: str) -> LogLevel:
+        """``debug``, ``info``, ``warn``, ``error`` or ``fatal``, any case.
+
+        Raises:
+            ValueError: with NSQ's wording.
+        """
+        try:
+            return cls[text.upper()]
+        except KeyError:
+            raise ValueError(
+                f"invalid log level '{text}' (debug, info, warn, error, fatal)") from None
+
+
+@attrs.define
+class Logger:
+    prefix: str = "[nsqlookupd] "
+    level: LogLevel = LogLevel.INFO
+    stream: TextIO | None = None
+
+    def log(self, level: LogLevel, message: str) -> None:
+        if level < self.level:
+            return
+        stamp = datetime.datetime.now().strftime("%Y/%m/%d %H:%M:%S.%f")
+        line = f"{self.prefix}{stamp} {level.label}: {message}\n"
+        stream = self.stream if self.stream is not None else sys.stderr
+        try:
+            stream.write(line)
+            stream.flush()
+        except (OSError, ValueError):  # stderr gone: keep serving rather than die on a log line
+            pass
+
+    def debug(self, message: str) -> None:
+        self.log(LogLevel.DEBUG, message)
+
+    def info(self, message: str) -> None:
+        self.log(LogLevel.INFO, message)
+
+    def warn(self, message: str) -> None:
+        self.log(LogLevel.WARN, message)
+
+    def error(self, message: str) -> None:
+        self.log(LogLevel.ERROR, message)
+
+    def fatal(self, message: str) -> None:
+        self.log(LogLevel.FATAL, message)
+
+    def stdlib_logger(self, name: str) -> logging.Logger:
+        """A ``logging.Logger`` (for libraries such as hypercorn) that writes through this one."""
+        logger = logging.getLogger(name)
+        logger.handlers = [_Forward(self)]
+        logger.propagate = False
+        logger.setLevel(logging.DEBUG)
+        return logger
+
+
+_LEVELS = ((logging.ERROR, LogLevel.ERROR), (logging.WARNING, LogLevel.WARN),
+           (logging.INFO, LogLevel.INFO))
+
+
+class _Forward(logging.Handler):
+    def __init__(self, target: Logger) -> None:
+        super().__init__()
+        self._target = target
+
+    def emit(self, record: logging.LogRecord) -> None:
+        level = next((ours for theirs, ours in _LEVELS if record.levelno >= theirs),
+                     LogLevel.DEBUG)
+        try:
+            message = record.getMessage()
+        except Exception:  # a library's bad format string must not break the server
+            message = str(record.msg)
+        if record.exc_info and record.exc_info[1] is not None:
+            message = f"{message} - {record.exc_info[1]!r}"
+        self._target.log(level, message)
