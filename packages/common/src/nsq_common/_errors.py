@@ -7,7 +7,7 @@ Error tree::
                              nsqd closes the connection after writing a fatal one
 
 A peer that breaks the framing so badly that no error frame makes sense (an over-long
-command line, a bad magic on lookupd) raises ``ConnectionAbort``: close, say nothing.
+command line) raises ``ConnectionAbort``: close, say nothing.
 """
 
 from __future__ import annotations
