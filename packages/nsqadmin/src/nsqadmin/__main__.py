@@ -1,0 +1,71 @@
+"""The nsqadmin command: Go-style flags and config file -> Options -> serve."""
+
+from __future__ import annotations
+
+import platform
+import signal
+import sys
+from collections.abc import Sequence
+
+import trio
+from nsq_common import NSQ_VERSION, FlagError, exit_with_flag_error
+
+from .logs import setup_logging
+from .options import Options, build_flagset
+from .server import serve
+
+
+def version_string() -> str:
+    return f"nsqadmin v{NSQ_VERSION} (built w/python{platform.python_version()})"
+
+
+def parse_options(argv: Sequence[str]) -> Options:
+    flags = build_flagset()
+    try:
+        values, given, _ = flags.parse(argv)
+        if values["config"]:
+            flags.apply_config_file(values["config"], values, given)
+    except FlagError as exc:
+        exit_with_flag_error(flags, exc)
+    if values["version"]:
+        print(version_string())
+        raise SystemExit(0)
+    options = Options.from_values(values)
+    try:
+        options.validate()
+    except ValueError as exc:
+        sys.stderr.write(f"{options.log_prefix}FATAL: failed to instantiate nsqadmin - {exc}\n")
+        raise SystemExit(1) from None
+    return options
+
+
+async def _run(options: Options) -> None:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(serve, options)
+            async for _ in signals:
+                break
+            nursery.cancel_scope.cancel()
+
+
+def _first(group: BaseExceptionGroup[OSError]) -> BaseException:
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    return exc
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    options = parse_options(sys.argv[1:] if argv is None else argv)
+    log = setup_logging(options.log_prefix, options.log_level)
+    log.info(version_string())
+    try:
+        trio.run(_run, options)
+    except* OSError as group:  # e.g. the port is taken
+        log.critical("listen (%s) failed - %s", options.http_address, _first(group))
+        sys.exit(1)
+    log.info("exiting")
+
+
+if __name__ == "__main__":
+    main()

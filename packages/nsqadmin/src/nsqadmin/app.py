@@ -1,0 +1,189 @@
+"""``create_app(options)``: the nsqadmin Starlette application.
+
+The routes keep the Go nsqadmin's URL layout (pages, ``/api/...``, ``/config/:opt``, ``/ping``,
+``/static/...``) under ``--base-path``. The lifespan runs two background tasks: the
+notification sender and the sampler that feeds the sparklines every ``--refresh-interval``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import attrs
+import httpx
+import trio
+from nsq_common import NSQ_VERSION, format_go_duration
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.gzip import GZipMiddleware
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from . import api, views
+from .cluster import ClusterInfo
+from .formatting import install_filters
+from .history import History
+from .notify import Notifier
+from .options import Options
+from .upstream import ClusterError, Upstream, build_client
+
+log = logging.getLogger("nsqadmin")
+PACKAGE_DIR = Path(__file__).parent
+
+
+@attrs.define(eq=False)
+class Admin:
+    """Everything a request handler needs, kept on ``app.state.admin``."""
+
+    options: Options
+    cluster: ClusterInfo
+    history: History
+    notifier: Notifier
+    templates: Jinja2Templates
+
+    def is_admin(self, request: Request) -> bool:
+        """Anyone, unless ``--admin-user`` names who may act (read from ``--acl-http-header``)."""
+        users = self.options.admin_users
+        return not users or request.headers.get(self.options.acl_http_header, "") in users
+
+    def path(self, path: str) -> str:
+        """``path`` under ``--base-path``."""
+        return self.options.base_path.rstrip("/") + path
+
+
+async def sample(admin: Admin) -> None:
+    """Record one sample of every topic and channel (and the counter) for the sparklines."""
+    try:
+        nodes = await admin.cluster.nodes()
+        stats = await admin.cluster.stats(nodes.value, include_clients=False)
+    except ClusterError as exc:
+        log.debug("sampler: %s", exc)
+        return
+    views.record_history(admin, stats.value.topics)
+    views.record_counter(admin, stats.value)
+
+
+async def run_sampler(admin: Admin, interval: float) -> None:
+    while True:
+        await sample(admin)
+        await trio.sleep(interval)
+
+
+def _templates() -> Jinja2Templates:
+    templates = Jinja2Templates(directory=str(PACKAGE_DIR / "templates"))
+    templates.env.trim_blocks = True
+    templates.env.lstrip_blocks = True
+    install_filters(templates.env)
+    templates.env.globals["version"] = NSQ_VERSION
+    return templates
+
+
+def create_app(options: Options, cluster: ClusterInfo | None = None, *,
+               client: httpx.AsyncClient | None = None, history: History | None = None,
+               sampling: bool = True) -> Starlette:
+    """The ASGI app for ``options``.
+
+    Args:
+        options: validated options.
+        cluster: the cluster to show; by default one built from ``options`` over ``client``.
+        client: the HTTP client for daemons and notifications; by default one built from
+            ``options`` and closed when the app's lifespan ends.
+        history: where sparkline samples are kept (a fresh one by default).
+        sampling: sample the cluster in the background while the lifespan runs.
+    """
+    owned = client is None
+    http = client if client is not None else build_client(options)
+    if cluster is None:
+        cluster = ClusterInfo(Upstream(http), list(options.nsqlookupd_http_addresses),
+                              list(options.nsqd_http_addresses))
+    admin = Admin(options, cluster, history or History(),
+                  Notifier(options.notification_http_endpoint, http), _templates())
+    admin.templates.env.globals["bp"] = admin.path
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(admin.notifier.run)
+                if sampling:
+                    nursery.start_soon(run_sampler, admin, options.refresh_interval)
+                try:
+                    yield
+                finally:
+                    nursery.cancel_scope.cancel()
+        finally:
+            if owned:
+                await http.aclose()
+
+    static_dir = options.dev_static_dir or str(PACKAGE_DIR / "static")
+    routes: list[BaseRoute] = [
+        Route("/ping", ping, methods=["GET"]),
+        *views.routes(),
+        *api.routes(options),
+        Mount("/static", StaticFiles(directory=static_dir), name="static"),
+    ]
+    if options.base_path != "/":
+        routes = [Mount(options.base_path, routes=routes)]
+    app = Starlette(routes=routes, lifespan=lifespan,
+                    middleware=[Middleware(RequestLog), Middleware(GZipMiddleware,
+                                                                   minimum_size=1024)],
+                    exception_handlers={404: not_found, 405: method_not_allowed})
+    app.state.admin = admin
+    return app
+
+
+class RequestLog:
+    """One line per request, as the Go nsqadmin logs them: ``200 GET /api/topics (ip:port) 2ms``."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status = 500
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            client = scope.get("client") or ("", 0)
+            query = scope.get("query_string", b"").decode("latin-1")
+            uri = scope.get("raw_path", scope["path"].encode()).decode("latin-1")
+            uri += f"?{query}" if query else ""
+            log.info("%d %s %s (%s:%s) %s", status, scope["method"], uri, client[0], client[1],
+                     format_go_duration(time.perf_counter() - start))
+
+
+async def ping(request: Request) -> Response:
+    return PlainTextResponse("OK")
+
+
+async def not_found(request: Request, exc: Exception) -> Response:
+    if "/api/" in request.url.path or "/config/" in request.url.path:
+        return api.v1_error(404, "NOT_FOUND")
+    return views.render_error(request, 404, "Not found",
+                              "There is no page at this address.")
+
+
+async def method_not_allowed(request: Request, exc: Exception) -> Response:
+    headers: dict[str, Any] = dict(getattr(exc, "headers", None) or {})
+    response = api.v1_error(405, "METHOD_NOT_ALLOWED")
+    response.headers.update(headers)
+    return response

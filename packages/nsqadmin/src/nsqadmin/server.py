@@ -1,0 +1,60 @@
+"""``serve(options)``: nsqadmin on Trio through Hypercorn.
+
+The listening socket is bound first, so the real address (port 0 included) is known and
+logged as ``HTTP: listening on HOST:PORT`` before anything is served, as the Go daemons do.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+
+import trio
+from hypercorn.config import Config, Sockets
+from hypercorn.trio.run import worker_serve
+from hypercorn.utils import wrap_app
+
+from .app import create_app
+from .options import Options
+
+log = logging.getLogger("nsqadmin")
+
+
+def bind_socket(address: str) -> socket.socket:
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]") or "0.0.0.0"
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, int(port)))
+        sock.listen(1024)
+    except OSError:
+        sock.close()
+        raise
+    sock.setblocking(False)
+    return sock
+
+
+def shown_address(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+async def serve(options: Options, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED
+                ) -> None:
+    """Serve the dashboard until cancelled; ``task_status`` gets the bound ``host:port``."""
+    sock = bind_socket(options.http_address)
+    address = shown_address(sock)
+    log.info("HTTP: listening on %s", address)
+    config = Config()
+    config.accesslog = None
+    config.errorlog = logging.getLogger("nsqadmin.http")
+    config.errorlog.setLevel(logging.WARNING)
+    config.keep_alive_timeout = 75
+    app = wrap_app(create_app(options), config.wsgi_max_body_size, "asgi")
+    sockets = Sockets(secure_sockets=[], insecure_sockets=[sock], quic_sockets=[])
+    async with trio.open_nursery() as nursery:
+        await nursery.start(lambda task_status: worker_serve(app, config, sockets=sockets,
+                                                             task_status=task_status))
+        task_status.started(address)

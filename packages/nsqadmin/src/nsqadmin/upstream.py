@@ -1,0 +1,182 @@
+"""HTTP requests to nsqd and nsqlookupd, the way NSQ's own tools make them (cf. the Go
+internal/http_api client): ``Accept: application/vnd.nsq; version=1.0``, JSON bodies, and a
+retry over HTTPS when a daemon answers 403 with its ``https_port`` (``--tls-required``).
+
+Errors::
+
+    UpstreamError   one daemon did not answer as asked: refused, timed out, a status other
+                    than 200, a body that is not JSON. Carries the daemon's address, so a
+                    page can name the node that failed and still render the others.
+    ClusterError    not one daemon of the kind asked answered (the API's 502 UPSTREAM_ERROR).
+
+Fan-out results are ``Partial`` values: what the reachable daemons said, plus the errors of
+the ones that did not answer.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import ssl
+from collections.abc import Iterable
+from http import HTTPStatus
+from typing import Any, Generic, TypeVar
+from urllib.parse import urlencode, urlsplit, urlunsplit
+
+import attrs
+import httpx
+
+from .options import Options
+
+ACCEPT_V1 = "application/vnd.nsq; version=1.0"
+log = logging.getLogger("nsqadmin")
+T = TypeVar("T")
+
+
+class UpstreamError(Exception):
+    """One daemon at ``address`` failed to answer; ``str()`` says how."""
+
+    def __init__(self, address: str, message: str, status: int | None = None,
+                 reply: str = "") -> None:
+        super().__init__(message)
+        self.address = address
+        self.message = message
+        self.status = status  # the HTTP status, when the daemon answered at all
+        self.reply = reply  # the V1 ``message`` of its answer, e.g. ``TOPIC_NOT_FOUND``
+
+
+class ClusterError(Exception):
+    """Every daemon asked failed; the message lists why, as the Go nsqadmin words it."""
+
+    def __init__(self, kind: str, errors: Iterable[UpstreamError]) -> None:
+        self.kind = kind
+        self.errors = tuple(errors)
+        super().__init__(f"failed to query any {kind}: " + "\n".join(map(str, self.errors)))
+
+
+@attrs.frozen
+class Partial(Generic[T]):
+    """A fan-out answer: ``value`` from the daemons that answered, ``errors`` from the rest."""
+
+    value: T
+    errors: tuple[UpstreamError, ...] = ()
+
+    @property
+    def failed_addresses(self) -> set[str]:
+        return {e.address for e in self.errors}
+
+
+def warning_message(errors: Iterable[UpstreamError]) -> str:
+    """The API's ``message`` field: empty, or ``WARNING: e1; e2``."""
+    texts = [str(e) for e in errors]
+    return "WARNING: " + "; ".join(texts) if texts else ""
+
+
+def build_client(options: Options) -> httpx.AsyncClient:
+    """An HTTP client with the connect/request timeouts and TLS settings of ``options``."""
+    verify: ssl.SSLContext | bool = True
+    if options.http_client_tls_insecure_skip_verify:
+        verify = False
+    elif options.http_client_tls_root_ca_file or options.http_client_tls_cert:
+        context = ssl.create_default_context(cafile=options.http_client_tls_root_ca_file or None)
+        if options.http_client_tls_cert:
+            context.load_cert_chain(options.http_client_tls_cert, options.http_client_tls_key)
+        verify = context
+    timeout = httpx.Timeout(options.http_client_request_timeout,
+                            connect=options.http_client_connect_timeout)
+    return httpx.AsyncClient(timeout=timeout, verify=verify, headers={"Accept": ACCEPT_V1},
+                             follow_redirects=False, trust_env=False)
+
+
+def _describe(exc: httpx.HTTPError) -> str:
+    """Why a request failed, in a few words (``connection refused``, ``timed out``)."""
+    if isinstance(exc, httpx.TimeoutException):
+        return "timed out"
+    seen: BaseException | None = exc
+    while seen is not None:  # find the socket error under httpx's and trio's wrappers
+        if isinstance(seen, BaseExceptionGroup) and seen.exceptions:
+            seen = seen.exceptions[0]
+            continue
+        if isinstance(seen, OSError) and seen.errno:
+            return os.strerror(seen.errno).lower()
+        seen = seen.__cause__ or seen.__context__
+    return str(exc) or type(exc).__name__
+
+
+@attrs.define(eq=False)
+class Upstream:
+    """Requests to daemons by ``host:port``; every failure becomes an ``UpstreamError``."""
+
+    client: httpx.AsyncClient
+
+    async def get_json(self, address: str, path: str, params: dict[str, str] | None = None
+                       ) -> dict[str, Any]:
+        """GET a V1 endpoint that answers a JSON object."""
+        body = await self._request("GET", address, path, params)
+        try:
+            value = json.loads(body)
+        except ValueError:
+            value = None
+        if not isinstance(value, dict):
+            raise UpstreamError(address, f"GET {_url(address, path, params)}: response is not "
+                                         "a JSON object")
+        return value
+
+    async def post(self, address: str, path: str, params: dict[str, str] | None = None) -> None:
+        await self._request("POST", address, path, params)
+
+    async def _request(self, method: str, address: str, path: str,
+                       params: dict[str, str] | None) -> bytes:
+        url = _url(address, path, params)
+        log.debug("CI: querying %s", url)
+        for _ in range(2):
+            try:
+                response = await self.client.request(method, url)
+            except httpx.HTTPError as exc:
+                raise UpstreamError(address, f"{method} {url}: {_describe(exc)}") from exc
+            if response.status_code == 200:
+                return response.content
+            if response.status_code == 403 and url.startswith("http:"):
+                https = _https_url(url, response.content)
+                if https is not None:
+                    url = https
+                    continue
+            break
+        status = response.status_code
+        reply = _v1_message(response.content)
+        phrase = response.reason_phrase or (HTTPStatus(status).phrase if status in _KNOWN else "")
+        raise UpstreamError(address, f"{method} {url}: got response {status} {phrase}: {reply}",
+                            status, reply)
+
+
+_KNOWN = {s.value for s in HTTPStatus}
+
+
+def _v1_message(body: bytes) -> str:
+    """The ``message`` of a V1 error body, else the body as text."""
+    text = body.decode("utf-8", "replace").strip()
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text[:500]
+    if isinstance(value, dict) and isinstance(value.get("message"), str):
+        return value["message"]
+    return text[:500]
+
+
+def _url(address: str, path: str, params: dict[str, str] | None) -> str:
+    query = f"?{urlencode(params)}" if params else ""
+    return f"http://{address}{path}{query}"
+
+
+def _https_url(url: str, body: bytes) -> str | None:
+    """The HTTPS twin of ``url`` named by a ``TLS_REQUIRED`` answer, if it names one."""
+    try:
+        port = int(json.loads(body)["https_port"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    host = f"[{host}]" if ":" in host else host
+    return urlunsplit(("https", f"{host}:{port}", parts.path, parts.query, ""))

@@ -1,0 +1,316 @@
+"""The HTML pages: topics, a topic, a channel, nodes, a node, counter, lookup.
+
+Each page has a loader (cluster queries -> template context) and one template pair:
+``pages/<name>.html`` for a normal request and ``partials/<name>.html`` (the ``#live``
+region, which refreshes itself every few seconds) when htmx asks (``HX-Request``).
+A daemon that fails to answer shows up in the page's warnings; the rest still renders.
+POSTs to the page URLs are admin actions, handled in ``actions.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import attrs
+from markupsafe import Markup
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from . import actions
+from .history import sparkline
+from .stats import Node, TopicStats, aggregate_topic
+from .upstream import ClusterError, UpstreamError
+
+if TYPE_CHECKING:
+    from .app import Admin
+    from .cluster import Stats
+
+Context = dict[str, Any]
+
+
+def admin_of(request: Request) -> Admin:
+    admin: Admin = request.app.state.admin
+    return admin
+
+
+def is_htmx(request: Request) -> bool:
+    return request.headers.get("hx-request") == "true"
+
+
+@attrs.define(eq=False)
+class Warnings:
+    """Upstream errors met while loading a page, one per daemon address."""
+
+    errors: dict[str, UpstreamError] = attrs.field(factory=dict)
+
+    def add(self, errors: Iterable[UpstreamError]) -> None:
+        for error in errors:
+            self.errors.setdefault(error.address, error)
+
+    def __contains__(self, address: str) -> bool:
+        return address in self.errors
+
+    def __iter__(self) -> Iterator[UpstreamError]:
+        return iter(self.errors.values())
+
+    def __len__(self) -> int:
+        return len(self.errors)
+
+
+def record_history(admin: Admin, per_node: Iterable[TopicStats]) -> list[TopicStats]:
+    """Sum per-node topic stats into one per topic, and sample them for the sparklines."""
+    by_topic: dict[str, list[TopicStats]] = {}
+    for stats in per_node:
+        by_topic.setdefault(stats.topic_name, []).append(stats)
+    totals = [aggregate_topic(name, parts) for name, parts in sorted(by_topic.items())]
+    admin.history.record(totals)
+    return totals
+
+
+def record_counter(admin: Admin, stats: Stats) -> int:
+    """Sample the counter: every message every channel has been given, over all nodes."""
+    total = sum(c.message_count for c in stats.channels.values())
+    admin.history.observe(("messages", "*", "*"), total)
+    return total
+
+
+def _charts(admin: Admin) -> Context:
+    history = admin.history
+
+    def spark(metric: str, topic: str, channel: str = "", label: str = "") -> Markup:
+        values = history.rates(topic, channel) if metric == "rate" else history.values(
+            metric, topic, channel)
+        return sparkline(values, label or f"{metric} of {topic}")
+
+    def rate(topic: str, channel: str = "") -> float | None:
+        return history.rate(topic, channel)
+
+    return {"spark": spark, "rate_of": rate}
+
+
+def render(request: Request, page: str, context: Context, *, status: int = 200,
+           report: actions.Report | None = None) -> Response:
+    """A full page, or just its ``#live`` region for htmx (plus an out-of-band report)."""
+    admin = admin_of(request)
+    partial = is_htmx(request)
+    ctx: Context = {
+        "page": page, "refresh": admin.options.refresh_interval,
+        "is_admin": admin.is_admin(request), "lookupd_mode": admin.cluster.lookupd_mode,
+        "lookupds": admin.cluster.lookupd_addresses, "live_url": _live_url(admin, page, request),
+        "report": report, "report_oob": partial and report is not None, **_charts(admin),
+        **context,
+    }
+    flash = None
+    if not partial and report is None:
+        flash = actions.read_flash(request)
+        ctx["report"] = flash
+    full = not partial or page in ("error", "confirm")
+    name = f"pages/{page}.html" if full else f"partials/{page}.html"
+    response = admin.templates.TemplateResponse(request, name, ctx, status_code=status)
+    response.headers["Cache-Control"] = "no-store"
+    response.headers["Vary"] = "HX-Request"
+    if flash is not None:
+        actions.clear_flash(response, admin)
+    return response
+
+
+def _live_url(admin: Admin, page: str, request: Request) -> str:
+    try:
+        return admin.path(actions.page_path(page, dict(request.path_params)))
+    except KeyError:
+        return ""
+
+
+def render_error(request: Request, status: int, title: str, text: str) -> Response:
+    return render(request, "error", {"title": title, "text": text, "warnings": Warnings()},
+                  status=status)
+
+
+Loader = Callable[[Request], Awaitable[Context]]
+
+
+def page(name: str, loader: Loader) -> Callable[[Request], Awaitable[Response]]:
+    async def endpoint(request: Request) -> Response:
+        if request.method == "POST":
+            return await actions.handle(request, name, lambda: loader(request))
+        context = await loader(request)
+        return render(request, name, context, status=context.pop("status", 200))
+
+    endpoint.__name__ = f"{name}_page"
+    return endpoint
+
+
+async def _nodes_and_stats(admin: Admin, warnings: Warnings, *, topic: str = "",
+                           channel: str = "", clients: bool = False,
+                           producers: bool = False) -> tuple[list[Node], list[TopicStats], Any]:
+    """Nodes (all, or the topic's producers) and their stats; failures go to ``warnings``."""
+    cluster = admin.cluster
+    found = await (cluster.topic_producers(topic) if producers else cluster.nodes())
+    warnings.add(found.errors)
+    stats = await cluster.stats(found.value, topic=topic, channel=channel,
+                                include_clients=clients)
+    warnings.add(stats.errors)
+    return found.value, list(stats.value.topics), stats.value
+
+
+async def load_topics(request: Request) -> Context:
+    admin = admin_of(request)
+    warnings = Warnings()
+    try:
+        names: set[str] = set()
+        if admin.cluster.lookupd_mode:
+            listed = await admin.cluster.lookupd_topics()
+            warnings.add(listed.errors)
+            names.update(listed.value)
+        nodes, per_node, _ = await _nodes_and_stats(admin, warnings)
+    except ClusterError as exc:
+        warnings.add(exc.errors)
+        return {"fatal": exc.kind, "warnings": warnings, "topics": [], "nodes": []}
+    totals = {t.topic_name: t for t in record_history(admin, per_node)}
+    rows = [totals.get(name) or TopicStats(node="", hostname="", topic_name=name)
+            for name in sorted(names | totals.keys())]
+    return {"topics": rows, "nodes": nodes, "warnings": warnings}
+
+
+async def load_topic(request: Request) -> Context:
+    admin = admin_of(request)
+    topic = request.path_params["topic"]
+    warnings = Warnings()
+    try:
+        producers, per_node, _ = await _nodes_and_stats(admin, warnings, topic=topic,
+                                                        producers=True)
+    except ClusterError as exc:
+        warnings.add(exc.errors)
+        return {"fatal": exc.kind, "warnings": warnings, "topic": topic, "stats": None,
+                "producers": [], "unreachable": []}
+    totals = record_history(admin, per_node)
+    stats = totals[0] if totals else aggregate_topic(topic, [])
+    unreachable = [p for p in producers if p.address in warnings]
+    return {"topic": topic, "stats": stats, "producers": producers,
+            "unreachable": unreachable, "warnings": warnings}
+
+
+async def load_channel(request: Request) -> Context:
+    admin = admin_of(request)
+    topic, channel = request.path_params["topic"], request.path_params["channel"]
+    warnings = Warnings()
+    try:
+        producers, per_node, stats = await _nodes_and_stats(admin, warnings, topic=topic,
+                                                            channel=channel, clients=True,
+                                                            producers=True)
+    except ClusterError as exc:
+        warnings.add(exc.errors)
+        return {"fatal": exc.kind, "warnings": warnings, "topic": topic, "channel": channel,
+                "stats": None, "unreachable": []}
+    record_history(admin, per_node)
+    unreachable = [p for p in producers if p.address in warnings]
+    return {"topic": topic, "channel": channel, "stats": stats.channels.get(channel),
+            "unreachable": unreachable, "warnings": warnings}
+
+
+async def load_nodes(request: Request) -> Context:
+    admin = admin_of(request)
+    warnings = Warnings()
+    cluster = admin.cluster
+    try:
+        found = await cluster.nodes()
+        warnings.add(found.errors)
+        nodes = found.value
+        health = {n.http_address: n.health for n in nodes}
+        if cluster.lookupd_mode:
+            # lookupd does not know whether a node is healthy: ask each node.
+            try:
+                stats = await cluster.stats(nodes, include_clients=False)
+                warnings.add(stats.errors)
+                health.update(stats.value.health)
+            except ClusterError as exc:
+                warnings.add(exc.errors)
+    except ClusterError as exc:
+        warnings.add(exc.errors)
+        nodes, health = [], {}
+    known = {n.address for n in nodes}
+    missing = [e for e in warnings if e.address not in known
+               and e.address in cluster.nsqd_addresses]
+    return {"nodes": nodes, "health": health, "missing": missing, "warnings": warnings}
+
+
+async def load_node(request: Request) -> Context:
+    admin = admin_of(request)
+    name = request.path_params["node"]
+    warnings = Warnings()
+    cluster = admin.cluster
+    try:
+        found = await cluster.nodes()
+        warnings.add(found.errors)
+    except ClusterError as exc:
+        warnings.add(exc.errors)
+        return {"node_name": name, "node": None, "warnings": warnings, "status": 404}
+    node = cluster.find_node(found.value, name)
+    if node is None:
+        return {"node_name": name, "node": None, "warnings": warnings, "status": 404}
+    topics: list[TopicStats] = []
+    health = node.health
+    try:
+        stats = await cluster.stats([node], include_clients=True)
+        topics = sorted(stats.value.topics, key=lambda t: t.topic_name)
+        health = stats.value.health.get(node.http_address, health)
+    except ClusterError as exc:
+        warnings.add(exc.errors)
+    return {
+        "node_name": name, "node": node, "topics": topics, "health": health,
+        "total_messages": sum(t.message_count for t in topics),
+        "total_clients": sum(len(c.clients or ()) for t in topics for c in t.channels or ()),
+        "warnings": warnings,
+    }
+
+
+async def load_counter(request: Request) -> Context:
+    admin = admin_of(request)
+    warnings = Warnings()
+    try:
+        _, per_node, stats = await _nodes_and_stats(admin, warnings)
+    except ClusterError as exc:
+        warnings.add(exc.errors)
+        return {"fatal": exc.kind, "warnings": warnings, "total": None}
+    record_history(admin, per_node)
+    total = record_counter(admin, stats)
+    return {"total": total, "channels": len(stats.channels), "warnings": warnings}
+
+
+async def load_lookup(request: Request) -> Context:
+    admin = admin_of(request)
+    registrations = await admin.cluster.lookupd_registrations()
+    warnings = Warnings()
+    warnings.add(r.error for r in registrations if r.error is not None)
+    inactive: dict[str, set[str]] = {}
+    for reg in registrations:
+        for topic, (channels, producers) in reg.topics.items():
+            if not producers:
+                inactive.setdefault(topic, set()).update(channels)
+    return {"registrations": registrations, "warnings": warnings,
+            "inactive": {t: sorted(c) for t, c in sorted(inactive.items())}}
+
+
+topics_page = page("topics", load_topics)
+topic_page = page("topic", load_topic)
+channel_page = page("channel", load_channel)
+nodes_page = page("nodes", load_nodes)
+node_page = page("node", load_node)
+counter_page = page("counter", load_counter)
+lookup_page = page("lookup", load_lookup)
+
+
+def routes() -> list[Route]:
+    both = ["GET", "POST"]
+    return [
+        Route("/", topics_page, methods=both),
+        Route("/topics", topics_page, methods=both),
+        Route("/topics/{topic}", topic_page, methods=both),
+        Route("/topics/{topic}/{channel}", channel_page, methods=both),
+        Route("/nodes", nodes_page, methods=["GET"]),
+        Route("/nodes/{node}", node_page, methods=both),
+        Route("/counter", counter_page, methods=["GET"]),
+        Route("/lookup", lookup_page, methods=both),
+    ]

@@ -1,0 +1,165 @@
+"""A real browser against a real nsqadmin process and two nsqd: Playwright driving Debian's
+Chromium (headless). It clicks through to a channel and pauses it, checks nsqd's /stats,
+watches a table refresh in place, runs the same action with JavaScript off, and writes a
+screenshot of every page to artifacts/screenshots/ (git-ignored)."""
+
+import socket
+from pathlib import Path
+
+import httpx
+import pytest
+from nsq_common import MAGIC_V2, commands
+from nsq_testing import free_port
+
+sync_api = pytest.importorskip("playwright.sync_api")
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "artifacts" / "screenshots"
+
+
+@pytest.fixture
+def browser():
+    if not CHROMIUM.exists():
+        pytest.skip("Chromium is not installed (apt-get install chromium)")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                                             args=ARGS)
+        yield browser
+        browser.close()
+
+
+def shoot(page, name: str) -> None:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"nsqadmin-{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    assert path.stat().st_size > 0
+
+
+def channel_stats(daemon, topic: str, channel: str) -> dict:
+    body = httpx.get(f"http://{daemon.http_address}/stats",
+                     params={"format": "json", "topic": topic, "channel": channel}).json()
+    return body["topics"][0]["channels"][0]
+
+
+def consumer(daemon, topic: str, channel: str) -> socket.socket:
+    """A bare TCP consumer with RDY 1, so the channel page has a client to show."""
+    sock = socket.create_connection(("127.0.0.1", daemon.tcp_port), timeout=5)
+    sock.sendall(MAGIC_V2 + commands.identify({"hostname": "billing-worker-1",
+                                               "user_agent": "billing/2.4 go-nsq/1.1.0",
+                                               "client_id": "billing-1"})
+                 + commands.sub(topic, channel) + commands.rdy(1))
+    return sock
+
+
+def test_pause_a_channel_by_clicking(run_daemon, browser):
+    a = run_daemon("nsqd", "--broadcast-address=127.0.0.1")
+    b = run_daemon("nsqd", "--broadcast-address=127.0.0.1")
+    for daemon in (a, b):
+        for topic in ("orders", "payments"):
+            httpx.post(f"http://{daemon.http_address}/topic/create", params={"topic": topic})
+    for channel in ("billing", "audit"):
+        httpx.post(f"http://{a.http_address}/channel/create",
+                   params={"topic": "orders", "channel": channel})
+    httpx.post(f"http://{b.http_address}/channel/create",
+               params={"topic": "orders", "channel": "billing"})
+    for n in range(12):
+        httpx.post(f"http://{(a, b)[n % 2].http_address}/pub", params={"topic": "orders"},
+                   content=b"order %d" % n)
+    worker = consumer(a, "orders", "billing")
+    admin = run_daemon("nsqadmin", f"--nsqd-http-address={a.http_address}",
+                       f"--nsqd-http-address={b.http_address}", "--refresh-interval=1s",
+                       "--http-address=127.0.0.1:0",
+                       expect=("HTTP",))
+    base = f"http://{admin.http_address}"
+    expect = sync_api.expect
+    try:
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        page.goto(base + "/")
+        expect(page.get_by_role("heading", name="Topics")).to_be_visible()
+        expect(page.locator("#live tbody tr")).to_have_count(2)
+        page.wait_for_function("() => window.htmx !== undefined")
+
+        page.get_by_role("link", name="orders", exact=True).click()
+        expect(page.get_by_role("heading", name="Topic orders")).to_be_visible()
+
+        page.get_by_role("link", name="billing", exact=True).click()
+        expect(page.get_by_role("heading", name="Channel billing")).to_be_visible()
+        expect(page.get_by_role("rowheader", name="billing-worker-1")).to_be_visible()
+        page.evaluate("() => { window.stillHere = true }")
+        page.get_by_role("button", name="Pause channel").click()
+        expect(page.get_by_role("button", name="Unpause channel")).to_be_visible()
+        expect(page.locator("#report")).to_contain_text(
+            "Paused channel orders/billing on 2 daemons.")
+        assert page.evaluate("() => window.stillHere") is True  # swapped in place, no reload
+        assert channel_stats(a, "orders", "billing")["paused"] is True
+        assert channel_stats(b, "orders", "billing")["paused"] is True
+
+        # the tables refresh themselves: new messages show up without a reload
+        total = page.locator("#live tfoot td").nth(6)
+        before = total.inner_text()
+        for n in range(5):
+            httpx.post(f"http://{b.http_address}/pub", params={"topic": "orders"},
+                       content=b"late %d" % n)
+        expect(total).not_to_have_text(before, timeout=10_000)
+        assert page.evaluate("() => window.stillHere") is True
+        shoot(page, "channel")
+
+        # a destructive action asks first
+        page.once("dialog", lambda dialog: dialog.accept())
+        page.get_by_role("button", name="Empty channel").click()
+        expect(page.locator("#report")).to_contain_text("Emptied channel orders/billing")
+        assert channel_stats(b, "orders", "billing")["depth"] == 0
+
+        for path, name in (("/", "topics"), ("/topics/orders", "topic"), ("/nodes", "nodes"),
+                           (f"/nodes/{a.http_address}", "node"), ("/counter", "counter")):
+            page.goto(base + path)
+            expect(page.locator("#live")).to_be_visible()
+            shoot(page, name)
+
+        phone = browser.new_page(viewport={"width": 390, "height": 844})
+        phone.goto(base + "/topics/orders")
+        expect(phone.get_by_role("heading", name="Topic orders")).to_be_visible()
+        shoot(phone, "topic-phone")
+
+        # without JavaScript the same buttons are plain forms (Post/Redirect/Get)
+        plain = browser.new_context(java_script_enabled=False).new_page()
+        plain.goto(base + "/topics/orders/billing")
+        plain.get_by_role("button", name="Unpause channel").click()
+        expect(plain.locator("#report")).to_contain_text(
+            "Unpaused channel orders/billing on 2 daemons.")
+        assert plain.url == base + "/topics/orders/billing"
+        assert channel_stats(a, "orders", "billing")["paused"] is False
+        plain.get_by_role("button", name="Delete channel").click()
+        expect(plain.get_by_role("heading", name="Are you sure?")).to_be_visible()
+        shoot(plain, "confirm")
+        plain.get_by_role("link", name="Cancel").click()
+        expect(plain.get_by_role("button", name="Pause channel")).to_be_visible()
+    finally:
+        worker.close()
+
+
+def test_lookupd_mode_with_a_dead_lookupd(run_daemon, browser):
+    lookupd = run_daemon("nsqlookupd")
+    dead = f"127.0.0.1:{free_port()}"
+    admin = run_daemon("nsqadmin", f"--lookupd-http-address={lookupd.http_address}",
+                       f"--lookupd-http-address={dead}", "--http-address=127.0.0.1:0",
+                       expect=("HTTP",))
+    base = f"http://{admin.http_address}"
+    expect = sync_api.expect
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    page.goto(base + "/lookup")
+    expect(page.locator("#live")).to_contain_text("1 daemon did not answer")
+    expect(page.locator("#live")).to_contain_text(dead)
+    page.get_by_role("textbox", name="Topic").fill("signups")
+    page.get_by_role("textbox", name="Channel").fill("welcome-mail")
+    page.get_by_role("button", name="Create").click()
+    expect(page.locator("#report")).to_contain_text("Created channel signups/welcome-mail")
+    expect(page.locator("#live")).to_contain_text("welcome-mail")
+    topics = httpx.get(f"http://{lookupd.http_address}/topics").json()["topics"]
+    assert topics == ["signups"]
+    shoot(page, "lookup")
+    page.goto(base + "/")
+    expect(page.get_by_role("link", name="signups")).to_be_visible()
+    shoot(page, "topics-degraded")
