@@ -1,5 +1,6 @@
 # Two commands on a fresh machine with Python 3.11 and make:
-#   make run    installs what is needed and starts nsqd on 127.0.0.1:4150/4151 (data under ./data)
+#   make run    installs what is needed and starts a whole cluster on 127.0.0.1 (data under ./data):
+#               nsqlookupd, two nsqd and nsqadmin (http://127.0.0.1:4171); Ctrl-C stops it
 #   make test   installs what is needed and runs every test
 PYTHON ?= python3
 UV_VERSION := 0.13.8
@@ -7,7 +8,7 @@ UV := .tools/bin/uv
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := .venv
 
-.PHONY: install run test lint bench clean
+.PHONY: install run test lint bench docs clean
 
 $(UV):
 	$(PYTHON) -m venv .tools
@@ -17,8 +18,7 @@ install: $(UV)
 	$(UV) sync --all-packages --locked --python $(PYTHON) --quiet
 
 run: install
-	mkdir -p data/nsqd
-	.venv/bin/nsqd --tcp-address=127.0.0.1:4150 --http-address=127.0.0.1:4151 --data-path=data/nsqd
+	.venv/bin/nsq-cluster up --data-dir data $(RUN_ARGS)
 
 lint: install
 	.venv/bin/ruff check .
@@ -28,6 +28,9 @@ test: lint
 
 bench: install
 	.venv/bin/python -m bench $(BENCH_ARGS)
+
+docs: install
+	.venv/bin/python scripts/gen_config_docs.py
 
 clean:
 	rm -rf .venv .tools .pytest_cache .ruff_cache

@@ -1,0 +1,158 @@
+"""What a local cluster is made of: the services, their ports and their command lines.
+
+The layout follows NSQ's own default ports, counted from a base port ``P`` (4150 by default):
+
+============  =============  ==============
+service       TCP            HTTP
+============  =============  ==============
+nsqd-1        P              P + 1
+nsqd-2        P + 100        P + 101
+nsqd-N        P + 100(N-1)   P + 100(N-1)+1
+nsqlookupd    P + 10         P + 11
+nsqadmin                     P + 21
+============  =============  ==============
+
+so the defaults are 4150/4151, 4250/4251, ..., nsqlookupd 4160/4161 and nsqadmin 4171. A base
+port of 0 lets the kernel choose every port (each daemon is told port 0 and reports the one it
+bound).
+
+The command lines here are the same as the services of ``compose.yaml`` apart from addresses
+and paths; a test compares the two.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_BASE_PORT = 4150
+DEFAULT_HOST = "127.0.0.1"
+NSQD_PORT_STRIDE = 100
+LOOKUPD_OFFSET = 10
+ADMIN_OFFSET = 21
+MAX_NSQD = 50
+
+
+@dataclass(frozen=True)
+class Port:
+    """One port a service listens on (0 = chosen by the kernel)."""
+
+    kind: str  # "TCP" or "HTTP", as the daemons name them in their "listening on" lines
+    number: int
+
+
+@dataclass(frozen=True)
+class Service:
+    name: str  # e.g. "nsqd-1"; also the log prefix
+    program: str  # the executable: nsqd, nsqlookupd or nsqadmin
+    args: tuple[str, ...]  # the flags, in NSQ's Go syntax
+    ports: tuple[Port, ...]
+    data_path: Path | None = None
+
+    @property
+    def argv(self) -> list[str]:
+        return [self.program, *self.args]
+
+    def port(self, kind: str) -> int:
+        return next(p.number for p in self.ports if p.kind == kind)
+
+
+@dataclass(frozen=True)
+class Topology:
+    """The services in start order: nsqlookupd, the nsqds, then nsqadmin."""
+
+    host: str
+    lookupd: Service
+    nsqds: tuple[Service, ...]
+    admin: Service
+
+    @property
+    def services(self) -> tuple[Service, ...]:
+        return (self.lookupd, *self.nsqds, self.admin)
+
+
+def is_wildcard(host: str) -> bool:
+    return host in ("0.0.0.0", "::", "")
+
+
+def local_address(host: str) -> str:
+    """The address to reach a service listening on ``host`` from this machine."""
+    if host == "::":
+        return "::1"
+    return "127.0.0.1" if is_wildcard(host) else host
+
+
+def address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def check_base_port(base_port: int, nsqd_count: int) -> None:
+    """Raises ValueError when the layout does not fit in the port range."""
+    if not 1 <= nsqd_count <= MAX_NSQD:
+        raise ValueError(f"--nsqd must be between 1 and {MAX_NSQD}")
+    if base_port == 0:
+        return
+    highest = base_port + NSQD_PORT_STRIDE * (nsqd_count - 1) + 1
+    highest = max(highest, base_port + ADMIN_OFFSET)
+    if base_port < 1 or highest > 65535:
+        raise ValueError(f"--base-port {base_port} with {nsqd_count} nsqd needs ports up to "
+                         f"{highest}; choose a base port between 1 and "
+                         f"{65535 - max(NSQD_PORT_STRIDE * (nsqd_count - 1) + 1, ADMIN_OFFSET)}")
+
+
+def plan(*, nsqd_count: int = 2, base_port: int = DEFAULT_BASE_PORT, host: str = DEFAULT_HOST,
+         data_dir: Path = Path("data"), broadcast_address: str | None = None,
+         nsqd_args: tuple[str, ...] = (), lookupd_args: tuple[str, ...] = (),
+         admin_args: tuple[str, ...] = ()) -> Topology:
+    """The services of a cluster of one nsqlookupd, ``nsqd_count`` nsqd and one nsqadmin.
+
+    The nsqd command lines name nsqlookupd's TCP address and nsqadmin's names its HTTP address;
+    with ``base_port=0`` those are filled in at start-up (see ``with_lookupd``).
+
+    Raises:
+        ValueError: the ports do not fit, or ``nsqd_count`` is out of range.
+    """
+    check_base_port(base_port, nsqd_count)
+    local = local_address(host)  # where the services reach each other
+    broadcast = broadcast_address or local  # what nsqd and nsqlookupd tell others
+
+    def port(offset: int) -> int:
+        return base_port + offset if base_port else 0
+
+    lookupd_tcp, lookupd_http = port(LOOKUPD_OFFSET), port(LOOKUPD_OFFSET + 1)
+    lookupd = Service(
+        "nsqlookupd", "nsqlookupd",
+        (f"--tcp-address={address(host, lookupd_tcp)}",
+         f"--http-address={address(host, lookupd_http)}",
+         f"--broadcast-address={broadcast}", *lookupd_args),
+        (Port("TCP", lookupd_tcp), Port("HTTP", lookupd_http)))
+    nsqds = []
+    for i in range(1, nsqd_count + 1):
+        tcp, http = port(NSQD_PORT_STRIDE * (i - 1)), port(NSQD_PORT_STRIDE * (i - 1) + 1)
+        data = data_dir / f"nsqd-{i}"
+        nsqds.append(Service(
+            f"nsqd-{i}", "nsqd",
+            (f"--tcp-address={address(host, tcp)}", f"--http-address={address(host, http)}",
+             f"--broadcast-address={broadcast}",
+             f"--lookupd-tcp-address={address(local, lookupd_tcp)}",
+             f"--data-path={data}", f"--node-id={i}", *nsqd_args),
+            (Port("TCP", tcp), Port("HTTP", http)), data))
+    admin_http = port(ADMIN_OFFSET)
+    admin = Service(
+        "nsqadmin", "nsqadmin",
+        (f"--http-address={address(host, admin_http)}",
+         f"--lookupd-http-address={address(local, lookupd_http)}", *admin_args),
+        (Port("HTTP", admin_http),))
+    return Topology(host, lookupd, tuple(nsqds), admin)
+
+
+def with_lookupd(service: Service, tcp_address: str, http_address: str) -> Service:
+    """``service`` pointed at the nsqlookupd that really listens on these addresses."""
+    args = []
+    for arg in service.args:
+        if arg.startswith("--lookupd-tcp-address="):
+            arg = f"--lookupd-tcp-address={tcp_address}"
+        elif arg.startswith("--lookupd-http-address="):
+            arg = f"--lookupd-http-address={http_address}"
+        args.append(arg)
+    return Service(service.name, service.program, tuple(args), service.ports, service.data_path)
