@@ -78,6 +78,14 @@ class CommandReader:
     def buffered(self) -> int:
         return len(self._buf) - self._pos
 
+    def take_buffered(self) -> bytes:
+        """Hand over the bytes not yet parsed (at a connection upgrade they belong to the
+        new layer: TLS records, compressed data)."""
+        data = bytes(self._buf[self._pos :])
+        self._buf = bytearray()
+        self._pos = 0
+        return data
+
     def next_command(self) -> Command | None:
         """The next whole command, or None when more bytes are needed.
 

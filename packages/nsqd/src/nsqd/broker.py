@@ -32,6 +32,7 @@ from .guid import GuidFactory
 from .lookup import Lookup
 from .message import Message
 from .options import Options
+from .tls import server_context, tls_required
 from .topic import Topic
 
 log = logging.getLogger("nsqd")
@@ -51,6 +52,8 @@ class Broker:
         self.exiting = False
         self.tcp_port = 0
         self.http_port = 0
+        self.tls_context = server_context(opts)
+        self.tls_required = tls_required(opts)
         self.features = ServerFeatures(
             version=NSQ_VERSION,
             max_rdy_count=opts.max_rdy_count,
@@ -64,6 +67,10 @@ class Broker:
             min_output_buffer_timeout=int(opts.min_output_buffer_timeout * 1000),
             max_output_buffer_timeout=int(opts.max_output_buffer_timeout * 1000),
             max_deflate_level=opts.max_deflate_level,
+            tls_available=self.tls_context is not None,
+            snappy_enabled=opts.snappy,
+            deflate_enabled=opts.deflate,
+            auth_required=bool(opts.auth_http_addresses),
         )
         # With --sync-every 1 every message is written through to disk before it is
         # acknowledged, so that not even a kill -9 loses one: memory queues are skipped.

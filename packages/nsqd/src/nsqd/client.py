@@ -56,6 +56,8 @@ class Client:
         self.output_buffer_timeout = output_buffer_timeout
         self.sample_rate = 0
         self.tls = False
+        self.tls_version = ""
+        self.tls_cipher_suite = ""
         self.snappy = False
         self.deflate = False
         self.identified = False

@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+import attrs
 from nsq_common import (
     CLOSE_WAIT_FRAME,
     OK_FRAME,
@@ -39,6 +40,16 @@ if TYPE_CHECKING:
     from .client import Client
 
 E = ErrorCode
+
+
+@attrs.frozen
+class Upgrades:
+    """What IDENTIFY negotiated: the connection switches layers right after its reply."""
+
+    tls: bool
+    snappy: bool
+    deflate: bool
+    deflate_level: int
 
 
 def _base10(text: bytes) -> int | None:
@@ -75,6 +86,8 @@ class ProtocolV2:
                                    "AUTH body too big %d > %d")
         self.sync_handlers = {b"FIN": self.fin, b"RDY": self.rdy, b"REQ": self.req, b"TOUCH": self.touch,
                       b"NOP": self.nop, b"SUB": self.sub, b"CLS": self.cls}
+        self._tls_required = broker.tls_required != "false"
+        self.upgrades: Upgrades | None = None
         self._batch_topic: bytes | None = None
         self._batch_bodies: list[bytes] = []
         self._batch_replies = 0
@@ -84,6 +97,9 @@ class ProtocolV2:
 
     # -- before the body -----------------------------------------------------------------
     def header(self, name: bytes, params: list[bytes]) -> BodySpec | None:
+        if self._tls_required and not self.client.tls and name != b"IDENTIFY":
+            raise ProtocolError(E.E_INVALID,
+                                f"cannot {_name(name)} in current state (TLS required)")
         if name == b"PUB":
             self._check_topic_param(b"PUB", params, 1)
             return self._pub_spec
@@ -238,6 +254,9 @@ class ProtocolV2:
             client.send_frame(OK_FRAME)
             return
         client.send_frame(encode_response(response_json(neg, features)))
+        # The connection upgrades after this reply, in nsqd's order: TLS, snappy, deflate,
+        # each answered with OK through the new layer (tcp.py does the I/O).
+        self.upgrades = Upgrades(neg.tls_v1, neg.snappy, neg.deflate, neg.deflate_level)
 
     async def auth(self, cmd: Command) -> None:
         raise ProtocolError(E.E_AUTH_DISABLED, "AUTH disabled")

@@ -50,8 +50,8 @@ def client_stats(client: Client, topic_filter: str | None = None) -> dict[str, A
         out["pub_counts"] = counts
     out.update({
         "tls": client.tls,
-        "tls_cipher_suite": "",
-        "tls_version": "",
+        "tls_cipher_suite": client.tls_cipher_suite,
+        "tls_version": client.tls_version,
         "tls_negotiated_protocol": "",
         "tls_negotiated_protocol_is_mutual": False,
     })

@@ -18,6 +18,7 @@ import trio
 from nsq_common import (
     HEARTBEAT_FRAME,
     MAGIC_V2,
+    OK_FRAME,
     CommandReader,
     ConnectionAbort,
     ProtocolError,
@@ -26,7 +27,8 @@ from nsq_common import (
 
 from .broker import Broker
 from .client import Client
-from .protocol import ProtocolV2
+from .protocol import ProtocolV2, Upgrades
+from .streams import CorruptStream, DeflateStream, PrefixedStream, SnappyStream
 
 log = logging.getLogger("nsqd")
 
@@ -49,7 +51,9 @@ def _address(stream: trio.SocketStream) -> str:
 class Connection:
     def __init__(self, broker: Broker, stream: trio.SocketStream, client: Client) -> None:
         self.broker = broker
-        self.stream = stream
+        self.stream: trio.abc.Stream = stream
+        # Held around every send, so an upgrade can swap ``stream`` between two sends.
+        self._send_lock = trio.Lock()
         self.client = client
         self.protocol = ProtocolV2(broker, client)
         self.reader = CommandReader(self.protocol.header)
@@ -74,8 +78,11 @@ class Connection:
             nursery.start_soon(self._write_loop)
             try:
                 await self._read_loop(initial)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                log.debug("client %s: connection broken: %r", self.client.remote_address, exc)
+            except (CorruptStream, trio.TooSlowError) as exc:
+                log.info("client %s: %s, closing", self.client.remote_address,
+                         exc or "TLS handshake timed out")
             # Let the writer send what is pending (say, a fatal error frame), then stop.
             self._closing = True
             self._wake()
@@ -108,6 +115,9 @@ class Connection:
                             handler(cmd.params)
                         elif proto.is_async(cmd.name):
                             await proto.handle_async(cmd)
+                            if proto.upgrades is not None:
+                                upgrades, proto.upgrades = proto.upgrades, None
+                                await self._upgrade(upgrades)
                         else:
                             proto.handle_sync(cmd)
                     except ProtocolError as raised:
@@ -139,7 +149,6 @@ class Connection:
 
     async def _write_loop(self) -> None:
         client = self.client
-        stream = self.stream
         now = trio.current_time
         hb_interval = client.heartbeat_interval
         next_hb = now() + hb_interval if hb_interval > 0 else math.inf
@@ -153,10 +162,12 @@ class Connection:
                     client.send_frame(HEARTBEAT_FRAME)
                     next_hb = t + hb_interval
                 if client.out and (client.urgent or self._closing or t >= client.flush_at):
-                    data = client.take_output()
                     timeout = hb_interval if hb_interval > 0 else math.inf
                     with trio.move_on_after(timeout) as scope:
-                        await stream.send_all(data)
+                        async with self._send_lock:
+                            data = client.take_output()  # may have gone out with an upgrade
+                            if data:
+                                await self.stream.send_all(data)
                     if scope.cancelled_caught:
                         log.info("client %s: write timed out, closing", client.remote_address)
                         self._disconnect()
@@ -177,6 +188,39 @@ class Connection:
         finally:
             self._drained.set()
             self._writer_done.set()
+
+
+    async def _upgrade(self, up: Upgrades) -> None:
+        """Switch layers after IDENTIFY as nsqd does: the reply in the clear, then TLS, then
+        snappy or deflate, each confirmed with an OK through the new layer."""
+        client = self.client
+        async with self._send_lock:
+            pending = client.take_output()  # the IDENTIFY reply
+            if pending:
+                await self.stream.send_all(pending)
+            stream: trio.abc.Stream = self.stream
+            ahead = self.reader.take_buffered()
+            if ahead:
+                stream = PrefixedStream(stream, ahead)
+            if up.tls:
+                assert self.broker.tls_context is not None
+                tls = trio.SSLStream(stream, self.broker.tls_context, server_side=True)
+                with trio.fail_after(5):
+                    await tls.do_handshake()
+                stream = tls
+                client.tls = True
+                client.tls_version = (tls.version() or "").replace("TLSv", "TLS")
+                client.tls_cipher_suite = (tls.cipher() or ("",))[0]
+                await stream.send_all(OK_FRAME)
+            if up.snappy:
+                stream = SnappyStream(stream)
+                client.snappy = True
+                await stream.send_all(OK_FRAME)
+            if up.deflate:
+                stream = DeflateStream(stream, up.deflate_level)
+                client.deflate = True
+                await stream.send_all(OK_FRAME)
+            self.stream = stream
 
 
 async def handle_stream(broker: Broker, stream: trio.SocketStream) -> None:
