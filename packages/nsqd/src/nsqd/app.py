@@ -24,6 +24,7 @@ import fcntl
 import logging
 import os
 import socket
+import ssl
 from pathlib import Path
 
 import trio
@@ -80,35 +81,53 @@ async def serve(opts: Options, *, task_status: trio.TaskStatus[Broker] = trio.TA
                 ) -> None:
     """Run nsqd until cancelled."""
     lock_fd = lock_data_path(opts.data_path)
+    broker = Broker(opts)
     tcp_sock = bind_socket(opts.tcp_address)
     http_sock = bind_socket(opts.http_address) if opts.http_address else None
-    broker = Broker(opts)
+    https_sock = (bind_socket(opts.https_address)
+                  if broker.tls_context is not None and opts.https_address else None)
     broker.tcp_port = tcp_sock.getsockname()[1]
     log.info("TCP: listening on %s", _shown(tcp_sock))
     if http_sock is not None:
         broker.http_port = http_sock.getsockname()[1]
         log.info("HTTP: listening on %s", _shown(http_sock))
+    if https_sock is not None:
+        broker.https_port = https_sock.getsockname()[1]
+        log.info("HTTPS: listening on %s", _shown(https_sock))
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(broker.run)  # metadata and saved messages load before clients
             listener = trio.SocketListener(trio.socket.from_stdlib_socket(tcp_sock))
             nursery.start_soon(serve_tcp, broker, [listener])
-            if http_sock is not None:
-                config = Config()
-                config.accesslog = None
-                config.errorlog = logging.getLogger("nsqd.http")
-                config.errorlog.setLevel(logging.WARNING)
-                config.keep_alive_timeout = 75
-                await nursery.start(_serve_http, broker, config, http_sock)
+            if http_sock is not None or https_sock is not None:
+                await nursery.start(_serve_http, broker, _http_config(opts), http_sock,
+                                    https_sock)
             task_status.started(broker)
     finally:
         os.close(lock_fd)
 
 
-async def _serve_http(broker: Broker, config: Config, sock: socket.socket, *,
+def _http_config(opts: Options) -> Config:
+    config = Config()
+    config.accesslog = None
+    config.errorlog = logging.getLogger("nsqd.http")
+    config.errorlog.setLevel(logging.WARNING)
+    config.keep_alive_timeout = 75
+    if opts.tls_cert and opts.tls_key:
+        config.certfile = opts.tls_cert
+        config.keyfile = opts.tls_key
+        if opts.tls_client_auth_policy:
+            config.verify_mode = ssl.CERT_REQUIRED
+            config.ca_certs = opts.tls_root_ca_file or None
+    return config
+
+
+async def _serve_http(broker: Broker, config: Config, http_sock: socket.socket | None,
+                      https_sock: socket.socket | None, *,
                       task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     from hypercorn.utils import wrap_app
 
     app = wrap_app(build_app(broker), config.wsgi_max_body_size, "asgi")
-    sockets = Sockets(secure_sockets=[], insecure_sockets=[sock], quic_sockets=[])
+    sockets = Sockets(secure_sockets=[https_sock] if https_sock else [],
+                      insecure_sockets=[http_sock] if http_sock else [], quic_sockets=[])
     await worker_serve(app, config, sockets=sockets, task_status=task_status)

@@ -16,10 +16,12 @@ every durable topic and channel, for the next start.
 from __future__ import annotations
 
 import logging
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import httpx
 import trio
 from nsq_common import NSQ_VERSION, ServerFeatures
 
@@ -52,6 +54,7 @@ class Broker:
         self.exiting = False
         self.tcp_port = 0
         self.http_port = 0
+        self.https_port = 0
         self.tls_context = server_context(opts)
         self.tls_required = tls_required(opts)
         self.features = ServerFeatures(
@@ -82,6 +85,9 @@ class Broker:
         self._nursery: trio.Nursery | None = None
         self._scopes: dict[object, trio.CancelScope] = {}
         self.lookup = Lookup(self)
+        self.auth_http = httpx.AsyncClient(timeout=httpx.Timeout(
+            opts.http_client_request_timeout, connect=opts.http_client_connect_timeout),
+            verify=ssl.create_default_context(cafile=opts.tls_root_ca_file or None))
 
     # -- lifecycle -----------------------------------------------------------------------
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -381,6 +387,7 @@ class Broker:
             self._write_metadata_now()
         except OSError as exc:
             log.error("failed to persist metadata - %s", exc)
+        await self.auth_http.aclose()
 
     async def _save(self, queue_name: str, disk: DiskQueue | None, msgs: list[Message],
                     deferred: list[tuple[int, Message]]) -> None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from nsq_common import MESSAGE_FRAME_PREFIX
 
 if TYPE_CHECKING:
+    from .auth import AuthState
     from .channel import Channel
     from .message import Message
 
@@ -56,6 +57,9 @@ class Client:
         self.output_buffer_timeout = output_buffer_timeout
         self.sample_rate = 0
         self.tls = False
+        self.tls_common_name = ""
+        self.auth: AuthState | None = None
+        self.auth_secret = ""
         self.tls_version = ""
         self.tls_cipher_suite = ""
         self.snappy = False

@@ -357,5 +357,26 @@ def build_app(broker: Broker) -> Starlette:
         log.exception("HTTP %s %s failed", request.method, request.url.path)
         return error_response(500, "INTERNAL_ERROR")
 
-    return Starlette(routes=routes, exception_handlers={HTTPException: http_error,
-                                                         Exception: internal_error})
+    app = Starlette(routes=routes, exception_handlers={HTTPException: http_error,
+                                                        Exception: internal_error})
+    if broker.tls_required == "true":
+        return TlsRequired(app, broker)
+    return app
+
+
+class TlsRequired:
+    """--tls-required=true: plain-HTTP requests get nsqd's 403, with the HTTPS port to use."""
+
+    def __init__(self, app: Starlette, broker: Broker) -> None:
+        self.app = app
+        self.broker = broker
+
+    async def __call__(self, scope, receive, send):  # type: ignore[no-untyped-def]
+        if scope["type"] == "http" and scope.get("scheme") != "https":
+            body = (f'{{"message": "TLS_REQUIRED", "https_port": {self.broker.https_port}}}'
+                    ).encode()
+            response = Response(body, 403, headers=NSQ_HEADERS,
+                                media_type="application/json; charset=utf-8")
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)

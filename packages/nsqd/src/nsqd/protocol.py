@@ -12,6 +12,7 @@ clients match responses to requests in order.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import TYPE_CHECKING
 
@@ -26,12 +27,14 @@ from nsq_common import (
     decode_identify,
     decode_mpub_body,
     encode_response,
+    go_json,
     go_quote,
     is_valid_name,
     negotiate,
     response_json,
 )
 
+from . import auth
 from .client import STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED
 from .message import Message
 
@@ -40,6 +43,7 @@ if TYPE_CHECKING:
     from .client import Client
 
 E = ErrorCode
+log = logging.getLogger("nsqd")
 
 
 @attrs.frozen
@@ -84,8 +88,8 @@ class ProtocolV2:
                                        "IDENTIFY body too big %d > %d")
         self._auth_spec = BodySpec(self._max_body_size, E.E_BAD_BODY, "AUTH invalid body size %d",
                                    "AUTH body too big %d > %d")
-        self.sync_handlers = {b"FIN": self.fin, b"RDY": self.rdy, b"REQ": self.req, b"TOUCH": self.touch,
-                      b"NOP": self.nop, b"SUB": self.sub, b"CLS": self.cls}
+        self.sync_handlers = {b"FIN": self.fin, b"RDY": self.rdy, b"REQ": self.req,
+                              b"TOUCH": self.touch, b"NOP": self.nop, b"CLS": self.cls}
         self._tls_required = broker.tls_required != "false"
         self.upgrades: Upgrades | None = None
         self._batch_topic: bytes | None = None
@@ -93,7 +97,8 @@ class ProtocolV2:
         self._batch_replies = 0
         self._batch_first = b""
         self._async = {b"PUB": self.pub, b"MPUB": self.mpub, b"DPUB": self.dpub,
-                       b"IDENTIFY": self.identify, b"AUTH": self.auth}
+                       b"IDENTIFY": self.identify, b"AUTH": self.auth, b"SUB": self.sub}
+        self._auth_addresses: list[str] = list(opts.auth_http_addresses)
 
     # -- before the body -----------------------------------------------------------------
     def header(self, name: bytes, params: list[bytes]) -> BodySpec | None:
@@ -105,6 +110,7 @@ class ProtocolV2:
             return self._pub_spec
         if name == b"MPUB":
             self._check_topic_param(b"MPUB", params, 1)
+            self.authorized_now(b"MPUB", params[0], b"")  # nsqd checks MPUB before its body
             return self._mpub_spec
         if name == b"DPUB":
             self._check_topic_param(b"DPUB", params, 2)
@@ -171,10 +177,12 @@ class ProtocolV2:
         self.client.send_frame(OK_FRAME)
 
     async def pub(self, cmd: Command) -> None:
+        await self._authorize(b"PUB", cmd.params[0], b"")
         self.batch(cmd)
         await self.flush_batch()
 
     async def mpub(self, cmd: Command) -> None:
+        await self._authorize(b"MPUB", cmd.params[0], b"")
         self.batch(cmd)
         await self.flush_batch()
 
@@ -230,6 +238,7 @@ class ProtocolV2:
 
     async def dpub(self, cmd: Command) -> None:
         assert cmd.body is not None
+        await self._authorize(b"DPUB", cmd.params[0], b"")
         defer = self._defer_ms(cmd.params[1]) / 1000
         await self._publish(b"DPUB", cmd.params[0], self._new_messages([cmd.body], defer),
                             E.E_DPUB_FAILED)
@@ -259,10 +268,62 @@ class ProtocolV2:
         self.upgrades = Upgrades(neg.tls_v1, neg.snappy, neg.deflate, neg.deflate_level)
 
     async def auth(self, cmd: Command) -> None:
-        raise ProtocolError(E.E_AUTH_DISABLED, "AUTH disabled")
+        assert cmd.body is not None
+        client = self.client
+        if client.auth is not None and client.auth.authorizations:
+            raise ProtocolError(E.E_INVALID, "AUTH already set")
+        if not self._auth_addresses:
+            raise ProtocolError(E.E_AUTH_DISABLED, "AUTH disabled")
+        client.auth_secret = cmd.body.decode("utf-8", "surrogateescape")
+        await self._query_auth()
+        assert client.auth is not None
+        if not client.auth.authorizations:
+            raise ProtocolError(E.E_UNAUTHORIZED, "AUTH no authorizations found")
+        client.send_frame(encode_response(go_json({
+            "identity": client.auth.identity,
+            "identity_url": client.auth.identity_url,
+            "permission_count": len(client.auth.authorizations),
+        })))
+
+    async def _query_auth(self) -> None:
+        client = self.client
+        try:
+            client.auth = await auth.query(
+                self.broker.auth_http, self._auth_addresses, secret=client.auth_secret,
+                remote_ip=client.remote_address.rsplit(":", 1)[0], tls=client.tls,
+                common_name=client.tls_common_name, now=self.broker.now())
+        except auth.AuthError as exc:
+            log.warning("client %s: %s", client.remote_address, exc)
+            raise ProtocolError(E.E_AUTH_FAILED, "AUTH failed") from None
+
+    def authorized_now(self, cmd: bytes, topic: bytes, channel: bytes) -> bool:
+        """Check a command against the cached authorizations, without waiting.
+
+        Returns False when the authorizations have expired and must be fetched again first.
+
+        Raises:
+            ProtocolError: E_AUTH_FIRST (never authenticated), E_UNAUTHORIZED (not allowed).
+        """
+        if not self._auth_addresses:
+            return True
+        state = self.client.auth
+        if state is None:
+            raise ProtocolError(E.E_AUTH_FIRST, f"AUTH required before {cmd.decode()}")
+        if state.expires <= self.broker.now():
+            return False
+        if not state.allows(_name(topic), _name(channel)):
+            raise ProtocolError(E.E_UNAUTHORIZED, f"AUTH failed for {cmd.decode()} on "
+                                f"{go_quote(topic)} {go_quote(channel)}")
+        return True
+
+    async def _authorize(self, cmd: bytes, topic: bytes, channel: bytes) -> None:
+        if not self.authorized_now(cmd, topic, channel):
+            await self._query_auth()  # expired: ask again, as nsqd does
+            self.authorized_now(cmd, topic, channel)
 
     # -- consuming ---------------------------------------------------------------------------
-    def sub(self, params: list[bytes]) -> None:
+    async def sub(self, cmd: Command) -> None:
+        params = cmd.params
         client = self.client
         if client.state != STATE_INIT:
             raise ProtocolError(E.E_INVALID, "cannot SUB in current state")
@@ -275,6 +336,7 @@ class ProtocolV2:
         if not is_valid_name(params[1]):
             raise ProtocolError(E.E_BAD_CHANNEL,
                                 f"SUB channel name {go_quote(params[1])} is not valid")
+        await self._authorize(b"SUB", params[0], params[1])
         try:
             self.broker.subscribe(client, _name(params[0]), _name(params[1]))
         except RuntimeError as exc:

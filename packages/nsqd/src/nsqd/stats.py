@@ -44,6 +44,12 @@ def client_stats(client: Client, topic_filter: str | None = None) -> dict[str, A
         "snappy": client.snappy,
         "user_agent": client.user_agent,
     }
+    if client.auth is not None:
+        out["authed"] = True
+        if client.auth.identity:
+            out["auth_identity"] = client.auth.identity
+        if client.auth.identity_url:
+            out["auth_identity_url"] = client.auth.identity_url
     counts = [{"topic": t, "count": n} for t, n in sorted(client.pub_counts.items())
               if topic_filter is None or t == topic_filter]
     if counts:

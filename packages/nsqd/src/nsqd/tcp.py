@@ -101,7 +101,8 @@ class Connection:
                 while True:
                     try:
                         cmd = reader.next_command()
-                        if cmd is not None and cmd.name in BATCHED:
+                        if (cmd is not None and cmd.name in BATCHED
+                                and proto.authorized_now(cmd.name, cmd.params[0], b"")):
                             if not proto.batchable(cmd):  # another topic: store the batch first
                                 await proto.flush_batch()
                             proto.batch(cmd)
@@ -211,6 +212,7 @@ class Connection:
                 client.tls = True
                 client.tls_version = (tls.version() or "").replace("TLSv", "TLS")
                 client.tls_cipher_suite = (tls.cipher() or ("",))[0]
+                client.tls_common_name = _common_name(tls.getpeercert())
                 await stream.send_all(OK_FRAME)
             if up.snappy:
                 stream = SnappyStream(stream)
@@ -221,6 +223,14 @@ class Connection:
                 client.deflate = True
                 await stream.send_all(OK_FRAME)
             self.stream = stream
+
+
+def _common_name(cert: dict | None) -> str:  # type: ignore[type-arg]
+    for rdn in (cert or {}).get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                return str(value)
+    return ""
 
 
 async def handle_stream(broker: Broker, stream: trio.SocketStream) -> None:
