@@ -29,6 +29,8 @@ def run_daemon(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
             argv.append("--tcp-address=127.0.0.1:0")
         if not given("http-address"):
             argv.append("--http-address=127.0.0.1:0")
+        if name == "nsqd" and not given("https-address"):  # used only with --tls-cert/--tls-key
+            argv.append("--https-address=127.0.0.1:0")
         if name == "nsqd" and not given("data-path"):
             data = tmp_path / f"nsqd-{len(started)}"
             data.mkdir()
