@@ -60,6 +60,7 @@ _LENGTH = struct.Struct(">i")
 _READ_AHEAD_BYTES = 1 << 20  # refill when under half of these
 _READ_AHEAD_RECORDS = 4096
 _WRITE_BATCH_BYTES = 8 << 20  # per thread call; a single larger put() still goes in one call
+_INLINE_WRITE_BYTES = 256 << 10  # a write this small, with no fsync due, skips the thread
 _META = re.compile(rb"(-?\d+)\n(-?\d+),(-?\d+)\n(-?\d+),(-?\d+)\n?\Z")
 
 Pos = tuple[int, int]
@@ -434,9 +435,20 @@ class DiskQueue:
         ops_before = self._ops_since_sync
         sync = ops_before + len(records) >= self.sync_every
         try:
-            out = await self._in_thread(
-                self._write_blocking, records, self._write, self._depth, self._read, sync
-            )
+            file_num, pos = self._write
+            inline = (not sync and nbytes <= _INLINE_WRITE_BYTES
+                      and pos + nbytes <= self.max_bytes_per_file  # no roll, so no fsync
+                      and self._meta_write_file == file_num and self._write_fd is not None)
+            if inline:
+                # A write with no fsync due is a copy into the page cache: done here, it costs
+                # a few microseconds; a round trip to a worker thread costs far more, and on a
+                # stop-and-wait publisher that round trip was most of the disk path's latency.
+                out = self._write_blocking(records, self._write, self._depth, self._read, sync)
+                await trio.lowlevel.checkpoint()
+            else:
+                out = await self._in_thread(
+                    self._write_blocking, records, self._write, self._depth, self._read, sync
+                )
         except BaseException:
             for request in batch:  # a bug in the thread; do not leave the callers waiting
                 request.done, request.error = True, "internal error"
