@@ -172,3 +172,25 @@ async def test_a_huge_declared_body_is_refused_without_reading(http):
     assert r.status_code == 200
     size = struct.pack(">i", 1)
     assert size  # the TCP side of this is covered in test_nsqd_errors
+
+
+async def test_e2e_processing_latency_percentiles(run_daemon):
+    daemon = run_daemon("nsqd", "--e2e-processing-latency-percentile=1.0,0.5",
+                        "--e2e-processing-latency-percentile=0.99")
+    client = await WireClient.connect(daemon.tcp_address)
+    await client.subscribe("e2e", "c", rdy=10)
+    await client.send(commands.mpub("e2e", [b"a", b"b", b"c"]))
+    assert await client.response() == b"OK"
+    for msg in await client.messages(3):
+        await client.send(commands.fin(msg.id))
+    await client.pub("e2e-sync", b"x")
+    async with httpx.AsyncClient(base_url=f"http://{daemon.http_address}") as http:
+        doc = (await http.get("/stats", params={"format": "json", "topic": "e2e"})).json()
+        latency = doc["topics"][0]["channels"][0]["e2e_processing_latency"]
+        assert latency["count"] == 3
+        assert [p["quantile"] for p in latency["percentiles"]] == [1.0, 0.99, 0.5]
+        assert all(p["value"] > 0 for p in latency["percentiles"])
+        assert doc["topics"][0]["e2e_processing_latency"]["count"] == 3
+        text = (await http.get("/stats", params={"topic": "e2e"})).text
+        assert "e2e%: 100.0%=" in text
+    await client.aclose()

@@ -30,6 +30,7 @@ from .backlog import encode_record
 from .channel import Channel
 from .client import Client
 from .diskqueue import DiskQueue, DiskQueueError
+from .e2e import LatencyStream
 from .guid import GuidFactory
 from .lookup import Lookup
 from .message import Message
@@ -166,9 +167,13 @@ class Broker:
             return channel
         durable = not (topic.ephemeral or name.endswith("#ephemeral"))
         queue_name = f"{topic.name}:{name}"
+        percentiles = self.opts.e2e_processing_latency_percentiles
         channel = Channel(topic.name, name, self, max_msg_timeout=self.opts.max_msg_timeout,
                           mem_queue_size=self._mem_size(name),
-                          disk=self._disk_queue(queue_name) if durable else None)
+                          disk=self._disk_queue(queue_name) if durable else None,
+                          e2e=LatencyStream(percentiles,
+                                            self.opts.e2e_processing_latency_window_time,
+                                            self.now) if percentiles else None)
         self._restore_deferred(queue_name, channel)
         topic.add_channel(channel)
         self._spawn(channel, channel.backlog.run)

@@ -12,6 +12,7 @@ for every channel marked dirty, so one read of 2,000 FINs costs one pump, not 2,
 from __future__ import annotations
 
 import random
+import time
 from typing import TYPE_CHECKING, Protocol
 
 from nsq_common import is_ephemeral
@@ -22,6 +23,7 @@ from .inflight import DeferredQueue, InFlightQueue
 if TYPE_CHECKING:
     from .client import Client
     from .diskqueue import DiskQueue
+    from .e2e import LatencyStream
     from .message import Message
 
 
@@ -35,13 +37,15 @@ class Owner(Protocol):
 
 class Channel:
     def __init__(self, topic_name: str, name: str, owner: Owner, *, max_msg_timeout: float,
-                 mem_queue_size: int = 10000, disk: DiskQueue | None = None) -> None:
+                 mem_queue_size: int = 10000, disk: DiskQueue | None = None,
+                 e2e: LatencyStream | None = None) -> None:
         self.topic_name = topic_name
         self.name = name
         self.ephemeral = is_ephemeral(name)
         self.owner = owner
         self.max_msg_timeout = max_msg_timeout
         self.backlog = Backlog(mem_queue_size, disk, self._disk_readable)
+        self.e2e = e2e
         self.in_flight = InFlightQueue()
         self.deferred = DeferredQueue()
         self.clients: dict[int, Client] = {}
@@ -161,6 +165,8 @@ class Channel:
         if isinstance(msg, str):
             return msg
         client.finish_count += 1
+        if self.e2e is not None:
+            self.e2e.observe(time.time_ns() - msg.timestamp)
         return None
 
     def requeue(self, client: Client, message_id: bytes, delay: float, now: float) -> str | None:

@@ -16,14 +16,16 @@ from typing import TYPE_CHECKING, Any
 
 from nsq_common import NSQ_VERSION, format_go_duration
 
+from .channel import Channel
 from .client import Client
+from .e2e import summary
 
 if TYPE_CHECKING:
     from .broker import Broker
-    from .channel import Channel
     from .topic import Topic
 
-_NO_E2E: dict[str, Any] = {"count": 0, "percentiles": None}
+def _e2e(channels: list[Channel]) -> dict[str, Any]:
+    return summary(c.e2e for c in channels if c.e2e is not None)
 
 
 def client_stats(client: Client, topic_filter: str | None = None) -> dict[str, Any]:
@@ -78,7 +80,7 @@ def channel_stats(channel: Channel, include_clients: bool) -> dict[str, Any]:
         "client_count": len(channel.clients),
         "clients": clients,
         "paused": channel.paused,
-        "e2e_processing_latency": _NO_E2E,
+        "e2e_processing_latency": _e2e([channel]),
     }
 
 
@@ -94,7 +96,7 @@ def topic_stats(topic: Topic, channel_filter: str | None, include_clients: bool
         "message_count": topic.message_count,
         "message_bytes": topic.message_bytes,
         "paused": topic.paused,
-        "e2e_processing_latency": _NO_E2E,
+        "e2e_processing_latency": _e2e(list(topic.channels.values())),
     }
 
 
@@ -148,6 +150,12 @@ def stats(broker: Broker, *, topic: str | None = None, channel: str | None = Non
     return doc
 
 
+def _e2e_text(obj: dict[str, Any]) -> str:
+    percentiles = obj["e2e_processing_latency"]["percentiles"] or []
+    return ", ".join(f"{p['quantile'] * 100:.1f}%={format_go_duration(p['value'] / 1e9)}"
+                     for p in percentiles)
+
+
 def _duration_since(ts: int) -> str:
     return format_go_duration(float(int(time.time()) - ts))
 
@@ -187,14 +195,15 @@ def stats_text(doc: dict[str, Any]) -> str:
         for t in topics:
             mark = "*P " if t["paused"] else "   "
             out.append(f"\n{mark}[{t['topic_name']:<15}] depth: {t['depth']:<5} "
-                       f"be-depth: {t['backend_depth']:<5} msgs: {t['message_count']:<8} e2e%: \n")
+                       f"be-depth: {t['backend_depth']:<5} msgs: {t['message_count']:<8} "
+                       f"e2e%: {_e2e_text(t)}\n")
             for c in t["channels"]:
                 mark = "   *P " if c["paused"] else "      "
                 out.append(f"{mark}[{c['channel_name']:<25}] depth: {c['depth']:<5} "
                            f"be-depth: {c['backend_depth']:<5} inflt: {c['in_flight_count']:<4} "
                            f"def: {c['deferred_count']:<4} re-q: {c['requeue_count']:<5} "
                            f"timeout: {c['timeout_count']:<5} "
-                           f"msgs: {c['message_count']:<8} e2e%: \n")
+                           f"msgs: {c['message_count']:<8} e2e%: {_e2e_text(c)}\n")
                 for client in c["clients"] or []:
                     out.append(f"        {_consumer_line(client)}\n")
     producers = doc["producers"] or []
