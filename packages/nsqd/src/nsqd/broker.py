@@ -35,6 +35,7 @@ from .guid import GuidFactory
 from .lookup import Lookup
 from .message import Message
 from .options import Options
+from .statsd import run_statsd
 from .tls import server_context, tls_required
 from .topic import Topic
 
@@ -102,6 +103,8 @@ class Broker:
                 nursery.start_soon(self._queue_scan_loop)
                 nursery.start_soon(self._metadata_loop)
                 await nursery.start(self.lookup.run)
+                if self.opts.statsd_address:
+                    nursery.start_soon(run_statsd, self)
                 task_status.started()
         finally:
             with trio.CancelScope(shield=True):
