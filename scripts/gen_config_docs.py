@@ -17,6 +17,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import nsq_authd.options
 import nsqadmin.options
 import nsqd.options
 import nsqlookupd.options
@@ -33,6 +34,8 @@ DAEMONS: list[tuple[str, Callable[[], FlagSet], str]] = [
      "Discovery: which nsqd has which topics and channels."),
     ("nsqadmin", nsqadmin.options.build_flagset,
      "The web dashboard and its JSON API."),
+    ("nsq_auth", nsq_authd.options.build_flagset,
+     "The reference auth server for nsqd's `--auth-http-address`: secrets from a TOML file."),
 ]
 
 _KIND = {"string": "string", "int": "int", "bool": "bool", "duration": "duration",

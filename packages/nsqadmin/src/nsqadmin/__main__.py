@@ -10,9 +10,11 @@ from collections.abc import Sequence
 import trio
 from nsq_common import NSQ_VERSION, FlagError, exit_with_flag_error
 
+from .auth import PasswordFileError, load_password_file
 from .logs import setup_logging
 from .options import Options, build_flagset
 from .server import serve
+from .upstream import tls_context
 
 
 def version_string() -> str:
@@ -33,7 +35,10 @@ def parse_options(argv: Sequence[str]) -> Options:
     options = Options.from_values(values)
     try:
         options.validate()
-    except ValueError as exc:
+        tls_context(options)  # the files are read now, so a bad one stops nsqadmin here
+        if options.admin_basic_auth_file:
+            load_password_file(options.admin_basic_auth_file)
+    except (ValueError, PasswordFileError) as exc:
         sys.stderr.write(f"{options.log_prefix}FATAL: failed to instantiate nsqadmin - {exc}\n")
         raise SystemExit(1) from None
     return options

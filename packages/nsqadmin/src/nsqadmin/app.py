@@ -29,6 +29,7 @@ from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from . import api, views
+from .auth import USER_KEY, BasicAuth, RequireBasicAuth, credentials
 from .cluster import ClusterInfo
 from .formatting import install_filters
 from .history import History
@@ -49,11 +50,30 @@ class Admin:
     history: History
     notifier: Notifier
     templates: Jinja2Templates
+    basic_auth: BasicAuth | None = None
 
     def is_admin(self, request: Request) -> bool:
-        """Anyone, unless ``--admin-user`` names who may act (read from ``--acl-http-header``)."""
+        """May this request change the cluster?
+
+        Anyone, unless ``--admin-user`` names who may: the user in ``--acl-http-header``, or
+        with ``--admin-basic-auth-file`` the basic-auth user, whose password ``RequireBasicAuth``
+        has checked before any request but a read gets here (a read is never an admin).
+        """
         users = self.options.admin_users
+        if self.basic_auth is not None:
+            user = request.scope.get(USER_KEY)
+            return user is not None and (not users or user in users)
         return not users or request.headers.get(self.options.acl_http_header, "") in users
+
+    def offers_actions(self, request: Request) -> bool:
+        """Whether pages show the action buttons. With basic auth, also to readers who have
+        not signed in: pressing one makes the browser ask for a user and password. The name
+        is not checked here; the action is."""
+        if self.basic_auth is None:
+            return self.is_admin(request)
+        given = credentials(request)
+        users = self.options.admin_users
+        return given is None or not users or given[0] in users
 
     def path(self, path: str) -> str:
         """``path`` under ``--base-path``."""
@@ -99,14 +119,20 @@ def create_app(options: Options, cluster: ClusterInfo | None = None, *,
             ``options`` and closed when the app's lifespan ends.
         history: where sparkline samples are kept (a fresh one by default).
         sampling: sample the cluster in the background while the lifespan runs.
+
+    Raises:
+        PasswordFileError: ``--admin-basic-auth-file`` cannot be used.
+        ValueError: the ``--http-client-tls-*`` files cannot be loaded.
     """
+    basic_auth = (BasicAuth.from_file(options.admin_basic_auth_file)
+                  if options.admin_basic_auth_file else None)
     owned = client is None
     http = client if client is not None else build_client(options)
     if cluster is None:
         cluster = ClusterInfo(Upstream(http), list(options.nsqlookupd_http_addresses),
                               list(options.nsqd_http_addresses))
     admin = Admin(options, cluster, history or History(),
-                  Notifier(options.notification_http_endpoint, http), _templates())
+                  Notifier(options.notification_http_endpoint, http), _templates(), basic_auth)
     admin.templates.env.globals["bp"] = admin.path
 
     @asynccontextmanager
@@ -133,9 +159,11 @@ def create_app(options: Options, cluster: ClusterInfo | None = None, *,
     ]
     if options.base_path != "/":
         routes = [Mount(options.base_path, routes=routes)]
-    app = Starlette(routes=routes, lifespan=lifespan,
-                    middleware=[Middleware(RequestLog), Middleware(GZipMiddleware,
-                                                                   minimum_size=1024)],
+    middleware = [Middleware(RequestLog)]
+    if basic_auth is not None:
+        middleware.append(Middleware(RequireBasicAuth, auth=basic_auth))
+    middleware.append(Middleware(GZipMiddleware, minimum_size=1024))
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware,
                     exception_handlers={404: not_found, 405: method_not_allowed})
     app.state.admin = admin
     return app

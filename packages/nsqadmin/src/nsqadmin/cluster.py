@@ -110,7 +110,7 @@ def _node_from_lookupd(raw: dict[str, Any]) -> Node:
 def _node_from_info(address: str, info: dict[str, Any], topics: Sequence[str] = (),
                     health: str = "") -> Node:
     # Very old nsqd lack broadcast_address/http_port in /info: fall back to the address used.
-    host, _, port = address.rpartition(":")
+    host, _, port = address.split("://", 1)[-1].rstrip("/").rpartition(":")
     return Node(
         hostname=str(info.get("hostname") or host.strip("[]")),
         broadcast_address=str(info.get("broadcast_address") or host.strip("[]")),

@@ -59,7 +59,10 @@ def build_flagset() -> FlagSet:
     add("admin-user", "strings", [], "admin user (may be given multiple times; if specified, only "
         "these users will be able to perform privileged actions; acl-http-header is used to "
         "determine the authenticated user)", config_key="admin_users")
-    # Ours, not the Go nsqadmin's: how often pages refresh their tables and sample sparklines.
+    # Ours, not the Go nsqadmin's.
+    add("admin-basic-auth-file", "string", "", "file of user:pbkdf2_sha256$... lines (made with "
+        "python -m nsqadmin.passwd); when set, changing the cluster needs HTTP basic auth as "
+        "one of these users (and one of --admin-user, if given); reading stays open")
     add("refresh-interval", "duration", 5.0, "how often pages refresh their tables in place and "
         "the cluster is sampled for sparklines")
     return fs
@@ -98,6 +101,7 @@ class Options:
     allow_config_from_cidr: str = "127.0.0.1/8"
     acl_http_header: str = "X-Forwarded-User"
     admin_users: tuple[str, ...] = attrs.field(default=(), converter=_tuple)
+    admin_basic_auth_file: str = ""
     graphite_url: str = ""
     proxy_graphite: bool = False
     statsd_prefix: str = "nsq.%s"
@@ -136,7 +140,11 @@ class Options:
         for flag, addresses in (("--lookupd-http-address", self.nsqlookupd_http_addresses),
                                 ("--nsqd-http-address", self.nsqd_http_addresses)):
             for address in addresses:
-                _, sep, port = address.rpartition(":")
+                scheme, sep, rest = address.partition("://")
+                if sep and scheme not in ("http", "https"):
+                    raise ValueError(f"failed to resolve {flag} ({address}) - unsupported scheme "
+                                     f"{scheme!r} (http:// or https://)")
+                _, sep, port = (rest if sep else address).rstrip("/").rpartition(":")
                 if not sep or not port.isdigit():
                     raise ValueError(f"failed to resolve {flag} ({address}) - address {address}: "
                                      "missing port in address")

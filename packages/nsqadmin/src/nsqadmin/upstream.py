@@ -2,6 +2,14 @@
 internal/http_api client): ``Accept: application/vnd.nsq; version=1.0``, JSON bodies, and a
 retry over HTTPS when a daemon answers 403 with its ``https_port`` (``--tls-required``).
 
+How a daemon is reached over HTTPS: the Go nsqadmin always starts with ``http://<address>``
+and switches only on that 403 (nsqd's ``/info`` does not advertise an HTTPS port). We do the
+same, and also take an address written ``https://host:port`` (or ``http://host:port``) as is,
+for an nsqd that serves HTTPS only. Certificates are checked against
+``--http-client-tls-root-ca-file`` (the system store without it), and
+``--http-client-tls-cert``/``--http-client-tls-key`` are offered to nsqd that ask for a client
+certificate (``--tls-client-auth-policy``).
+
 Errors::
 
     UpstreamError   one daemon did not answer as asked: refused, timed out, a status other
@@ -73,16 +81,39 @@ def warning_message(errors: Iterable[UpstreamError]) -> str:
     return "WARNING: " + "; ".join(texts) if texts else ""
 
 
-def build_client(options: Options) -> httpx.AsyncClient:
-    """An HTTP client with the connect/request timeouts and TLS settings of ``options``."""
-    verify: ssl.SSLContext | bool = True
+def tls_context(options: Options) -> ssl.SSLContext | None:
+    """The client TLS settings of ``options``; None when none is set (system CAs, no cert).
+
+    Raises:
+        ValueError: a CA file, certificate or key that cannot be loaded, worded as the Go
+            nsqadmin words it.
+    """
+    root_ca = options.http_client_tls_root_ca_file
+    cert, key = options.http_client_tls_cert, options.http_client_tls_key
+    if not (root_ca or cert or options.http_client_tls_insecure_skip_verify):
+        return None
+    try:
+        context = ssl.create_default_context(cafile=root_ca or None)
+    except (OSError, ssl.SSLError) as exc:
+        raise ValueError(f"failed to read TLS root CA file {root_ca} - {exc}") from None
     if options.http_client_tls_insecure_skip_verify:
-        verify = False
-    elif options.http_client_tls_root_ca_file or options.http_client_tls_cert:
-        context = ssl.create_default_context(cafile=options.http_client_tls_root_ca_file or None)
-        if options.http_client_tls_cert:
-            context.load_cert_chain(options.http_client_tls_cert, options.http_client_tls_key)
-        verify = context
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    if cert:
+        try:
+            context.load_cert_chain(cert, key or None)
+        except (OSError, ssl.SSLError) as exc:
+            raise ValueError(f"failed to LoadX509KeyPair {cert}, {key} - {exc}") from None
+    return context
+
+
+def build_client(options: Options) -> httpx.AsyncClient:
+    """An HTTP client with the connect/request timeouts and TLS settings of ``options``.
+
+    Raises:
+        ValueError: see ``tls_context``.
+    """
+    verify: ssl.SSLContext | bool = tls_context(options) or True
     timeout = httpx.Timeout(options.http_client_request_timeout,
                             connect=options.http_client_connect_timeout)
     return httpx.AsyncClient(timeout=timeout, verify=verify, headers={"Accept": ACCEPT_V1},
@@ -166,8 +197,10 @@ def _v1_message(body: bytes) -> str:
 
 
 def _url(address: str, path: str, params: dict[str, str] | None) -> str:
+    """``http://<address><path>?<query>``; an address with a scheme is kept as it is."""
     query = f"?{urlencode(params)}" if params else ""
-    return f"http://{address}{path}{query}"
+    base = address.rstrip("/") if "://" in address else f"http://{address}"
+    return f"{base}{path}{query}"
 
 
 def _https_url(url: str, body: bytes) -> str | None:

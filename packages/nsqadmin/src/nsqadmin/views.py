@@ -97,7 +97,7 @@ def render(request: Request, page: str, context: Context, *, status: int = 200,
     partial = is_htmx(request)
     ctx: Context = {
         "page": page, "refresh": admin.options.refresh_interval,
-        "is_admin": admin.is_admin(request), "lookupd_mode": admin.cluster.lookupd_mode,
+        "is_admin": admin.offers_actions(request), "lookupd_mode": admin.cluster.lookupd_mode,
         "lookupds": admin.cluster.lookupd_addresses, "live_url": _live_url(admin, page, request),
         "report": report, "report_oob": partial and report is not None, **_charts(admin),
         **context,

@@ -1,0 +1,60 @@
+"""``serve(options, store)``: the auth API on Trio through Hypercorn.
+
+The socket is bound before anything is served, so the real address (port 0 included) is
+logged as ``HTTP: listening on HOST:PORT`` first, as NSQ's daemons do.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+
+import trio
+from hypercorn.config import Config, Sockets
+from hypercorn.trio.run import worker_serve
+from hypercorn.utils import wrap_app
+
+from .app import build_app
+from .options import Options
+from .secrets_file import SecretStore
+
+log = logging.getLogger("nsq_auth")
+
+
+def bind_socket(address: str) -> socket.socket:
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]") or "0.0.0.0"
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, int(port)))
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    sock.setblocking(False)
+    return sock
+
+
+def shown_address(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+async def serve(options: Options, store: SecretStore, *,
+                task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
+    """Answer nsqd's auth requests until cancelled; ``task_status`` gets ``host:port``."""
+    sock = bind_socket(options.http_address)
+    address = shown_address(sock)
+    log.info("HTTP: listening on %s", address)
+    config = Config()
+    config.accesslog = None  # the query string carries the secret: never log it
+    config.errorlog = logging.getLogger("nsq_auth.http")
+    config.errorlog.setLevel(logging.WARNING)
+    app = wrap_app(build_app(store), config.wsgi_max_body_size, "asgi")
+    sockets = Sockets(secure_sockets=[], insecure_sockets=[sock], quic_sockets=[])
+    async with trio.open_nursery() as nursery:
+        await nursery.start(lambda task_status: worker_serve(app, config, sockets=sockets,
+                                                             task_status=task_status))
+        task_status.started(address)
