@@ -15,7 +15,8 @@ from nsq_testing import WireClient, free_port
 
 @pytest.fixture
 def lookupds(run_daemon):
-    return [run_daemon("nsqlookupd", "--inactive-producer-timeout=3s", "--tombstone-lifetime=2s")
+    # inactive timeout above nsqd's 15 s ping interval, so live producers stay listed
+    return [run_daemon("nsqlookupd", "--inactive-producer-timeout=20s", "--tombstone-lifetime=2s")
             for _ in range(2)]
 
 
@@ -119,9 +120,9 @@ async def test_killed_nsqd_leaves_new_one_joins_restarted_lookupd_relearns(run_d
         for d in (first, second):
             await pub_once(d, "live", b"x")
         await wait_for(lambda: _has(producers(http, lookupds[0], "live"), {first.tcp_port, second.tcp_port}))
-        first.kill()
+        first.kill()  # gone within the inactive timeout (its connection closes: at once)
         await wait_for(lambda: _equals(producers(http, lookupds[0], "live"), {second.tcp_port}),
-                       timeout=5)
+                       timeout=20)
         third = run_daemon("nsqd", *args)
         await pub_once(third, "live", b"x")
         await wait_for(lambda: _has(producers(http, lookupds[0], "live"), {third.tcp_port}),
