@@ -280,3 +280,30 @@ async def test_ephemeral_never_touches_disk_and_delete_removes_files(run_daemon,
     names = [p.name for p in data.iterdir()]
     assert not [n for n in names if "eph" in n], names
     assert not [n for n in names if n.startswith("keep")], names
+
+
+async def test_kill_9_with_sync_every_1_keeps_in_flight_messages(run_daemon, tmp_path):
+    """A message delivered but not finished when nsqd is killed comes back after the restart;
+    finished ones do not (the disk queue commits a record only once its message is FINished)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    tcp, http = free_port(), free_port()
+    args = ["--sync-every=1", f"--data-path={data}", f"--tcp-address=127.0.0.1:{tcp}",
+            f"--http-address=127.0.0.1:{http}"]
+    daemon = run_daemon("nsqd", *args)
+    consumer = await WireClient.connect(daemon.tcp_address)
+    await consumer.subscribe("inflight", "c", rdy=50)
+    await publish(daemon, "inflight", [b"m-%d" % i for i in range(40)], batch=10)
+    msgs = await consumer.messages(40)
+    finished = {m.body for m in msgs[:25]}
+    await consumer.send(b"".join(commands.fin(m.id) for m in msgs[:25]))
+    await consumer.pub("inflight-sync", b"x")  # the FINs are handled
+    await trio.sleep(0.3)  # and their commits persisted by the disk queue's task
+    daemon.process.send_signal(signal.SIGKILL)
+    daemon.process.wait(10)
+    await consumer.aclose()
+
+    daemon = run_daemon("nsqd", *args)
+    again = {m.body for m in await drain(daemon, "inflight", "c")}
+    assert {m.body for m in msgs[25:]} <= again  # every unfinished message comes back
+    assert not (again & finished)  # and no finished one does

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import stat
 import sys
@@ -414,3 +415,259 @@ def test_logger_defaults_to_module_logger(tmp_path: Path) -> None:
     dq = DiskQueue(NAME, str(tmp_path))
     assert dq.logger is logging.getLogger("nsqd.diskqueue")
     assert dq.depth() == 0
+
+
+# ---- explicit commit ---------------------------------------------------------------------------
+
+
+async def take_with_positions(dq: DiskQueue, n: int) -> list[tuple[bytes, tuple[int, int]]]:
+    out: list[tuple[bytes, tuple[int, int]]] = []
+    with trio.fail_after(10):
+        while len(out) < n:
+            await dq.wait_readable()
+            out += dq.pop_with_positions(n - len(out))
+    return out
+
+
+def crash_copy(path: Path, name: str) -> Path:
+    """The queue's files as a kill -9 would leave them now (data written, metadata as synced)."""
+    copy = path.parent / name
+    shutil.copytree(path, copy)
+    return copy
+
+
+async def test_explicit_commit_restarts_at_the_committed_position(tmp_path: Path) -> None:
+    async with running(make(tmp_path, explicit_commit=True)) as dq:
+        await dq.put([rec(i) for i in range(10)])
+        got = await take_with_positions(dq, 6)
+        assert [payload for payload, _ in got] == [rec(i) for i in range(6)]
+        assert [pos for _, pos in got] == [(0, 24 * (i + 1)) for i in range(6)]
+        dq.commit(got[2][1])
+        assert (dq.depth(), dq.uncommitted()) == (4, 3)
+    assert meta(tmp_path) == b"7\n0,72\n0,240\n"  # depth counts the 3 uncommitted records
+    for explicit in (True, False):  # the files read the same in the normal mode
+        dq = make(tmp_path, explicit_commit=explicit)
+        assert (dq.depth(), dq.uncommitted()) == (7, 0)
+        async with running(dq):
+            assert await take(dq, 7) == [rec(i) for i in range(3, 10)]
+            assert dq.uncommitted() == (7 if explicit else 0)
+        assert meta(tmp_path) == (b"7\n0,72\n0,240\n" if explicit else b"0\n0,240\n0,240\n")
+
+
+async def test_explicit_commit_survives_a_crash_after_a_sync(tmp_path: Path) -> None:
+    path = tmp_path / "q"
+    path.mkdir()
+    async with running(make(path, explicit_commit=True, sync_timeout=0.05)) as dq:
+        await dq.put([rec(i) for i in range(10)])
+        got = await take_with_positions(dq, 8)
+        dq.commit(got[1][1])
+        dq.commit(got[4][1])
+        await eventually(lambda: meta(path) == b"5\n0,120\n0,240\n")  # the tick's sync
+        crashed = crash_copy(path, "crashed")
+        # A second queue on the same files, the first still open (its close comes later).
+        other = make(path, explicit_commit=True)
+        assert other.depth() == 5
+        async with running(other):
+            assert await take(other, 5) == [rec(i) for i in range(5, 10)]
+    dq = make(crashed, explicit_commit=True)
+    assert dq.depth() == 5
+    async with running(dq):
+        assert await take(dq, 5) == [rec(i) for i in range(5, 10)]
+
+
+async def test_explicit_commit_keeps_files_until_the_commit_passes_them(tmp_path: Path) -> None:
+    def files() -> list[int]:
+        return [n for n in range(5) if data_file(tmp_path, n).exists()]
+
+    options = {"max_bytes_per_file": 3 * 24, "explicit_commit": True, "sync_every": 1}
+    async with running(make(tmp_path, **options)) as dq:
+        await dq.put([rec(i) for i in range(10)])  # files 0-2: three records each, file 3: one
+        got = await take_with_positions(dq, 7)  # files 0 and 1 read to their end
+        assert got[2][1] == (1, 0)  # the end of a file is the start of the next one
+    assert files() == [0, 1, 2, 3]  # close() synced, and deleted nothing
+    assert meta(tmp_path) == b"10\n0,0\n3,24\n"
+    async with running(make(tmp_path, **options)) as dq:
+        got = await take_with_positions(dq, 7)
+        dq.commit(got[4][1])  # the middle of file 1
+        await eventually(lambda: files() == [1, 2, 3])
+        dq.commit(got[6][1])  # the first record of file 2
+        await eventually(lambda: files() == [2, 3])
+        assert meta(tmp_path) == b"3\n2,24\n3,24\n"
+    async with running(make(tmp_path, **options)) as dq:
+        got = await take_with_positions(dq, 3)
+        assert [payload for payload, _ in got] == [rec(7), rec(8), rec(9)]
+        dq.commit(got[-1][1])
+        await eventually(lambda: files() == [3])
+    assert meta(tmp_path) == b"0\n3,24\n3,24\n"
+
+
+async def test_explicit_commit_with_sync_every_one_persists_each_commit(tmp_path: Path) -> None:
+    async with running(make(tmp_path, explicit_commit=True, sync_every=1, sync_timeout=60)) as dq:
+        await dq.put([rec(i) for i in range(5)])
+        got = await take_with_positions(dq, 5)
+        assert meta(tmp_path) == b"5\n0,0\n0,120\n"  # pops alone change nothing on disk
+        previous = meta(tmp_path)
+        for i, (_, pos) in enumerate(got):
+            dq.commit(pos)  # a plain call: no I/O, no waiting; run() persists it
+            assert meta(tmp_path) == previous
+            previous = b"%d\n0,%d\n0,120\n" % (4 - i, pos[1])
+            await eventually(lambda expected=previous: meta(tmp_path) == expected)
+
+
+async def test_commit_is_persisted_by_close_without_run(tmp_path: Path) -> None:
+    dq = make(tmp_path, explicit_commit=True, sync_every=1)
+    await dq.put([rec(i) for i in range(4)])
+    async with trio.open_nursery() as nursery:  # read ahead, then stop run() before committing
+        await nursery.start(dq.run)
+        got = await take_with_positions(dq, 3)
+        nursery.cancel_scope.cancel()
+    dq.commit(got[1][1])
+    assert meta(tmp_path) == b"4\n0,0\n0,96\n"  # commit() itself wrote nothing
+    await dq.close()
+    assert meta(tmp_path) == b"2\n0,48\n0,96\n"
+    dq.commit(got[2][1])  # after close: ignored (the record comes back)
+    assert make(tmp_path).depth() == 2
+
+
+async def test_commit_only_moves_forward(tmp_path: Path) -> None:
+    async with running(make(tmp_path, explicit_commit=True)) as dq:
+        await dq.put([rec(i) for i in range(5)])
+        got = await take_with_positions(dq, 3)
+        dq.commit(got[1][1])
+        assert dq.uncommitted() == 1
+        for behind in (got[0][1], got[1][1], (0, 0), (0, 30)):  # (0, 30): inside record 1
+            dq.commit(behind)
+            assert dq.uncommitted() == 1
+        for beyond in ((0, 96), (0, 73), (1, 0)):  # not popped yet
+            with pytest.raises(ValueError, match="beyond the read position"):
+                dq.commit(beyond)
+        assert (dq.depth(), dq.uncommitted()) == (2, 1)
+        dq.commit(got[2][1])
+        assert dq.uncommitted() == 0
+    assert meta(tmp_path) == b"2\n0,72\n0,120\n"
+
+
+async def test_commit_in_normal_mode_changes_nothing(tmp_path: Path) -> None:
+    async with running(make(tmp_path)) as dq:
+        await dq.put([rec(i) for i in range(3)])
+        got = await take_with_positions(dq, 2)
+        assert got == [(rec(0), (0, 24)), (rec(1), (0, 48))]
+        dq.commit(got[0][1])
+        assert (dq.depth(), dq.uncommitted()) == (1, 0)
+        with pytest.raises(ValueError):
+            dq.commit((0, 72))
+    assert meta(tmp_path) == b"1\n0,48\n0,72\n"
+
+
+async def test_explicit_commit_empty_and_delete(tmp_path: Path) -> None:
+    dq = make(tmp_path, max_bytes_per_file=3 * 24, explicit_commit=True)
+    async with running(dq):
+        await dq.put([rec(i) for i in range(10)])
+        got = await take_with_positions(dq, 5)
+        await dq.empty()
+        assert (dq.depth(), dq.uncommitted()) == (0, 0)
+        assert listing(tmp_path) == []
+        dq.commit(got[-1][1])  # from before empty(): behind, ignored
+        await dq.put([rec(10), rec(11)])
+        got = await take_with_positions(dq, 2)
+        assert [payload for payload, _ in got] == [rec(10), rec(11)]
+        assert dq.uncommitted() == 2
+    assert meta(tmp_path) == b"2\n4,0\n4,48\n"
+    dq = make(tmp_path, explicit_commit=True)
+    await dq.delete()
+    assert listing(tmp_path) == []
+
+
+async def test_explicit_commit_keeps_a_damaged_file_until_its_records_are_committed(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "q"
+    path.mkdir()
+    dq = make(path)
+    await dq.put([rec(i) for i in range(10)])
+    await dq.close()
+    overwrite(data_file(path, 0), 5 * 24, b"\xff\xff\xff\xffgarbage")
+    bad = path / f"{NAME}.diskqueue.000000.dat.bad"
+    async with running(make(path, explicit_commit=True, sync_every=1)) as dq:
+        got = await take_with_positions(dq, 5)
+        assert [payload for payload, _ in got] == [rec(i) for i in range(5)]
+        await dq.put([rec(10)])  # the writer left the damaged file
+        got += await take_with_positions(dq, 1)  # so the reader jumped past the damage
+        assert got[-1] == (rec(10), (1, 24))
+        assert data_file(path, 0).exists() and not bad.exists()  # records 0-4 are uncommitted
+        await eventually(lambda: meta(path) == b"6\n0,0\n1,24\n")
+        crashed = crash_copy(path, "crashed")
+        dq.commit(got[3][1])
+        await eventually(lambda: meta(path) == b"2\n0,96\n1,24\n")
+        assert not bad.exists()
+        # Everything before the damage committed: the committed position jumps over the
+        # rest of the damaged file, to the next uncommitted record, and the file is put aside.
+        dq.commit(got[4][1])
+        await eventually(bad.exists)
+        assert meta(path) == b"1\n1,0\n1,24\n"
+        assert not data_file(path, 0).exists()
+    assert meta(path) == b"1\n1,0\n1,24\n"
+    # After a crash before the commits, the good records come back and the damage is met again.
+    async with running(make(crashed, explicit_commit=True)) as dq:
+        assert await take(dq, 6) == [*[rec(i) for i in range(5)], rec(10)]
+        assert data_file(crashed, 0).exists()  # still uncommitted
+    async with running(make(crashed)) as dq:  # normal mode: put aside right away
+        assert await take(dq, 6) == [*[rec(i) for i in range(5)], rec(10)]
+        await eventually((crashed / bad.name).exists)
+
+
+async def test_explicit_commit_puts_a_damaged_file_aside_at_once_when_all_is_committed(
+    tmp_path: Path,
+) -> None:
+    dq = make(tmp_path, max_bytes_per_file=10 * 24)
+    await dq.put([rec(i) for i in range(14)])  # file 0: records 0-9, file 1: 10-13
+    await dq.close()
+    os.truncate(data_file(tmp_path, 0), 10 * 24 - 3)
+    async with running(make(tmp_path, max_bytes_per_file=10 * 24, explicit_commit=True)) as dq:
+        got = await take_with_positions(dq, 9)
+        dq.commit(got[-1][1])  # before run() gets to the damage
+        await eventually((tmp_path / f"{NAME}.diskqueue.000000.dat.bad").exists)
+        got = await take_with_positions(dq, 4)
+        assert [payload for payload, _ in got] == [rec(i) for i in range(10, 14)]
+        # depth was 5 for the 4 records left (the damage took one); fixed at the tail.
+        await eventually(lambda: meta(tmp_path) == b"4\n1,0\n1,96\n")
+
+
+KILLED_CONSUMER = """
+import os, signal, sys, trio
+from nsqd.diskqueue import DiskQueue
+
+async def main():
+    path = sys.argv[1]
+    dq = DiskQueue("t", path, min_msg_size=4, max_msg_size=1024, max_bytes_per_file=5 * 24,
+                   sync_every=1, explicit_commit=True)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(dq.run)
+        await dq.put([f"{i:08d}".encode().ljust(20, b".") for i in range(20)])
+        got = []
+        while len(got) < 12:
+            await dq.wait_readable()
+            got += dq.pop_with_positions(12 - len(got))
+        dq.commit(got[7][1])
+        with trio.fail_after(10):
+            while open(os.path.join(path, "t.diskqueue.meta.dat"), "rb").read() != sys.argv[2].encode():
+                await trio.sleep(0.005)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+trio.run(main)
+"""
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
+async def test_kill_9_after_commit_redelivers_the_uncommitted(tmp_path: Path) -> None:
+    expected = "12\n1,72\n3,120\n"  # records 0-7 committed, 8-11 popped, 12-19 never popped
+    proc = await trio.run_process(
+        [sys.executable, "-c", KILLED_CONSUMER, str(tmp_path), expected], check=False
+    )
+    assert proc.returncode == -signal.SIGKILL
+    assert meta(tmp_path) == expected.encode()
+    assert [n for n in range(4) if data_file(tmp_path, n).exists()] == [1, 2, 3]
+    dq = make(tmp_path, max_bytes_per_file=5 * 24, explicit_commit=True)
+    assert dq.depth() == 12
+    async with running(dq):
+        assert await take(dq, 12) == [rec(i) for i in range(8, 20)]

@@ -9,6 +9,13 @@ time is not part of the disk format); a clean shutdown saves them apart, with th
 
 Ephemeral topics and channels have no disk queue: past the memory limit their messages are
 dropped, as in NSQ.
+
+With an explicit-commit disk queue (nsqd's ``--sync-every 1`` mode) a record read from disk
+stays committed-unread on disk until its message is done with (``ack``: FIN, or stored
+elsewhere by the topic), so that even a ``kill -9`` never loses a message in flight: the
+queue's persisted read position only moves past a record once every record before it is
+acknowledged too. Messages may be acknowledged in any order; the position advances over the
+longest acknowledged prefix.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from collections.abc import Callable
 
 import trio
 
-from .diskqueue import DiskQueue
+from .diskqueue import DiskQueue, Pos
 from .message import Message
 
 _HEADER = struct.Struct(">qH")
@@ -44,6 +51,10 @@ class Backlog:
         self.dropped = 0
         self._on_readable = on_readable
         self._taken = trio.Event()
+        # explicit commit: ids read from disk, in read order, with the position after each
+        self._explicit = disk is not None and disk.explicit_commit
+        self._unacked: deque[tuple[bytes, Pos]] = deque()
+        self._pending: set[bytes] = set()
 
     def __len__(self) -> int:
         return len(self.memory) + (self.disk.depth() if self.disk is not None else 0)
@@ -92,11 +103,42 @@ class Backlog:
         out = list(memory)
         memory.clear()
         if self.disk is not None and len(out) < n:
-            records = self.disk.pop(n - len(out))
-            if records:
-                out.extend([decode_record(r) for r in records])
-                self._taken.set()
+            if self._explicit:
+                read = self.disk.pop_with_positions(n - len(out))
+                for record, pos in read:
+                    msg = decode_record(record)
+                    self._unacked.append((msg.id, pos))
+                    self._pending.add(msg.id)
+                    out.append(msg)
+                if read:
+                    self._taken.set()
+            else:
+                records = self.disk.pop(n - len(out))
+                if records:
+                    out.extend([decode_record(r) for r in records])
+                    self._taken.set()
         return out
+
+    def ack(self, message_id: bytes) -> None:
+        """This message is done with; commit the disk queue over every acknowledged record."""
+        if not self._explicit or message_id not in self._pending:
+            return
+        self._pending.discard(message_id)
+        unacked = self._unacked
+        pos = None
+        while unacked and unacked[0][0] not in self._pending:
+            pos = unacked.popleft()[1]
+        if pos is not None:
+            assert self.disk is not None
+            self.disk.commit(pos)
+
+    def ack_all(self) -> None:
+        """Everything read so far is done with (emptied, or written back at shutdown)."""
+        if self._explicit and self._unacked:
+            assert self.disk is not None
+            self.disk.commit(self._unacked[-1][1])
+        self._unacked.clear()
+        self._pending.clear()
 
     def clear_memory(self) -> list[Message]:
         msgs = list(self.memory)

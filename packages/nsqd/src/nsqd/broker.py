@@ -19,14 +19,13 @@ import logging
 import ssl
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 
 import httpx
 import trio
 from nsq_common import NSQ_VERSION, ServerFeatures
 
 from . import deferred_store, metadata
-from .backlog import encode_record
+from .backlog import Backlog, encode_record
 from .channel import Channel
 from .client import Client
 from .diskqueue import DiskQueue, DiskQueueError
@@ -78,7 +77,8 @@ class Broker:
             auth_required=bool(opts.auth_http_addresses),
         )
         # With --sync-every 1 every message is written through to disk before it is
-        # acknowledged, so that not even a kill -9 loses one: memory queues are skipped.
+        # acknowledged, so that not even a kill -9 loses one: memory queues are skipped, and a
+        # message read from disk stays on disk until it is finished (explicit commits).
         self.mem_queue_size = 0 if opts.sync_every == 1 else opts.mem_queue_size
         self._next_client_id = 0
         self._dirty: set[Channel] = set()
@@ -145,7 +145,8 @@ class Broker:
         o = self.opts
         return DiskQueue(name, o.data_path or ".", max_bytes_per_file=o.max_bytes_per_file,
                          min_msg_size=26, max_msg_size=o.max_msg_size + 26,
-                         sync_every=o.sync_every, sync_timeout=o.sync_timeout, logger=log)
+                         sync_every=o.sync_every, sync_timeout=o.sync_timeout, logger=log,
+                         explicit_commit=o.sync_every == 1)
 
     # -- topics and channels -------------------------------------------------------------
     def get_topic(self, name: str) -> Topic:
@@ -385,11 +386,11 @@ class Broker:
                 msgs = channel.backlog.clear_memory() + channel.in_flight.clear()
                 deferred = [(wall + int(max(0.0, m.deadline - now) * 1e9), m)
                             for m in channel.deferred.clear()]
-                await self._save(f"{topic.name}:{channel.name}", channel.backlog.disk, msgs,
+                await self._save(f"{topic.name}:{channel.name}", channel.backlog, msgs,
                                  deferred)
             held = topic.backlog.clear_memory()
             deferred = [(wall + int(m.defer * 1e9), m) for m in held if m.defer]
-            await self._save(topic.name, topic.backlog.disk, [m for m in held if not m.defer],
+            await self._save(topic.name, topic.backlog, [m for m in held if not m.defer],
                              deferred)
         try:
             self._write_metadata_now()
@@ -397,16 +398,17 @@ class Broker:
             log.error("failed to persist metadata - %s", exc)
         await self.auth_http.aclose()
 
-    async def _save(self, queue_name: str, disk: DiskQueue | None, msgs: list[Message],
+    async def _save(self, queue_name: str, backlog: Backlog, msgs: list[Message],
                     deferred: list[tuple[int, Message]]) -> None:
+        disk = backlog.disk
         if disk is None:
             return  # ephemeral: nothing survives, as in NSQ
         try:
             if msgs:
                 await disk.put([encode_record(m) for m in msgs])
-            await disk.close()
-            path: Path = deferred_store.deferred_path(self.opts.data_path, queue_name)
-            await trio.to_thread.run_sync(deferred_store.save, path, deferred)
+            deferred_path = deferred_store.deferred_path(self.opts.data_path, queue_name)
+            await trio.to_thread.run_sync(deferred_store.save, deferred_path, deferred)
+            backlog.ack_all()  # every message read from disk is written back (or done)
         except (DiskQueueError, OSError) as exc:
             log.error("%s: failed to save messages at shutdown - %s", queue_name, exc)
         else:

@@ -130,7 +130,13 @@ class Channel:
         if client.sample_rate:
             # NSQ's sampling: a message not drawn is consumed without delivery, for this channel.
             rate = client.sample_rate
-            batch = [m for m in batch if random.randrange(100) <= rate]
+            kept = []
+            for msg in batch:
+                if random.randrange(100) <= rate:
+                    kept.append(msg)
+                else:
+                    self.backlog.ack(msg.id)  # consumed without delivery, as in NSQ
+            batch = kept
             if not batch:
                 return
         deadline = now + client.msg_timeout
@@ -165,6 +171,7 @@ class Channel:
         if isinstance(msg, str):
             return msg
         client.finish_count += 1
+        self.backlog.ack(message_id)
         if self.e2e is not None:
             self.e2e.observe(time.time_ns() - msg.timestamp)
         return None
@@ -243,6 +250,7 @@ class Channel:
         """Drop queued, in-flight and deferred messages (NSQ's channel empty); the disk
         queue's files are dropped by the caller (it is I/O)."""
         self.backlog.clear_memory()
+        self.backlog.ack_all()
         self.in_flight.clear()
         self.deferred.clear()
         for client in self.clients.values():

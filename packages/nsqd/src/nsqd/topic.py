@@ -88,6 +88,7 @@ class Topic:
     def empty(self) -> None:
         """Drop what the topic holds in memory; its disk files are dropped by the caller."""
         self.backlog.clear_memory()
+        self.backlog.ack_all()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Move held messages to the channels whenever that becomes possible."""
@@ -102,3 +103,4 @@ class Topic:
                     if not msgs:
                         break
                     await self._fan_out(msgs)
+                    self.backlog.ack_all()  # the channels hold them now
