@@ -250,6 +250,13 @@ class Broker:
             self.delete_channel(topic, channel.name)
 
     # -- publishing and subscribing -------------------------------------------------------
+    def new_messages(self, bodies: list[bytes], defer: float = 0.0) -> list[Message]:
+        """Messages for ``bodies``: consecutive ids, one timestamp (one clock read per batch)."""
+        ts = time.time_ns()
+        first = self.guid.take(len(bodies))
+        return [Message(b"%016x" % (first + i), body, ts, 0, defer)
+                for i, body in enumerate(bodies)]
+
     async def publish(self, topic_name: str, msgs: list[Message]) -> None:
         """Store ``msgs`` in a topic (created if needed).
 

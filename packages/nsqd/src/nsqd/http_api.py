@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import logging
 import re
-import time
+import socket
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from nsq_common import ProtocolError, decode_mpub_body, go_json, is_valid_name
@@ -20,11 +21,14 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from .broker import Broker
+from .channel import Channel
 from .message import Message
 from .options import LOG_LEVELS
 from .stats import stats, stats_text
+from .topic import Topic
 
 log = logging.getLogger("nsqd")
 
@@ -100,14 +104,14 @@ class HttpApi:
             raise ApiError(400, invalid)
         return topic
 
-    def _existing_topic(self, q: dict[str, str], invalid: str = "INVALID_TOPIC"):  # type: ignore[no-untyped-def]
+    def _existing_topic(self, q: dict[str, str], invalid: str = "INVALID_TOPIC") -> Topic:
         name = self._topic_arg(q, invalid)
         topic = self.broker.topics.get(name)
         if topic is None:
             raise ApiError(404, "TOPIC_NOT_FOUND")
         return topic
 
-    def _channel_args(self, q: dict[str, str]):  # type: ignore[no-untyped-def]
+    def _channel_args(self, q: dict[str, str]) -> tuple[Topic, str]:
         topic_name = self._topic_arg(q, "INVALID_ARG_TOPIC")
         channel = q.get("channel")
         if channel is None:
@@ -119,7 +123,7 @@ class HttpApi:
             raise ApiError(404, "TOPIC_NOT_FOUND")
         return topic, channel
 
-    def _existing_channel(self, q: dict[str, str]):  # type: ignore[no-untyped-def]
+    def _existing_channel(self, q: dict[str, str]) -> tuple[Topic, Channel]:
         topic, name = self._channel_args(q)
         channel = topic.channels.get(name)
         if channel is None:
@@ -148,11 +152,6 @@ class HttpApi:
             "max_deflate_level": o.max_deflate_level,
         })
 
-    def _messages(self, bodies: list[bytes], defer: float = 0.0) -> list[Message]:
-        ts = time.time_ns()
-        first = self.broker.guid.take(len(bodies))
-        return [Message(b"%016x" % (first + i), b, ts, 0, defer) for i, b in enumerate(bodies)]
-
     async def _publish(self, topic: str, msgs: list[Message]) -> None:
         try:
             await self.broker.publish(topic, msgs)
@@ -178,7 +177,7 @@ class HttpApi:
             if ms < 0 or ms > self.opts.max_req_timeout * 1000:
                 raise ApiError(400, "INVALID_DEFER")
             defer = ms / 1000
-        await self._publish(topic, self._messages([body], defer))
+        await self._publish(topic, self.broker.new_messages([body], defer))
         return _text("OK")
 
     async def mpub(self, request: Request) -> Response:
@@ -201,7 +200,7 @@ class HttpApi:
             if any(len(b) > o.max_msg_size for b in bodies):
                 raise ApiError(413, "MSG_TOO_BIG")
         if bodies:
-            await self._publish(topic, self._messages(bodies))
+            await self._publish(topic, self.broker.new_messages(bodies))
         return _text("OK")
 
     async def stats(self, request: Request) -> Response:
@@ -307,15 +306,14 @@ def _config_value(opt: str, value: Any) -> Any:
 
 
 def _hostname() -> str:
-    import socket
-
     return socket.gethostname()
 
 
 def build_app(broker: Broker) -> Starlette:
     api = HttpApi(broker)
 
-    def wrap(handler):  # type: ignore[no-untyped-def]
+    def wrap(handler: Callable[[Request], Awaitable[Response]]
+             ) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
             try:
                 return await handler(request)
@@ -371,7 +369,7 @@ class TlsRequired:
         self.app = app
         self.broker = broker
 
-    async def __call__(self, scope, receive, send):  # type: ignore[no-untyped-def]
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope.get("scheme") != "https":
             body = (f'{{"message": "TLS_REQUIRED", "https_port": {self.broker.https_port}}}'
                     ).encode()

@@ -13,7 +13,6 @@ clients match responses to requests in order.
 from __future__ import annotations
 
 import logging
-import time
 from typing import TYPE_CHECKING
 
 import attrs
@@ -159,12 +158,6 @@ class ProtocolV2:
         await self._async[cmd.name](cmd)
 
     # -- publishing --------------------------------------------------------------------------
-    def _new_messages(self, bodies: list[bytes], defer: float = 0.0) -> list[Message]:
-        ts = time.time_ns()
-        first = self.broker.guid.take(len(bodies))
-        return [Message(b"%016x" % (first + i), body, ts, 0, defer)
-                for i, body in enumerate(bodies)]
-
     async def _publish(self, cmd: bytes, topic_raw: bytes, msgs: list[Message],
                        failed: ErrorCode) -> None:
         topic = _name(topic_raw)
@@ -228,7 +221,7 @@ class ProtocolV2:
         self._batch_topic, self._batch_bodies, self._batch_replies = None, [], 0
         topic = _name(topic_raw)
         try:
-            await self.broker.publish(topic, self._new_messages(bodies))
+            await self.broker.publish(topic, self.broker.new_messages(bodies))
         except Exception as exc:
             code = E.E_MPUB_FAILED if first == b"MPUB" else E.E_PUB_FAILED
             raise ProtocolError(code, f"{first.decode()} failed {exc}") from exc
@@ -240,7 +233,7 @@ class ProtocolV2:
         assert cmd.body is not None
         await self._authorize(b"DPUB", cmd.params[0], b"")
         defer = self._defer_ms(cmd.params[1]) / 1000
-        await self._publish(b"DPUB", cmd.params[0], self._new_messages([cmd.body], defer),
+        await self._publish(b"DPUB", cmd.params[0], self.broker.new_messages([cmd.body], defer),
                             E.E_DPUB_FAILED)
 
     # -- connection set-up -------------------------------------------------------------------
