@@ -9,9 +9,8 @@ import sys
 from collections.abc import Sequence
 
 import trio
-from nsq_common import NSQ_VERSION, FlagError, exit_with_flag_error
+from nsq_common import NSQ_VERSION, FlagError, exit_with_flag_error, setup_logging
 
-from .logs import setup_logging
 from .options import Options, build_flagset
 from .secrets_file import SecretsError, SecretStore
 from .server import serve
@@ -57,7 +56,7 @@ async def _run(options: Options, store: SecretStore, log: logging.Logger) -> Non
 
 def main(argv: Sequence[str] | None = None) -> None:
     options = parse_options(sys.argv[1:] if argv is None else argv)
-    log = setup_logging(options.log_prefix, options.log_level)
+    log = setup_logging("nsq_auth", options.log_prefix, options.log_level)
     log.info(version_string())
     try:
         store = SecretStore.open(options.secrets_file)

@@ -8,10 +8,9 @@ import sys
 from collections.abc import Sequence
 
 import trio
-from nsq_common import NSQ_VERSION, FlagError, exit_with_flag_error
+from nsq_common import NSQ_VERSION, FlagError, exit_with_flag_error, setup_logging
 
 from .auth import PasswordFileError, load_password_file
-from .logs import setup_logging
 from .options import Options, build_flagset
 from .server import serve
 from .upstream import tls_context
@@ -62,7 +61,7 @@ def _first(group: BaseExceptionGroup[OSError]) -> BaseException:
 
 def main(argv: Sequence[str] | None = None) -> None:
     options = parse_options(sys.argv[1:] if argv is None else argv)
-    log = setup_logging(options.log_prefix, options.log_level)
+    log = setup_logging("nsqadmin", options.log_prefix, options.log_level)
     log.info(version_string())
     try:
         trio.run(_run, options)

@@ -15,13 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 import httpx
-from nsq_common import go_json, is_valid_channel_name, is_valid_topic_name
+from nsq_common import PYTHON_LOG_LEVELS, go_json, is_valid_channel_name, is_valid_topic_name
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from .cluster import ActionResult
-from .logs import LEVELS as LOG_LEVEL_NUMBERS
 from .options import LOG_LEVELS, Options
 from .stats import aggregate_topic
 from .upstream import ClusterError, UpstreamError, warning_message
@@ -323,7 +322,7 @@ async def config(request: Request) -> Any:
             if level not in LOG_LEVELS:
                 raise ApiError(400, "INVALID_VALUE")
             admin.options = attrs.evolve(options, log_level=level)
-            logging.getLogger("nsqadmin").setLevel(LOG_LEVEL_NUMBERS[level])
+            logging.getLogger("nsqadmin").setLevel(PYTHON_LOG_LEVELS[level])
         else:
             raise ApiError(400, "INVALID_OPTION")
     return config_value(admin.options, name)

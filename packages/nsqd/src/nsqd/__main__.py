@@ -9,10 +9,9 @@ import sys
 from collections.abc import Sequence
 
 import trio
-from nsq_common import NSQ_VERSION, FlagError, exit_with_flag_error
+from nsq_common import NSQ_VERSION, FlagError, exit_with_flag_error, setup_logging
 
 from .app import serve
-from .logs import setup_logging
 from .options import Options, build_flagset
 
 

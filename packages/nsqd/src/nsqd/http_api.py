@@ -15,7 +15,14 @@ import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from nsq_common import ProtocolError, decode_mpub_body, go_json, is_valid_name
+from nsq_common import (
+    NSQ_LOG_LEVELS,
+    PYTHON_LOG_LEVELS,
+    ProtocolError,
+    decode_mpub_body,
+    go_json,
+    is_valid_name,
+)
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -26,7 +33,6 @@ from starlette.types import Receive, Scope, Send
 from .broker import Broker
 from .channel import Channel
 from .message import Message
-from .options import LOG_LEVELS
 from .stats import stats, stats_text
 from .topic import Topic
 
@@ -283,23 +289,18 @@ class HttpApi:
                 self.broker.lookup.set_addresses(addresses)
             elif opt == "log_level":
                 level = body.decode("utf-8", "replace").strip().lower()
-                if level not in LOG_LEVELS:
+                if level not in NSQ_LOG_LEVELS:
                     raise ApiError(400, "INVALID_VALUE")
                 values[opt] = level
-                logging.getLogger("nsqd").setLevel(_python_level(level))
+                logging.getLogger("nsqd").setLevel(PYTHON_LOG_LEVELS[level])
             else:
                 raise ApiError(400, "INVALID_OPTION")
         return _json(_config_value(opt, values[opt]))
 
 
-def _python_level(level: str) -> int:
-    return {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING,
-            "error": logging.ERROR, "fatal": logging.CRITICAL}[level]
-
-
 def _config_value(opt: str, value: Any) -> Any:
     if opt == "log_level":
-        return LOG_LEVELS[value]
+        return NSQ_LOG_LEVELS[value]
     if isinstance(value, float) and opt not in ("e2e_processing_latency_percentiles",):
         return int(value * 1e9)  # Go durations are nanoseconds in JSON
     return value

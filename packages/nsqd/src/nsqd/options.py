@@ -12,7 +12,7 @@ import zlib
 from typing import Any
 
 import attrs
-from nsq_common import FlagSet
+from nsq_common import NSQ_LOG_LEVELS, FlagSet
 
 
 def default_node_id() -> int:
@@ -104,7 +104,6 @@ def build_flagset() -> FlagSet:
     return fs
 
 
-LOG_LEVELS = {"debug": 1, "info": 2, "warn": 3, "error": 4, "fatal": 5}
 
 
 @attrs.frozen(kw_only=True)
@@ -139,7 +138,7 @@ class Options:
             raise ValueError("--node-id must be [0,1024)")
         if not 1 <= v["max_deflate_level"] <= 9:
             raise ValueError("--max-deflate-level must be [1,9]")
-        if v["log_level"].lower() not in LOG_LEVELS:
+        if v["log_level"].lower() not in NSQ_LOG_LEVELS:
             raise ValueError(f"invalid log level {v['log_level']!r}")
         for p in v["e2e_processing_latency_percentiles"]:
             if not 0 < p <= 1:
