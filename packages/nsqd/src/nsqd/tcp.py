@@ -134,7 +134,12 @@ class Connection:
                     except ConnectionAbort as exc:
                         log.info("client %s: %s, closing", client.remote_address, exc)
                         return
-                if client.out_bytes > OUTPUT_HIGH_WATER:
+                if client.urgent and not self._send_lock.locked():
+                    # Answers to this chunk's commands go out now, from here: waking the
+                    # writer task for them would add a task switch to every round trip of
+                    # a request/response client (a publisher waiting for each OK).
+                    await self._send(client.take_output())
+                elif client.out_bytes > OUTPUT_HIGH_WATER:
                     self._drained = trio.Event()
                     self._wake()
                     await self._drained.wait()
@@ -163,15 +168,7 @@ class Connection:
                     client.send_frame(HEARTBEAT_FRAME)
                     next_hb = t + hb_interval
                 if client.out and (client.urgent or self._closing or t >= client.flush_at):
-                    timeout = hb_interval if hb_interval > 0 else math.inf
-                    with trio.move_on_after(timeout) as scope:
-                        async with self._send_lock:
-                            data = client.take_output()  # may have gone out with an upgrade
-                            if data:
-                                await self.stream.send_all(data)
-                    if scope.cancelled_caught:
-                        log.info("client %s: write timed out, closing", client.remote_address)
-                        self._disconnect()
+                    if not await self._send(None):
                         return
                     if client.out_bytes <= OUTPUT_HIGH_WATER:
                         self._drained.set()
@@ -190,6 +187,23 @@ class Connection:
             self._drained.set()
             self._writer_done.set()
 
+
+    async def _send(self, data: bytes | None) -> bool:
+        """Send ``data`` (None: whatever the output buffer holds when the lock is ours) within
+        nsqd's write deadline, one heartbeat interval; a client that does not read in time is
+        disconnected. Returns False then."""
+        hb = self.client.heartbeat_interval
+        with trio.move_on_after(hb if hb > 0 else math.inf) as scope:
+            async with self._send_lock:
+                if data is None:
+                    data = self.client.take_output()  # may have gone out with an upgrade
+                if data:
+                    await self.stream.send_all(data)
+        if scope.cancelled_caught:
+            log.info("client %s: write timed out, closing", self.client.remote_address)
+            self._disconnect()
+            return False
+        return True
 
     async def _upgrade(self, up: Upgrades) -> None:
         """Switch layers after IDENTIFY as nsqd does: the reply in the clear, then TLS, then
