@@ -27,7 +27,7 @@ test: lint
 	.venv/bin/python -m pytest $(PYTEST_ARGS)
 
 bench: install
-	.venv/bin/python -m bench $(BENCH_ARGS)
+	.venv/bin/python -m bench --client raw,library $(BENCH_ARGS)
 
 docs: install
 	.venv/bin/python scripts/gen_config_docs.py

@@ -18,10 +18,11 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from .scenarios import SCENARIOS, RunFailed, RunResult, Settings, run_once
+from .scenarios import CLIENTS, SCENARIOS, RunFailed, RunResult, Settings, run_once
 from .server import Nsqd
 
 MIB = 1024 * 1024
+REQUIRED_RATIO = 0.8  # library figures within 20% of the raw clients'
 
 
 def _positive(text: str) -> int:
@@ -38,6 +39,15 @@ def _scenario_list(text: str) -> list[str]:
         raise argparse.ArgumentTypeError(
             f"unknown scenario(s) {', '.join(unknown) or text!r}; choose from {', '.join(SCENARIOS)}")
     return names
+
+
+def _client_list(text: str) -> list[str]:
+    names = {n.strip() for n in text.split(",") if n.strip()}
+    unknown = sorted(names - set(CLIENTS))
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown client(s) {', '.join(unknown) or text!r}; choose from {', '.join(CLIENTS)}")
+    return [c for c in CLIENTS if c in names]  # raw first, whatever the order given
 
 
 def _sizes(text: str) -> list[int]:
@@ -65,6 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scenarios", type=_scenario_list, default=None,
                    help=f"comma-separated subset of: {', '.join(SCENARIOS)} (default: all)")
     p.add_argument("--runs", type=_positive, default=3, help="runs per scenario (default 3)")
+    p.add_argument("--client", type=_client_list, default=["raw"],
+                   help="comma-separated clients to run every scenario with: 'raw' (plain "
+                        "sockets), 'library' (the nsq_client library); 'raw,library' runs "
+                        "both, alternating run by run, and compares them (default raw)")
     p.add_argument("--count", type=_positive, default=None,
                    help="messages per run, for every scenario (default: "
                    + ", ".join(f"{s.name} {s.default_count:,}" for s in SCENARIOS.values()) + ")")
@@ -140,33 +154,75 @@ def _summary(name: str, runs: list[RunResult], size: int) -> dict[str, Any]:
     }
 
 
-def print_table(summaries: list[dict[str, Any]], settings: Settings, runs: int) -> None:
-    headers = ("queue", "scenario", "setup", "msgs/run", "msgs/s", "MB/s", "client CPU", "nsqd CPU",
-               "disk B/msg", "runs (msgs/s)")
-    rows = []
-    for s in summaries:
-        sc = SCENARIOS[s["scenario"]]
-        rows.append((
-            s.get("queue", ""), f"{sc.name}: {sc.title}", settings.describe(sc), f"{s['messages']:,}",
-            _fmt_rate(s["median_msgs_per_s"]), f"{s['median_mb_per_s']:.2f}",
-            _pct(s["median_client_cpu"]), _pct(s["median_nsqd_cpu"]),
-            _bytes(s["median_written_per_msg"]),
-            " ".join(_fmt_rate(r["msgs_per_s"]) for r in s["runs"]),
-        ))
+def _render(headers: tuple[str, ...], rows: list[tuple[str, ...]], right: set[int]) -> None:
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-    right = {3, 4, 5, 6, 7, 8}
 
     def line(cells: tuple[str, ...]) -> str:
         return "  ".join(c.rjust(w) if i in right else c.ljust(w)
                          for i, (c, w) in enumerate(zip(cells, widths, strict=True))).rstrip()
 
-    print()
-    print(f"{settings.size}-byte messages; median of {runs} run(s); MB/s = msgs/s x size / 2^20; "
-          "CPU = CPU time / run time (clients: all client processes together)")
     print(line(headers))
     print(line(tuple("-" * w for w in widths)))
     for row in rows:
         print(line(row))
+
+
+def comparisons(summaries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Library against raw for every (queue, scenario) that has both: the ratio of the
+    medians, and the ratio within each pair of runs (raw run i and library run i ran one
+    after the other)."""
+    raw = {(s["queue"], s["scenario"]): s for s in summaries if s["client"] == "raw"}
+    out = []
+    for lib in summaries:
+        base = raw.get((lib["queue"], lib["scenario"]))
+        if lib["client"] != "library" or base is None:
+            continue
+        pairs = [b["msgs_per_s"] and a["msgs_per_s"] / b["msgs_per_s"]
+                 for a, b in zip(lib["runs"], base["runs"], strict=False)]
+        out.append({
+            "queue": lib["queue"], "scenario": lib["scenario"],
+            "raw_msgs_per_s": base["median_msgs_per_s"],
+            "library_msgs_per_s": lib["median_msgs_per_s"],
+            "ratio": (lib["median_msgs_per_s"] / base["median_msgs_per_s"]
+                      if base["median_msgs_per_s"] else None),
+            "run_ratios": pairs,
+            "raw_client_cpu": base["median_client_cpu"],
+            "library_client_cpu": lib["median_client_cpu"],
+        })
+    return out
+
+
+def print_table(summaries: list[dict[str, Any]], settings: Settings, runs: int) -> None:
+    headers = ("queue", "scenario", "client", "setup", "msgs/run", "msgs/s", "MB/s", "client CPU",
+               "nsqd CPU", "disk B/msg", "runs (msgs/s)")
+    rows = []
+    for s in summaries:
+        sc = SCENARIOS[s["scenario"]]
+        rows.append((
+            s.get("queue", ""), f"{sc.name}: {sc.title}", s["client"], settings.describe(sc),
+            f"{s['messages']:,}", _fmt_rate(s["median_msgs_per_s"]),
+            f"{s['median_mb_per_s']:.2f}", _pct(s["median_client_cpu"]),
+            _pct(s["median_nsqd_cpu"]), _bytes(s["median_written_per_msg"]),
+            " ".join(_fmt_rate(r["msgs_per_s"]) for r in s["runs"]),
+        ))
+    print()
+    print(f"{settings.size}-byte messages; median of {runs} run(s); MB/s = msgs/s x size / 2^20; "
+          "CPU = CPU time / run time (clients: all client processes together)")
+    _render(headers, rows, {4, 5, 6, 7, 8, 9})
+    compared = comparisons(summaries)
+    if not compared:
+        return
+    print()
+    print("library (nsq_client) against raw sockets, same nsqd, runs alternating; "
+          f"the requirement is library/raw >= {REQUIRED_RATIO:.0%}")
+    rows = [(c["queue"], c["scenario"], _fmt_rate(c["raw_msgs_per_s"]),
+             _fmt_rate(c["library_msgs_per_s"]), _pct(c["ratio"]),
+             "yes" if c["ratio"] is not None and c["ratio"] >= REQUIRED_RATIO else "NO",
+             " ".join(_pct(r) for r in c["run_ratios"]),
+             f"{_pct(c['raw_client_cpu'])} / {_pct(c['library_client_cpu'])}")
+            for c in compared]
+    _render(("queue", "scenario", "raw msgs/s", "library msgs/s", "library/raw", ">= 80%",
+             "per run pair", "client CPU raw / library"), rows, {2, 3, 4, 5, 6, 7})
 
 
 def _interrupt(signum: int, frame: Any) -> None:
@@ -194,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile:
         sizes = sizes[:1]
 
+    clients: list[str] = args.client
+    stopped: set[str] = set()  # clients that failed a run of the current scenario
     summaries: list[dict[str, Any]] = []
     failed = interrupted = False
     for size in sizes:
@@ -205,29 +263,41 @@ def main(argv: list[str] | None = None) -> int:
             where = f"nsqd started at {nsqd.tcp_address} (mem-queue-size {size})"
             if args.profile:
                 where += f", under py-spy -> {args.profile}"
-        print(f"bench: {where}; scenarios {', '.join(names)}; {args.runs} run(s) each", flush=True)
+        print(f"bench: {where}; scenarios {', '.join(names)}; {args.runs} run(s) each; "
+              f"client {', '.join(clients)}", flush=True)
         try:
             for name in names:
                 scenario = SCENARIOS[name]
-                runs: list[RunResult] = []
+                # Runs alternate between the clients (raw 1, library 1, raw 2, ...), so that
+                # both see the same machine and the same nsqd state as far as possible.
+                results: dict[str, list[RunResult]] = {c: [] for c in clients}
                 for i in range(args.runs):
-                    try:
-                        result = run_once(ctx, nsqd, scenario, settings)
-                    except RunFailed as exc:
-                        print(f"  {name} run {i + 1}: FAILED: {exc}", file=sys.stderr, flush=True)
-                        failed = True
-                        break
-                    runs.append(result)
-                    print(f"  {name} run {i + 1}/{args.runs}: {result.messages:,} msgs in "
-                          f"{result.seconds:.3f}s = {_fmt_rate(result.rate)} msgs/s, "
-                          f"{result.rate * settings.size / MIB:.2f} MB/s; CPU: clients "
-                          f"{_pct(_share(result.client_cpu, result.seconds))}, nsqd "
-                          f"{_pct(_share(result.nsqd_cpu, result.seconds))}", flush=True)
-                if runs:
-                    summary = _summary(name, runs, settings.size)
-                    summary["queue"] = _queue_label(size)
-                    summary["mem_queue_size"] = size
-                    summaries.append(summary)
+                    for client in clients:
+                        if client in stopped:
+                            continue
+                        label = f"{name} ({client})" if len(clients) > 1 else name
+                        try:
+                            result = run_once(ctx, nsqd, scenario, settings, client)
+                        except RunFailed as exc:
+                            print(f"  {label} run {i + 1}: FAILED: {exc}", file=sys.stderr,
+                                  flush=True)
+                            failed = True
+                            stopped.add(client)
+                            continue
+                        results[client].append(result)
+                        print(f"  {label} run {i + 1}/{args.runs}: {result.messages:,} msgs in "
+                              f"{result.seconds:.3f}s = {_fmt_rate(result.rate)} msgs/s, "
+                              f"{result.rate * settings.size / MIB:.2f} MB/s; CPU: clients "
+                              f"{_pct(_share(result.client_cpu, result.seconds))}, nsqd "
+                              f"{_pct(_share(result.nsqd_cpu, result.seconds))}", flush=True)
+                stopped.clear()
+                for client in clients:
+                    if results[client]:
+                        summary = _summary(name, results[client], settings.size)
+                        summary["client"] = client
+                        summary["queue"] = _queue_label(size)
+                        summary["mem_queue_size"] = size
+                        summaries.append(summary)
         except KeyboardInterrupt:
             interrupted = True
             print("interrupted", file=sys.stderr)
@@ -259,7 +329,9 @@ def main(argv: list[str] | None = None) -> int:
             "mem_queue_sizes": sizes,
             "failed": failed,
             "interrupted": interrupted,
+            "clients": clients,
             "results": summaries,
+            "library_vs_raw": comparisons(summaries),
         }
         with open(args.json_path, "w", encoding="utf-8") as fh:
             json.dump(doc, fh, indent=2)

@@ -39,6 +39,11 @@ SCENARIOS = {
 }
 
 
+# Who does the clients' work: plain blocking sockets (``workers``) or the client library
+# ``nsq_client`` (``library``), with the same counts, batches, windows and RDY.
+CLIENTS = ("raw", "library")
+
+
 @dataclass(frozen=True)
 class Settings:
     size: int = 100
@@ -92,12 +97,14 @@ def _split(total: int, parts: int) -> list[int]:
     return [base + (1 if i < rest else 0) for i in range(parts)]
 
 
-def run_once(ctx: BaseContext, nsqd: Nsqd, scenario: Scenario, settings: Settings) -> RunResult:
+def run_once(ctx: BaseContext, nsqd: Nsqd, scenario: Scenario, settings: Settings,
+             client: str = "raw") -> RunResult:
+    """One run of ``scenario`` with ``client`` ("raw" sockets or the "library") workers."""
     topic = f"bench_{scenario.name}_{secrets.token_hex(4)}"
     try:
         if scenario.role == "sub":
-            return _consume(ctx, nsqd, scenario, settings, topic)
-        return _publish(ctx, nsqd, scenario, settings, topic)
+            return _consume(ctx, nsqd, scenario, settings, topic, client)
+        return _publish(ctx, nsqd, scenario, settings, topic, client)
     except (workers.BenchError, OSError) as exc:  # set-up and checks; OSError covers HTTP
         raise RunFailed(f"{type(exc).__name__}: {exc}") from exc
     finally:
@@ -108,14 +115,14 @@ def run_once(ctx: BaseContext, nsqd: Nsqd, scenario: Scenario, settings: Setting
 
 
 def _publish(ctx: BaseContext, nsqd: Nsqd, scenario: Scenario, s: Settings,
-             topic: str) -> RunResult:
+             topic: str, client: str) -> RunResult:
     count = s.count_for(scenario)
     params = []
     for share in _split(count, s.publishers):
         if share == 0:
             continue
-        common = {"role": scenario.role, "address": nsqd.tcp_address, "topic": topic,
-                  "size": s.size, "batch": s.batch}
+        common = {"role": scenario.role, "client": client, "address": nsqd.tcp_address,
+                  "topic": topic, "size": s.size, "batch": s.batch}
         if scenario.role == "mpub":
             # Whole MPUBs only: a share is rounded up to a multiple of the batch.
             units = -(-share // s.batch)
@@ -133,7 +140,7 @@ def _publish(ctx: BaseContext, nsqd: Nsqd, scenario: Scenario, s: Settings,
 
 
 def _consume(ctx: BaseContext, nsqd: Nsqd, scenario: Scenario, s: Settings,
-             topic: str) -> RunResult:
+             topic: str, client: str) -> RunResult:
     count = s.count_for(scenario)
     nsqd.create_channel(topic, CHANNEL)
     workers.prefill(nsqd.tcp_address, topic, count, s.size, s.batch)
@@ -145,8 +152,8 @@ def _consume(ctx: BaseContext, nsqd: Nsqd, scenario: Scenario, s: Settings,
     if not filled(item):
         raise RunFailed(f"pre-fill of {count} messages did not reach the channel: {item}")
     counter = ctx.Value("q", 0) if scenario.consumers > 1 else None
-    params = [{"role": "sub", "address": nsqd.tcp_address, "topic": topic, "channel": CHANNEL,
-               "size": s.size, "rdy": s.rdy, "target": count,
+    params = [{"role": "sub", "client": client, "address": nsqd.tcp_address, "topic": topic,
+               "channel": CHANNEL, "size": s.size, "rdy": s.rdy, "target": count,
                "output_buffer_timeout": s.output_buffer_timeout}
               for _ in range(scenario.consumers)]
     results, nsqd_usage = run_clients(ctx, nsqd, params, counter, s.timeout)

@@ -302,10 +302,18 @@ def close(sock: socket.socket, buf: bytearray, filled: int) -> int:
 # -- process entry point ---------------------------------------------------------------------
 
 def worker_main(conn: Any, go: Any, params: dict[str, Any], counter: Any = None) -> None:
-    """Run one client: set up, say ready, wait for ``go``, run, send the result on ``conn``."""
+    """Run one client: set up, say ready, wait for ``go``, run, send the result on ``conn``.
+
+    ``params["client"] == "library"`` runs the ``nsq_client`` version (``bench.library``).
+    """
     sock: socket.socket | None = None
     try:
         role = params["role"]
+        if params.get("client", "raw") == "library":
+            from . import library  # Trio and nsq_client: only in the library's processes
+
+            conn.send(("done", library.run(conn, go, params, counter)))
+            return
         sock = connect(params["address"])
         identify(sock, role, params.get("output_buffer_timeout", 0))
         if role in ("mpub", "pub"):
@@ -331,6 +339,8 @@ def worker_main(conn: Any, go: Any, params: dict[str, Any], counter: Any = None)
             text = f"{params.get('role')}: {exc}"
         else:
             text = f"{params.get('role')}: {exc!r}\n{traceback.format_exc()}"
+        if params.get("client", "raw") != "raw":
+            text = f"({params['client']}) {text}"
         conn.send(("error", text))
     finally:
         if sock is not None:

@@ -11,10 +11,17 @@ The handshake reads frame by frame, taking exactly the bytes of each frame from 
 because after the IDENTIFY reply the next bytes may already be TLS or compressed. After it,
 two tasks run and no task is ever started per message:
 
-* the **reader** receives up to 64 KiB, parses every whole frame in it (``FrameDecoder``),
-  answers heartbeats with NOP, and hands the chunk's messages to the handler as one list;
+* the **reader** receives up to 64 KiB, parses every whole frame in it by offset (a run of
+  ``OK`` answers in one C-level count), answers heartbeats with NOP, and hands the chunk's
+  messages to the handler as one list;
 * the **writer** sends whatever ``write()`` queued since its last send, in one ``send_all``:
-  a burst of FINs from a batch, or of pipelined PUBs, leaves as one write.
+  a burst of FINs from a batch (queued as ids, joined into ``FIN`` commands at send time),
+  or of pipelined PUBs, leaves as one write. ``write_through()`` skips the writer for a
+  command that goes out on its own (an MPUB, a lone publish) when nothing else is queued.
+
+On a plain TCP connection both read and write the socket itself (``os.read``/``os.write``
+on the non-blocking socket) and use Trio only to wait for it; TLS and test streams go through
+the ``trio.abc.Stream``.
 
 Deadlines are go-nsq's: ``read_timeout`` without a byte (nsqd heartbeats every 30 s) or a send
 that cannot finish within ``write_timeout`` ends the connection. What happens on frames,
@@ -27,6 +34,8 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
+import struct
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -35,13 +44,13 @@ from nsq_common import (
     FRAME_HEADER,
     HEARTBEAT,
     MAGIC_V2,
-    MESSAGE_HEADER,
     MESSAGE_HEADER_SIZE,
     FrameDecoder,
     FrameTooBig,
     FrameType,
     commands,
 )
+from trio.lowlevel import wait_readable, wait_writable
 
 from ._backoff import Signal
 from ._compression import Codec, Deflate, Snappy
@@ -59,10 +68,14 @@ _FRAME_RESPONSE = int(FrameType.RESPONSE)
 _FRAME_ERROR = int(FrameType.ERROR)
 _NOP = commands.nop()
 _HANDSHAKE_MAX_FRAME = 1 << 20  # IDENTIFY / AUTH replies are a few hundred bytes
-# Where the id and the body start in a message frame's payload: after the timestamp and
-# attempts (MESSAGE_HEADER), and after the 16-byte id (MESSAGE_HEADER_SIZE).
-_ID_START = MESSAGE_HEADER.size
-_BODY_START = MESSAGE_HEADER_SIZE
+# The fixed part of a message frame, read in one go: the frame header (size, type), then
+# the message's timestamp and attempts (MESSAGE_HEADER) and its 16-byte id; the body follows.
+_MESSAGE_FRAME = struct.Struct(">iiqH16s")
+_MESSAGE_FRAME_MIN = FRAME_HEADER.size + MESSAGE_HEADER_SIZE
+assert _MESSAGE_FRAME.size == _MESSAGE_FRAME_MIN
+_OK_FRAME = FRAME_HEADER.pack(4 + 2, int(FrameType.RESPONSE)) + b"OK"
+_OK_FRAME_SIZE = len(_OK_FRAME)
+_OK_SIZE = 4 + 2  # the size field of an OK frame
 
 Connector = Callable[[str, int], Awaitable[trio.abc.Stream]]
 
@@ -90,11 +103,40 @@ class ConnHandler(Protocol):
 
     def on_response(self, conn: Connection, data: bytes) -> None: ...
 
+    def on_ok(self, conn: Connection, count: int) -> None:
+        """``count`` responses ``OK`` in a row (the same as as many ``on_response``)."""
+
     def on_error(self, conn: Connection, error: ServerError) -> None: ...
 
     def on_answered(self, conn: Connection, signal: Signal) -> None: ...
 
+    def on_finished(self, conn: Connection) -> None:
+        """A message was FINished (the same as ``on_answered(conn, Signal.RESUME)``)."""
+
     def on_close(self, conn: Connection) -> None: ...
+
+
+def count_oks(data: bytes, start: int, end: int) -> int:
+    """How many whole ``OK`` frames follow one another in ``data[start:end]`` from ``start``.
+
+    One C-level ``count`` decides the common case, a run of nothing but OKs: n occurrences of
+    the 10-byte frame, not overlapping, in 10 * n bytes can only be the frames back to back.
+    Otherwise (a heartbeat or an error among them) they are stepped over one by one.
+    """
+    n = (end - start) // _OK_FRAME_SIZE
+    if not n:
+        return 0
+    if data.count(_OK_FRAME, start, start + n * _OK_FRAME_SIZE) == n:
+        return n
+    k = 0
+    while k < n and data.startswith(_OK_FRAME, start):
+        k += 1
+        start += _OK_FRAME_SIZE
+    return k
+
+
+class _Closed(Exception):
+    """End of stream after CLS or close(): the read loop ends without an error."""
 
 
 def _timeout(seconds: float) -> float:
@@ -118,9 +160,15 @@ class Connection:
         self._handler = handler
         self._connector = connector or open_tcp
         self._stream: trio.abc.Stream | None = None
+        # A plain TCP stream's socket: after the handshake, read and written directly
+        # (``os.read`` / ``os.write`` when the kernel is ready, Trio only to wait; see run()).
+        self._fd: int | None = None
         self._codec: Codec | None = None
         self._rbuf = b""  # handshake read-ahead, already decompressed
         self._wbuf = bytearray()
+        # Ids of messages FINished since the last write: they join the write queue as one
+        # ``FIN <id>\n...`` block (one C-level join) before anything else is queued or sent.
+        self._fins: list[bytes] = []
         self._wake = trio.Event()
         self._writer_idle = False  # the writer waits on _wake: the next write must set it
         self._sending = False  # a send_all is in progress (writer task or write_now)
@@ -268,11 +316,20 @@ class Connection:
         try:
             async with trio.open_nursery() as nursery:
                 self._scope = nursery.cancel_scope
+                stream = self._stream
+                if type(stream) is trio.SocketStream and self._fd is None:
+                    # Plain TCP: read and write the (non-blocking) socket directly, and use
+                    # Trio only to wait for it. Trio's socket calls yield after every
+                    # successful send and receive and try a receive before waiting: per
+                    # round trip, several more passes of the scheduler than the I/O needs.
+                    self._fd = stream.socket.fileno()
                 nursery.start_soon(self._write_loop)
                 nursery.start_soon(self._watchdog)
                 task_status.started()
                 try:
                     await self._read_loop()
+                except _Closed:
+                    pass
                 except (OSError, trio.BrokenResourceError, trio.ClosedResourceError,
                         FrameTooBig, ServerError, ValueError) as exc:
                     self._fail(exc)
@@ -287,49 +344,114 @@ class Connection:
         await self._closed_event.wait()
 
     async def _read_loop(self) -> None:
-        assert self._stream is not None
-        receive = self._stream.receive_some
+        """Receive, and parse every whole frame of what came by offset, in one pass.
+
+        No frame objects: a message frame becomes its ``Message`` straight from the received
+        bytes (one ``unpack_from`` for size, type, timestamp, attempts and id, one slice for
+        the body); a run of ``OK`` responses is counted, not parsed (``count_oks``), and
+        reported as one ``on_ok`` call. A frame split over receives waits for the rest.
+        """
         handler = self._handler
-        decoder = FrameDecoder(self.config.max_msg_size + 30 if self.config.max_msg_size else 0)
-        if self._rbuf:
-            decoder.feed(self._rbuf)
-            self._rbuf = b""
-        unpack = MESSAGE_HEADER.unpack_from
-        now = trio.current_time
-        codec = self._codec
-        data = b""
+        max_size = self.config.max_msg_size + 30 if self.config.max_msg_size else 0
+        unpack_header = FRAME_HEADER.unpack_from
+        unpack_message = _MESSAGE_FRAME.unpack_from
+        heartbeat_size = 4 + len(HEARTBEAT)
+        data = self._rbuf
+        self._rbuf = b""
+        pos = 0
         while True:
-            frames = decoder.frames()
-            if frames:
-                messages: list[Message] = []
-                for frame_type, payload in frames:
-                    if frame_type == _FRAME_MESSAGE:
-                        # Parsed here rather than with nsq_common.decode_message, which builds
-                        # a frozen attrs object: three times the cost, per message.
-                        if len(payload) < _BODY_START:
-                            raise ValueError(f"message frame of {len(payload)} bytes")
-                        timestamp, attempts = unpack(payload)
-                        messages.append(Message(payload[_ID_START:_BODY_START],
-                                                payload[_BODY_START:], timestamp, attempts, self))
-                    elif frame_type == _FRAME_RESPONSE:
-                        if payload == HEARTBEAT:
+            end = len(data)
+            messages: list[Message] = []
+            oks = 0
+            while end - pos >= 8:
+                if end - pos >= _MESSAGE_FRAME_MIN:
+                    size, frame_type, timestamp, attempts, message_id = unpack_message(data, pos)
+                else:
+                    size, frame_type = unpack_header(data, pos)
+                if size < 4 or (max_size and size > max_size):
+                    raise FrameTooBig(f"frame size {size} out of range")
+                stop = pos + 4 + size
+                if stop > end:
+                    break
+                if frame_type == _FRAME_MESSAGE:
+                    if stop - pos < _MESSAGE_FRAME_MIN:
+                        raise ValueError(f"message frame of {size - 4} bytes")
+                    messages.append(Message(message_id, data[pos + _MESSAGE_FRAME_MIN : stop],
+                                            timestamp, attempts, self))
+                elif frame_type == _FRAME_RESPONSE:
+                    if size == _OK_SIZE and data.startswith(b"OK", pos + 8):
+                        # Answers to pipelined publishes: count the whole run at once.
+                        n = count_oks(data, stop, end) + 1
+                        oks += n
+                        stop += (n - 1) * _OK_FRAME_SIZE
+                    else:
+                        if oks:
+                            handler.on_ok(self, oks)
+                            oks = 0
+                        if size == heartbeat_size and data.startswith(HEARTBEAT, pos + 8):
                             self.write(_NOP)
                         else:
-                            handler.on_response(self, payload)
-                    elif frame_type == _FRAME_ERROR:
-                        handler.on_error(self, ServerError.from_frame(payload))
-                    else:
-                        raise ValueError(f"unknown frame type {frame_type}")
-                if messages:
-                    self.in_flight += len(messages)
-                    handler.on_messages(self, messages)
-            data = await receive(READ_SIZE)
-            self._last_read = now()
-            if not data:
-                if self.closing or self._close_requested:
-                    return
-                raise trio.BrokenResourceError("connection closed by nsqd")
-            decoder.feed(codec.decompress(data) if codec is not None else data)
+                            handler.on_response(self, data[pos + 8 : stop])
+                elif frame_type == _FRAME_ERROR:
+                    if oks:
+                        handler.on_ok(self, oks)
+                        oks = 0
+                    handler.on_error(self, ServerError.from_frame(data[pos + 8 : stop]))
+                else:
+                    raise ValueError(f"unknown frame type {frame_type}")
+                pos = stop
+            if oks:
+                handler.on_ok(self, oks)
+            if messages:
+                self.in_flight += len(messages)
+                handler.on_messages(self, messages)
+            # Keep the partial frame (if any) and receive more. A frame larger than one
+            # receive is gathered in a list and joined once, not copied on every receive.
+            rest = data[pos:] if pos < end else b""
+            chunk = await self._receive()
+            if len(rest) >= 8:
+                need = 4 + unpack_header(rest)[0]
+                if len(rest) + len(chunk) < need:
+                    parts = [rest, chunk]
+                    have = len(rest) + len(chunk)
+                    while have < need:
+                        chunk = await self._receive()
+                        parts.append(chunk)
+                        have += len(chunk)
+                    rest, chunk = b"".join(parts), b""
+            data = rest + chunk if rest else chunk
+            pos = 0
+
+    async def _receive(self) -> bytes:
+        """The next bytes from nsqd (decompressed); ends the loop quietly on an expected EOF.
+
+        Raises:
+            trio.BrokenResourceError: nsqd closed the connection unexpectedly.
+        """
+        stream = self._stream
+        assert stream is not None
+        fd = self._fd
+        if fd is None:
+            data = await stream.receive_some(READ_SIZE)
+        else:
+            # Wait first: the wait is this task's yield, and after a parsed chunk the socket
+            # is usually empty (trying first would mostly cost a failed read).
+            while True:
+                await wait_readable(fd)
+                if self._stream is not stream:
+                    raise trio.ClosedResourceError("connection closed")
+                try:
+                    data = os.read(fd, READ_SIZE)
+                    break
+                except BlockingIOError:
+                    continue
+        self._last_read = trio.current_time()
+        if not data:
+            if self.closing or self._close_requested:
+                raise _Closed
+            raise trio.BrokenResourceError("connection closed by nsqd")
+        codec = self._codec
+        return codec.decompress(data) if codec is not None else data
 
     async def _watchdog(self) -> None:
         """go-nsq's deadlines, without a cancel scope per read and per write (they cost more
@@ -357,7 +479,7 @@ class Connection:
     async def _write_loop(self) -> None:
         try:
             while True:
-                if not self._wbuf or self._sending:
+                if not (self._wbuf or self._fins) or self._sending:
                     if self._close_requested and not self._sending:
                         break
                     self._wake = trio.Event()
@@ -379,16 +501,39 @@ class Connection:
         self._sending = True
         self._send_started = trio.current_time()
         try:
+            send = stream.send_all if self._fd is None else self._send_fd
             if first:
-                if self._wbuf:
+                if self._wbuf or self._fins:
+                    if self._fins:
+                        self._queue_fins()
                     self._wbuf += first
                 else:
-                    await stream.send_all(codec.compress(first) if codec is not None else first)
-            while self._wbuf:
+                    await send(codec.compress(first) if codec is not None else first)
+            while True:
+                if self._fins:
+                    self._queue_fins()
+                if not self._wbuf:
+                    break
                 data, self._wbuf = self._wbuf, bytearray()
-                await stream.send_all(codec.compress(bytes(data)) if codec is not None else data)
+                await send(codec.compress(bytes(data)) if codec is not None else data)
         finally:
             self._sending = False
+
+    async def _send_fd(self, data: bytes | bytearray) -> None:
+        """``send_all`` on the socket itself: no yield when the kernel takes it all at once."""
+        stream = self._stream
+        fd = self._fd
+        assert fd is not None
+        with memoryview(data) as view:
+            while view:
+                try:
+                    sent = os.write(fd, view)
+                except BlockingIOError:
+                    await wait_writable(fd)
+                    if self._stream is not stream:
+                        raise trio.ClosedResourceError("connection closed") from None
+                    continue
+                view = view[sent:]
 
     async def write_now(self, data: bytes) -> None:
         """``write``, sending from the calling task when nothing else is being sent.
@@ -402,6 +547,9 @@ class Connection:
         # A cancellation now, before anything is queued, is clean. The send below can only be
         # cancelled after part of it went out (a full socket buffer): that aborts.
         await trio.lowlevel.checkpoint_if_cancelled()
+        if self._fd is not None and self._codec is None:
+            self.write_through(data)  # never waits, so there is nothing to cancel
+            return
         if self._sending or self._stream is None or self._scope is None:
             self.write(data)
             return
@@ -413,14 +561,44 @@ class Connection:
             self.abort()
             raise
 
+    def write_through(self, data: bytes) -> None:
+        """``write``, but when nothing is queued or being sent on a plain TCP connection,
+        give the bytes to the kernel at once; what it does not take now is queued for the
+        writer. Never blocks. Saves the hop to the writer task for a command that is sent on
+        its own anyway (an MPUB, a lone publish)."""
+        fd = self._fd
+        if (fd is None or self._codec is not None or self._sending or self._wbuf
+                or self._fins or self.closed):
+            self.write(data)
+            return
+        try:
+            sent = os.write(fd, data)
+        except BlockingIOError:
+            sent = 0
+        except OSError as exc:
+            self._fail(exc)
+            return
+        if sent < len(data):
+            self.write(data[sent:])
+
     def write(self, data: bytes) -> None:
         """Queue bytes for the writer; they leave with the next send (never blocks)."""
         if self.closed:
             return
+        if self._fins:
+            self._queue_fins()
         self._wbuf += data
         if self._writer_idle:
             self._writer_idle = False
             self._wake.set()
+
+    def _queue_fins(self) -> None:
+        fins = self._fins
+        wbuf = self._wbuf
+        wbuf += b"FIN "
+        wbuf += b"\nFIN ".join(fins)
+        wbuf += b"\n"
+        fins.clear()
 
     def close(self) -> None:
         """Send what is queued, then close."""
@@ -432,11 +610,13 @@ class Connection:
         """Close now, dropping anything queued."""
         self._close_requested = True
         self._wbuf.clear()
+        self._fins.clear()
         if self._scope is not None:
             self._scope.cancel()
 
     async def _abort_stream(self) -> None:
         stream, self._stream = self._stream, None
+        self._fd = None
         if stream is not None:
             with trio.CancelScope(shield=True):
                 await trio.aclose_forcefully(stream)
@@ -445,12 +625,12 @@ class Connection:
     def finish_message(self, message: Message) -> None:
         # write() and _answered() by hand: this runs once per message.
         if not self.closed:
-            self._wbuf += commands.fin(message.id)
+            self._fins.append(message.id)
             if self._writer_idle:
                 self._writer_idle = False
                 self._wake.set()
         self.in_flight -= 1
-        self._handler.on_answered(self, Signal.RESUME)
+        self._handler.on_finished(self)
         if self.closing and self.in_flight <= 0:
             self.close()
 

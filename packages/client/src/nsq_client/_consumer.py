@@ -357,17 +357,28 @@ class Consumer:
         else:
             log.warning("(%s) unexpected response %r", conn.address, data[:100])
 
+    def on_ok(self, conn: Connection, count: int) -> None:
+        for _ in range(count):
+            self.on_response(conn, b"OK")
+
     def on_error(self, conn: Connection, error: ServerError) -> None:
         log.error("(%s) protocol error - %s", conn.address, error)
 
+    def on_finished(self, conn: Connection) -> None:
+        self._finished += 1
+        backoff = self._backoff
+        if backoff.counter == 0 and backoff.paused_until is None:
+            return  # not backing off: nothing to do (the common case)
+        self._feed_backoff(Signal.RESUME)
+
     def on_answered(self, conn: Connection, signal: Signal) -> None:
         if signal is Signal.RESUME:
-            self._finished += 1
-            backoff = self._backoff
-            if backoff.counter == 0 and backoff.paused_until is None:
-                return  # not backing off: nothing to do (the common case)
-        else:
-            self._requeued += 1
+            self.on_finished(conn)
+            return
+        self._requeued += 1
+        self._feed_backoff(signal)
+
+    def _feed_backoff(self, signal: Signal) -> None:
         if self._stopping:
             return
         now = trio.current_time()

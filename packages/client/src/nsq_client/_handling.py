@@ -68,23 +68,27 @@ class MessageIterator:
     async def __anext__(self) -> Message:
         current = self._current
         if current is not None and current._auto and not current._responded:
-            current.finish()
-        self._current = None
+            current._responded = True  # Message.finish(), inlined
+            current._conn.finish_message(current)
         consumer = self._consumer
         queue = consumer._queue
         # Fast path of next_message(), inlined: this runs once per message.
-        if (queue and not queue[0]._conn.closed and consumer._handed_since_checkpoint < CHECKPOINT_EVERY
-                and not (consumer._max_attempts and queue[0].attempts > consumer._max_attempts)):
-            consumer._handed_since_checkpoint += 1
-            popped = queue.popleft()
-            popped._conn.queued -= 1
-            message: Message | None = popped
-        else:
-            message = await consumer.next_message()
-        if message is None:
+        if queue and consumer._handed_since_checkpoint < CHECKPOINT_EVERY:
+            message = queue[0]
+            conn = message._conn
+            limit = consumer._max_attempts
+            if not conn.closed and (message.attempts <= limit or not limit):
+                queue.popleft()
+                conn.queued -= 1
+                consumer._handed_since_checkpoint += 1
+                self._current = message
+                return message
+        self._current = None
+        next_message = await consumer.next_message()
+        if next_message is None:
             raise StopAsyncIteration
-        self._current = message
-        return message
+        self._current = next_message
+        return next_message
 
     def settle(self, failed: bool) -> None:
         """FIN the last message (REQ it when ``failed``) unless it was answered."""
