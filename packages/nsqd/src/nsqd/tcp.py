@@ -138,7 +138,7 @@ class Connection:
                     # Answers to this chunk's commands go out now, from here: waking the
                     # writer task for them would add a task switch to every round trip of
                     # a request/response client (a publisher waiting for each OK).
-                    await self._send(client.take_output())
+                    await self._send(None)
                 elif client.out_bytes > OUTPUT_HIGH_WATER:
                     self._drained = trio.Event()
                     self._wake()
