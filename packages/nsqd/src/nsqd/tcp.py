@@ -138,7 +138,7 @@ class Connection:
                     # Answers to this chunk's commands go out now, from here: waking the
                     # writer task for them would add a task switch to every round trip of
                     # a request/response client (a publisher waiting for each OK).
-                    await self._send(None)
+                    await self._send()
                 elif client.out_bytes > OUTPUT_HIGH_WATER:
                     self._drained = trio.Event()
                     self._wake()
@@ -168,7 +168,7 @@ class Connection:
                     client.send_frame(HEARTBEAT_FRAME)
                     next_hb = t + hb_interval
                 if client.out and (client.urgent or self._closing or t >= client.flush_at):
-                    if not await self._send(None):
+                    if not await self._send():
                         return
                     if client.out_bytes <= OUTPUT_HIGH_WATER:
                         self._drained.set()
@@ -188,15 +188,14 @@ class Connection:
             self._writer_done.set()
 
 
-    async def _send(self, data: bytes | None) -> bool:
-        """Send ``data`` (None: whatever the output buffer holds when the lock is ours) within
-        nsqd's write deadline, one heartbeat interval; a client that does not read in time is
-        disconnected. Returns False then."""
+    async def _send(self) -> bool:
+        """Send what the output buffer holds once the send lock is ours (an upgrade may have
+        sent it meanwhile), within nsqd's write deadline of one heartbeat interval; a client
+        that does not read in time is disconnected. Returns False then."""
         hb = self.client.heartbeat_interval
         with trio.move_on_after(hb if hb > 0 else math.inf) as scope:
             async with self._send_lock:
-                if data is None:
-                    data = self.client.take_output()  # may have gone out with an upgrade
+                data = self.client.take_output()
                 if data:
                     await self.stream.send_all(data)
         if scope.cancelled_caught:
