@@ -70,3 +70,18 @@ def test_config_file_loses_to_flags(tmp_path):
     assert values["tcp_address"] == "1.2.3.4:5"
     assert values["msg_timeout"] == 2.0
     assert values["nsqlookupd_tcp_addresses"] == ["x:1"]
+
+
+def test_parse_command_line_config_version_and_errors(tmp_path, capsys):
+    fs = flags()
+    fs.add("config", "string", "", "path to config file")
+    fs.add("version", "bool", False, "print version string")
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("mem_queue_size = 7\n")
+    assert fs.parse_command_line([f"--config={cfg}"], "prog v1")["mem_queue_size"] == 7
+    with pytest.raises(SystemExit) as info:
+        fs.parse_command_line(["--version"], "prog v1")
+    assert info.value.code == 0 and capsys.readouterr().out == "prog v1\n"
+    with pytest.raises(SystemExit) as info:
+        fs.parse_command_line(["--nope"], "prog v1")
+    assert info.value.code == 2

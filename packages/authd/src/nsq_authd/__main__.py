@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 
 import trio
-from nsq_common import NSQ_VERSION, FlagError, exit_with_flag_error, setup_logging
+from nsq_common import NSQ_VERSION, setup_logging
 
 from .options import Options, build_flagset
 from .secrets_file import SecretsError, SecretStore
@@ -21,14 +21,7 @@ def version_string() -> str:
 
 
 def parse_options(argv: Sequence[str]) -> Options:
-    flags = build_flagset()
-    try:
-        values, _, _ = flags.parse(argv)
-    except FlagError as exc:
-        exit_with_flag_error(flags, exc)
-    if values["version"]:
-        print(version_string())
-        raise SystemExit(0)
+    values = build_flagset().parse_command_line(argv, version_string())
     options = Options.from_values(values)
     try:
         options.validate()

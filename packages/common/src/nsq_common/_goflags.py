@@ -169,6 +169,25 @@ class FlagSet:
             given.add(key)
         return values, given, args
 
+    def parse_command_line(self, argv: Sequence[str], version: str) -> dict[str, Any]:
+        """A daemon's command line, as the Go daemons treat it: flags, then the ``--config``
+        file (flags win), ``-h`` and bad flags exit through ``exit_with_flag_error``, and
+        ``--version`` prints ``version`` and exits 0.
+
+        Returns:
+            The values by config key.
+        """
+        try:
+            values, given, _ = self.parse(argv)
+            if values.get("config"):
+                self.apply_config_file(values["config"], values, given)
+        except FlagError as exc:
+            exit_with_flag_error(self, exc)
+        if values.get("version"):
+            print(version)
+            raise SystemExit(0)
+        return values
+
     def apply_config_file(self, path: str, values: dict[str, Any], given: set[str]) -> None:
         """Fill ``values`` from a TOML file; keys given on the command line keep their value."""
         try:

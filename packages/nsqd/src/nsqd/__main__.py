@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 
 import trio
-from nsq_common import NSQ_VERSION, FlagError, exit_with_flag_error, setup_logging
+from nsq_common import NSQ_VERSION, setup_logging
 
 from .app import serve
 from .options import Options, build_flagset
@@ -20,16 +20,7 @@ def version_string() -> str:
 
 
 def parse_options(argv: Sequence[str]) -> Options:
-    flags = build_flagset()
-    try:
-        values, given, _ = flags.parse(argv)
-        if values["config"]:
-            flags.apply_config_file(values["config"], values, given)
-    except FlagError as exc:
-        exit_with_flag_error(flags, exc)
-    if values["version"]:
-        print(version_string())
-        raise SystemExit(0)
+    values = build_flagset().parse_command_line(argv, version_string())
     opts = Options(values=values)
     try:
         opts.validate()
