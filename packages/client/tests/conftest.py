@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import ssl
 import zlib
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -108,6 +108,9 @@ class FakeConn:
                         await self.handle(cmd.name, cmd.params, cmd.body)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 pass
+            finally:
+                with trio.CancelScope(shield=True):
+                    await trio.aclose_forcefully(self.stream)
         self.closed = True
         self.server.changed()
 
@@ -218,10 +221,15 @@ class FakeNsqd:
 
 
 class FakeCluster:
-    def __init__(self, nursery: trio.Nursery) -> None:
+    """Fake nsqds by address. With ``tcp``, each connection is a real loopback TCP connection
+    (the client then takes its plain-socket path); otherwise a pair of memory streams."""
+
+    def __init__(self, nursery: trio.Nursery, tcp: bool = False) -> None:
         self.nursery = nursery
         self.nsqds: dict[str, FakeNsqd] = {}
         self._changed = trio.Event()
+        self.tcp = tcp
+        self._listener: trio.SocketListener | None = None
 
     def __getitem__(self, address: str) -> FakeNsqd:
         if address not in self.nsqds:
@@ -235,12 +243,26 @@ class FakeCluster:
         nsqd = self[f"{host}:{port}"]
         if nsqd.down:
             raise OSError(111, "Connection refused")
-        client, server = trio.testing.memory_stream_pair()
+        if self.tcp:
+            client, server = await self._tcp_pair()
+        else:
+            client, server = trio.testing.memory_stream_pair()
         conn = FakeConn(nsqd, server)
         nsqd.conns.append(conn)
         self.nursery.start_soon(conn.serve)
         self.changed()
         return client
+
+    async def _tcp_pair(self) -> tuple[trio.abc.Stream, trio.abc.Stream]:
+        if self._listener is None:
+            self._listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
+        port = self._listener.socket.getsockname()[1]
+        client = await trio.open_tcp_stream("127.0.0.1", port)
+        return client, await self._listener.accept()
+
+    async def aclose(self) -> None:
+        if self._listener is not None:
+            await self._listener.aclose()
 
     async def wait_for(self, predicate: Callable[[], bool], within: float = 5.0) -> None:
         """Until ``predicate()`` holds (checked after every command or connection)."""
@@ -254,3 +276,11 @@ class FakeCluster:
 @pytest.fixture
 async def fake_cluster(nursery: trio.Nursery) -> FakeCluster:
     return FakeCluster(nursery)
+
+
+@pytest.fixture
+async def tcp_cluster(nursery: trio.Nursery) -> AsyncIterator[FakeCluster]:
+    """A ``FakeCluster`` whose connections are real loopback TCP sockets."""
+    cluster = FakeCluster(nursery, tcp=True)
+    yield cluster
+    await cluster.aclose()

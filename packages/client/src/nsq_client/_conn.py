@@ -76,6 +76,7 @@ assert _MESSAGE_FRAME.size == _MESSAGE_FRAME_MIN
 _OK_FRAME = FRAME_HEADER.pack(4 + 2, int(FrameType.RESPONSE)) + b"OK"
 _OK_FRAME_SIZE = len(_OK_FRAME)
 _OK_SIZE = 4 + 2  # the size field of an OK frame
+_HEARTBEAT_SIZE = 4 + len(HEARTBEAT)
 
 Connector = Callable[[str, int], Awaitable[trio.abc.Stream]]
 
@@ -165,6 +166,16 @@ class Connection:
         self._fd: int | None = None
         self._codec: Codec | None = None
         self._rbuf = b""  # handshake read-ahead, already decompressed
+        # The start of a frame not yet whole (pieces as received), its size so far and in all.
+        self._partial: list[bytes] = []
+        self._partial_size = 0
+        self._partial_need = 0
+        self._max_frame = config.max_msg_size + 30 if config.max_msg_size else 0
+        # A caller reading its own answer (read_here) has the socket; the reader task waits
+        # on _park meanwhile. _read_wait: the reader's wait for the socket, to call it off.
+        self._lent = False
+        self._park: trio.Event | None = None
+        self._read_wait: trio.CancelScope | None = None
         self._wbuf = bytearray()
         # Ids of messages FINished since the last write: they join the write queue as one
         # ``FIN <id>\n...`` block (one C-level join) before anything else is queued or sent.
@@ -344,83 +355,93 @@ class Connection:
         await self._closed_event.wait()
 
     async def _read_loop(self) -> None:
-        """Receive, and parse every whole frame of what came by offset, in one pass.
+        if self._rbuf:
+            data, self._rbuf = self._rbuf, b""
+            self._feed(data)
+        while True:
+            self._feed(await self._receive())
+
+    def _feed(self, chunk: bytes) -> None:
+        """Parse ``chunk`` after what was left of the previous one (a frame split over
+        receives). A frame larger than one receive is gathered in a list and joined once it
+        is whole, not copied on every receive."""
+        parts = self._partial
+        if parts:
+            parts.append(chunk)
+            self._partial_size += len(chunk)
+            if self._partial_size < self._partial_need:
+                return
+            data = b"".join(parts)
+            parts.clear()
+        else:
+            data = chunk
+        pos = self._parse(data)
+        if pos < len(data):
+            rest = data[pos:]
+            parts.append(rest)
+            self._partial_size = len(rest)
+            # _parse checked the size of a frame whose header it saw.
+            self._partial_need = 4 + FRAME_HEADER.unpack_from(rest)[0] if len(rest) >= 8 else 8
+
+    def _parse(self, data: bytes) -> int:
+        """Every whole frame of ``data``, by offset, in one pass; returns where the first
+        incomplete frame starts (``len(data)`` when there is none).
 
         No frame objects: a message frame becomes its ``Message`` straight from the received
         bytes (one ``unpack_from`` for size, type, timestamp, attempts and id, one slice for
         the body); a run of ``OK`` responses is counted, not parsed (``count_oks``), and
-        reported as one ``on_ok`` call. A frame split over receives waits for the rest.
+        reported as one ``on_ok`` call.
         """
         handler = self._handler
-        max_size = self.config.max_msg_size + 30 if self.config.max_msg_size else 0
-        unpack_header = FRAME_HEADER.unpack_from
+        max_size = self._max_frame
         unpack_message = _MESSAGE_FRAME.unpack_from
-        heartbeat_size = 4 + len(HEARTBEAT)
-        data = self._rbuf
-        self._rbuf = b""
+        end = len(data)
         pos = 0
-        while True:
-            end = len(data)
-            messages: list[Message] = []
-            oks = 0
-            while end - pos >= 8:
-                if end - pos >= _MESSAGE_FRAME_MIN:
-                    size, frame_type, timestamp, attempts, message_id = unpack_message(data, pos)
+        messages: list[Message] = []
+        oks = 0
+        while end - pos >= 8:
+            if end - pos >= _MESSAGE_FRAME_MIN:
+                size, frame_type, timestamp, attempts, message_id = unpack_message(data, pos)
+            else:
+                size, frame_type = FRAME_HEADER.unpack_from(data, pos)
+            if size < 4 or (max_size and size > max_size):
+                raise FrameTooBig(f"frame size {size} out of range")
+            stop = pos + 4 + size
+            if stop > end:
+                break
+            if frame_type == _FRAME_MESSAGE:
+                if stop - pos < _MESSAGE_FRAME_MIN:
+                    raise ValueError(f"message frame of {size - 4} bytes")
+                messages.append(Message(message_id, data[pos + _MESSAGE_FRAME_MIN : stop],
+                                        timestamp, attempts, self))
+            elif frame_type == _FRAME_RESPONSE:
+                if size == _OK_SIZE and data.startswith(b"OK", pos + 8):
+                    # Answers to pipelined publishes: count the whole run at once.
+                    n = count_oks(data, stop, end) + 1
+                    oks += n
+                    stop += (n - 1) * _OK_FRAME_SIZE
                 else:
-                    size, frame_type = unpack_header(data, pos)
-                if size < 4 or (max_size and size > max_size):
-                    raise FrameTooBig(f"frame size {size} out of range")
-                stop = pos + 4 + size
-                if stop > end:
-                    break
-                if frame_type == _FRAME_MESSAGE:
-                    if stop - pos < _MESSAGE_FRAME_MIN:
-                        raise ValueError(f"message frame of {size - 4} bytes")
-                    messages.append(Message(message_id, data[pos + _MESSAGE_FRAME_MIN : stop],
-                                            timestamp, attempts, self))
-                elif frame_type == _FRAME_RESPONSE:
-                    if size == _OK_SIZE and data.startswith(b"OK", pos + 8):
-                        # Answers to pipelined publishes: count the whole run at once.
-                        n = count_oks(data, stop, end) + 1
-                        oks += n
-                        stop += (n - 1) * _OK_FRAME_SIZE
-                    else:
-                        if oks:
-                            handler.on_ok(self, oks)
-                            oks = 0
-                        if size == heartbeat_size and data.startswith(HEARTBEAT, pos + 8):
-                            self.write(_NOP)
-                        else:
-                            handler.on_response(self, data[pos + 8 : stop])
-                elif frame_type == _FRAME_ERROR:
                     if oks:
                         handler.on_ok(self, oks)
                         oks = 0
-                    handler.on_error(self, ServerError.from_frame(data[pos + 8 : stop]))
-                else:
-                    raise ValueError(f"unknown frame type {frame_type}")
-                pos = stop
-            if oks:
-                handler.on_ok(self, oks)
-            if messages:
-                self.in_flight += len(messages)
-                handler.on_messages(self, messages)
-            # Keep the partial frame (if any) and receive more. A frame larger than one
-            # receive is gathered in a list and joined once, not copied on every receive.
-            rest = data[pos:] if pos < end else b""
-            chunk = await self._receive()
-            if len(rest) >= 8:
-                need = 4 + unpack_header(rest)[0]
-                if len(rest) + len(chunk) < need:
-                    parts = [rest, chunk]
-                    have = len(rest) + len(chunk)
-                    while have < need:
-                        chunk = await self._receive()
-                        parts.append(chunk)
-                        have += len(chunk)
-                    rest, chunk = b"".join(parts), b""
-            data = rest + chunk if rest else chunk
-            pos = 0
+                    if size == _HEARTBEAT_SIZE and data.startswith(HEARTBEAT, pos + 8):
+                        self.write(_NOP)
+                    else:
+                        handler.on_response(self, data[pos + 8 : stop])
+            elif frame_type == _FRAME_ERROR:
+                if oks:
+                    handler.on_ok(self, oks)
+                    oks = 0
+                handler.on_error(self, ServerError.from_frame(data[pos + 8 : stop]))
+            else:
+                raise ValueError(f"unknown frame type {frame_type}")
+            pos = stop
+        if oks:
+            handler.on_ok(self, oks)
+        if messages:
+            self.in_flight += len(messages)
+            handler.on_messages(self, messages)
+        return pos
 
     async def _receive(self) -> bytes:
         """The next bytes from nsqd (decompressed); ends the loop quietly on an expected EOF.
@@ -437,9 +458,17 @@ class Connection:
             # Wait first: the wait is this task's yield, and after a parsed chunk the socket
             # is usually empty (trying first would mostly cost a failed read).
             while True:
-                await wait_readable(fd)
+                if self._lent:
+                    self._park = park = trio.Event()
+                    await park.wait()
+                    continue
+                with trio.CancelScope() as self._read_wait:
+                    await wait_readable(fd)
+                self._read_wait = None
                 if self._stream is not stream:
                     raise trio.ClosedResourceError("connection closed")
+                if self._lent:
+                    continue  # a caller took the socket (read_here) while this task waited
                 try:
                     data = os.read(fd, READ_SIZE)
                     break
@@ -452,6 +481,46 @@ class Connection:
             raise trio.BrokenResourceError("connection closed by nsqd")
         codec = self._codec
         return codec.decompress(data) if codec is not None else data
+
+    async def read_here(self, settled: Callable[[], bool]) -> None:
+        """Read and parse nsqd's frames from the calling task until ``settled()`` is true.
+
+        For a caller that waits for the answer to its own request (a lone ``pub``/``mpub``):
+        handing each answer from the reader task to the caller costs a pass of Trio's
+        scheduler per round trip, during which nsqd sits idle. Meanwhile the reader task
+        waits aside; everything read here is handled as the reader would (other requests'
+        answers, heartbeats). Returns early, leaving the rest to the reader, when the
+        connection is not plain TCP, another caller reads already, or the connection ends.
+        """
+        fd = self._fd
+        stream = self._stream
+        if fd is None or self._codec is not None or self._lent or self.closed:
+            return
+        self._lent = True
+        if self._read_wait is not None:
+            self._read_wait.cancel()  # gives up the socket at once (Trio unregisters it)
+        try:
+            while not settled():
+                await wait_readable(fd)
+                if self._stream is not stream:
+                    return
+                try:
+                    data = os.read(fd, READ_SIZE)
+                except BlockingIOError:
+                    continue
+                if not data:
+                    return  # the reader reads the end of the stream again and ends it
+                self._last_read = trio.current_time()
+                self._feed(data)
+        except trio.ClosedResourceError:
+            pass  # the connection was closed meanwhile
+        except (OSError, FrameTooBig, ValueError) as exc:
+            self._fail(exc)
+        finally:
+            self._lent = False
+            park, self._park = self._park, None
+            if park is not None:
+                park.set()
 
     async def _watchdog(self) -> None:
         """go-nsq's deadlines, without a cancel scope per read and per write (they cost more

@@ -125,6 +125,10 @@ class _Tracker:
         if event is not None and self.pending <= self._wake_at:
             event.set()
 
+    def settled(self) -> bool:
+        """Nothing pending, or a failure."""
+        return self.pending <= 0 or self.error is not None
+
     async def wait(self, at_most: int) -> None:
         """Until no more than ``at_most`` are pending, or one failed."""
         while self.pending > at_most and self.error is None:
@@ -338,6 +342,10 @@ class Producer:
         link = self._ready_link() or await self._link()
         tracker.pending += 1
         await link.send_now(command, tracker)
+        if len(link.pending) == 1 and tracker.pending:
+            # The only request on the wire: read its answer here rather than be woken by
+            # the reader task (one scheduler pass less per round trip).
+            await link.conn.read_here(tracker.settled)
         await tracker.wait(0)
         if tracker.error is not None:
             raise tracker.error
