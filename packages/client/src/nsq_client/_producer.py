@@ -150,7 +150,8 @@ class _Link:
         self.producer = producer
         self.address = address
         self.pending: deque[_Request] = deque()
-        self.conn = Connection(address, producer.config, self, producer._connector)
+        self.conn = Connection(address, producer.config, self, producer._connector,
+                               read_by_callers=True)
         self.failed = False  # a fatal error frame came: nsqd is closing this connection
 
     @property
@@ -346,7 +347,8 @@ class Producer:
             # The only request on the wire: read its answer here rather than be woken by
             # the reader task (one scheduler pass less per round trip).
             await link.conn.read_here(tracker.settled)
-        await tracker.wait(0)
+        if tracker.pending:
+            await tracker.wait(0)
         if tracker.error is not None:
             raise tracker.error
 
