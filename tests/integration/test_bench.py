@@ -1,0 +1,38 @@
+"""The benchmark runs end to end on small counts (its figures are not checked here: speed is
+measured by running it, not by tests; this only keeps it working)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_module(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=180)
+
+
+def test_every_scenario_runs_with_both_clients(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    done = run_module("bench", "--count", "4000", "--runs", "1", "--client", "raw,library",
+                      "--json", str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    doc = json.loads(out.read_text())
+    results = {(r["queue"], r["scenario"], r["client"]): r for r in doc["results"]}
+    assert len(results) == 2 * 4 * 2  # memory and disk, four scenarios, two clients
+    for result in results.values():
+        assert [run["messages"] for run in result["runs"]] == [4000]
+        assert result["median_msgs_per_s"] > 0
+    assert len(doc["library_vs_raw"]) == 8
+
+
+def test_cycle_times_both_clients() -> None:
+    done = run_module("bench.cycle", "--mpubs", "50", "--runs", "1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = [line.split() for line in done.stdout.splitlines()[1:]]
+    assert [row[0] for row in rows] == ["raw", "library"]
+    for row in rows:
+        answer_to_write, write, write_to_answer = map(float, row[2:5])
+        assert answer_to_write > 0 and write > 0 and write_to_answer > 0
