@@ -82,20 +82,29 @@ def connect(address: str, timeout: float = 10.0) -> socket.socket:
     return sock
 
 
+def next_frame(sock: socket.socket, pending: bytes, eof: str) -> tuple[int, bytes, bytes]:
+    """The first frame of ``pending``, receiving until it is whole: (type, data, the rest).
+
+    Set-up and close only (byte-wise buffering is fine there). Raises BenchError(``eof``) when
+    nsqd closes the connection first.
+    """
+    while len(pending) < 8 or len(pending) < 4 + FRAME.unpack_from(pending)[0]:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise BenchError(eof)
+        pending += chunk
+    size, frame_type = FRAME.unpack_from(pending)
+    return frame_type, pending[8 : 4 + size], pending[4 + size :]
+
+
 def read_response(sock: socket.socket) -> bytes:
     """Read frames until one that is not a heartbeat (answering heartbeats); its data.
 
-    Set-up only (byte-wise buffering is fine here). Raises BenchError on an error frame.
+    Set-up only. Raises BenchError on an error frame.
     """
     pending = b""
     while True:
-        while len(pending) < 8 or len(pending) < 4 + FRAME.unpack_from(pending)[0]:
-            chunk = sock.recv(65536)
-            if not chunk:
-                raise BenchError("nsqd closed the connection")
-            pending += chunk
-        size, frame_type = FRAME.unpack_from(pending)
-        data, pending = pending[8 : 4 + size], pending[4 + size :]
+        frame_type, data, pending = next_frame(sock, pending, "nsqd closed the connection")
         if frame_type == TYPE_ERROR:
             raise BenchError(f"nsqd error: {data.decode('utf-8', 'replace')}")
         if frame_type == TYPE_RESPONSE and data == HEARTBEAT:
@@ -281,13 +290,8 @@ def close(sock: socket.socket, buf: bytearray, filled: int) -> int:
     extra = 0
     pending = bytes(buf[:filled])
     while True:
-        while len(pending) < 8 or len(pending) < 4 + FRAME.unpack_from(pending)[0]:
-            chunk = sock.recv(65536)
-            if not chunk:
-                raise BenchError("nsqd closed the connection before CLOSE_WAIT")
-            pending += chunk
-        size, frame_type = FRAME.unpack_from(pending)
-        data, pending = pending[8 : 4 + size], pending[4 + size :]
+        frame_type, data, pending = next_frame(sock, pending,
+                                               "nsqd closed the connection before CLOSE_WAIT")
         if frame_type == TYPE_MESSAGE:
             extra += 1
             sock.sendall(commands.fin(data[10:26]))
