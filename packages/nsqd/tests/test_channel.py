@@ -1,6 +1,8 @@
 """Channel and topic logic with explicit times and fake clients: no sockets, memory queues only."""
 
-from nsqd.channel import Channel
+from hypothesis import given
+from hypothesis import strategies as st
+from nsqd.channel import Channel, spread
 from nsqd.client import STATE_SUBSCRIBED, Client
 from nsqd.guid import GuidFactory
 from nsqd.message import Message
@@ -47,6 +49,46 @@ async def test_rdy_window_and_spread():
     assert (a.in_flight, b.in_flight) == (3, 3)
     assert ch.depth == 4 and len(ch.in_flight) == 6
     assert delivered(a) == 3 and delivered(b) == 3
+
+
+async def test_one_pump_fills_every_window_it_can():
+    # A small window beside a big one: the big one takes what the small one cannot, in the
+    # same pump, rather than leaving it queued until some FIN or timeout wakes the channel.
+    owner = Owner()
+    ch = Channel("t", "c", owner, max_msg_timeout=900)
+    a, b = make_client(1, 1), make_client(2, 100)
+    ch.add_client(a)
+    ch.add_client(b)
+    await ch.put(messages(101), now=0.0)
+    ch.pump(0.0)
+    assert (a.in_flight, b.in_flight) == (1, 100)
+    assert ch.depth == 0 and delivered(a) == 1 and delivered(b) == 100
+
+
+@given(st.lists(st.integers(0, 50), min_size=1, max_size=6), st.integers(0, 400))
+async def test_after_a_pump_nothing_waits_for_a_ready_client(windows, queued):
+    owner = Owner()
+    ch = Channel("t", "c", owner, max_msg_timeout=900)
+    clients = [make_client(i, rdy) for i, rdy in enumerate(windows, 1)]
+    for client in clients:
+        ch.add_client(client)
+    await ch.put(messages(queued), now=0.0)
+    ch.pump(0.0)
+    assert ch.depth == 0 or all(c.ready_slots() == 0 for c in clients)
+    assert sum(c.in_flight for c in clients) == min(queued, sum(windows))
+    assert all(c.in_flight <= c.rdy for c in clients)
+
+
+@given(st.lists(st.integers(0, 50), min_size=1, max_size=6), st.data())
+def test_spread_gives_every_message_a_client_evenly(slots, data):
+    total = data.draw(st.integers(0, sum(slots)))
+    counts = spread(total, slots)
+    assert sum(counts) == total
+    assert all(0 <= n <= free for n, free in zip(counts, slots, strict=True))
+    # even: a client gets less than another only when its own window is full
+    for n, free in zip(counts, slots, strict=True):
+        if n < free:
+            assert all(other <= n + 1 for other in counts)
 
 
 async def test_fin_req_touch_and_timeouts():

@@ -35,6 +35,26 @@ class Owner(Protocol):
     def channel_emptied_of_clients(self, channel: Channel) -> None: ...
 
 
+def spread(total: int, slots: list[int]) -> list[int]:
+    """Split ``total`` messages over clients with ``slots`` free each, as evenly as their
+    windows allow: shares differ by at most one, except where a window is full, and what a
+    small window cannot take goes to the bigger ones. With ``total <= sum(slots)`` every
+    message gets a client.
+
+    Smallest window first, each takes its window or an equal share of what is left, so the
+    rounding remainder falls to the last clients (ties keep their order, which the caller
+    rotates).
+    """
+    counts = [0] * len(slots)
+    left = len(slots)
+    for i in sorted(range(len(slots)), key=slots.__getitem__):
+        n = min(slots[i], total // left)
+        counts[i] = n
+        total -= n
+        left -= 1
+    return counts
+
+
 class Channel:
     def __init__(self, topic_name: str, name: str, owner: Owner, *, max_msg_timeout: float,
                  mem_queue_size: int = 10000, disk: DiskQueue | None = None,
@@ -107,24 +127,18 @@ class Channel:
         self._rotation += 1
         ready = ready[start:] + ready[:start]
         while ready:
-            wanted = sum(c.ready_slots() for c in ready)
-            msgs = backlog.take(wanted)
+            slots = [c.ready_slots() for c in ready]
+            msgs = backlog.take(sum(slots))
             if not msgs:
-                return
-            share = -(-len(msgs) // len(ready))
-            still_ready = []
+                return  # the disk queue wakes the channel again once it has read ahead
             pos = 0
-            for client in ready:
-                n = min(share, client.ready_slots(), len(msgs) - pos)
-                if n > 0:
+            for client, n in zip(ready, spread(len(msgs), slots), strict=True):
+                if n:
                     self._deliver(client, msgs[pos:pos + n], now)
                     pos += n
-                if client.ready_slots() > 0:
-                    still_ready.append(client)
-            if pos < len(msgs):  # sampling or rounding left some over
-                backlog.memory.extendleft(reversed(msgs[pos:]))
-                return
-            ready = still_ready
+            # Everything taken went out, so a client still ready here is one the backlog ran
+            # short for, or one whose sampled-out messages did not count: take again.
+            ready = [c for c in ready if c.ready_slots() > 0]
 
     def _deliver(self, client: Client, batch: list[Message], now: float) -> None:
         if client.sample_rate:
