@@ -7,7 +7,7 @@ import io
 import json
 import random
 import struct
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
 
 import attrs
@@ -32,6 +32,8 @@ from nsqlookupd.options import Options
 from nsqlookupd.registry import Registration, RegistrationDB
 from nsqlookupd.tcp import TCPServer
 
+WAIT = 30.0  # seconds: the most any one step may take on a slow, busy machine
+S = 10**9
 INFO = LookupdInfo("lookupd.local", "lookuphost", 4161, 4160, "1.3.0")
 NSQD = LookupIdentify("nsqd.local", 4150, 4151, "1.3.0", hostname="nsqdhost")
 IDENTIFY = encode_lookup_command(NSQD)
@@ -62,7 +64,7 @@ class Client:
 
     async def closed(self) -> bool:
         """True once the server closed the connection (after any pending data)."""
-        with trio.fail_after(5):
+        with trio.fail_after(WAIT):
             while True:
                 try:
                     data = await self.stream.receive_some(65536)
@@ -231,22 +233,43 @@ async def test_a_bug_in_one_session_stays_there(nursery: trio.Nursery) -> None:
 # --- the whole server on loopback -------------------------------------------------------------
 
 
+async def start_lookupd(nursery: trio.Nursery, clock: Callable[[], int] | None = None,
+                        **options: float) -> Addresses:
+    """The whole server on loopback ports, in this process; ``clock`` (ns) for the registry."""
+    opts = Options(tcp_address="127.0.0.1:0", http_address="127.0.0.1:0",
+                   broadcast_address="lookupd.local", **options)  # type: ignore[arg-type]
+    addresses: Addresses = await nursery.start(
+        partial(serve, opts, log=Logger(stream=io.StringIO()), clock=clock))
+    return addresses
+
+
 @pytest.fixture
 async def lookupd(nursery: trio.Nursery) -> AsyncIterator[Addresses]:
-    options = Options(tcp_address="127.0.0.1:0", http_address="127.0.0.1:0",
-                      broadcast_address="lookupd.local")
-    addresses: Addresses = await nursery.start(partial(serve, options,
-                                                       log=Logger(stream=io.StringIO())))
-    yield addresses
+    yield await start_lookupd(nursery)
     nursery.cancel_scope.cancel()
 
 
-async def connect_tcp(address: str) -> Client:
-    host, port = address.rsplit(":", 1)
-    return Client(await trio.open_tcp_stream(host, int(port)))
+Connect = Callable[[str], Awaitable[Client]]
 
 
-async def test_real_socket_identify_answers_real_ports(lookupd: Addresses) -> None:
+@pytest.fixture
+async def connect_tcp() -> AsyncIterator[Connect]:
+    """``await connect_tcp(address)`` -> a Client over loopback, closed at the end (also when the
+    test fails: a socket left open would add a ResourceWarning error)."""
+    clients: list[Client] = []
+
+    async def connect(address: str) -> Client:
+        host, port = address.rsplit(":", 1)
+        client = Client(await trio.open_tcp_stream(host, int(port)))
+        clients.append(client)
+        return client
+
+    yield connect
+    for client in clients:
+        await client.stream.aclose()
+
+
+async def test_real_socket_identify_answers_real_ports(lookupd: Addresses, connect_tcp: Connect) -> None:
     client = await connect_tcp(lookupd.tcp)
     info = json.loads(await client.identify())
     assert info["tcp_port"] == int(lookupd.tcp.rsplit(":", 1)[1])
@@ -272,7 +295,8 @@ GARBAGE = [
 ]
 
 
-async def test_garbage_never_hurts_the_server_or_other_peers(lookupd: Addresses) -> None:
+async def test_garbage_never_hurts_the_server_or_other_peers(lookupd: Addresses,
+                                                             connect_tcp: Connect) -> None:
     good = await connect_tcp(lookupd.tcp)
     await good.identify()
     await good.send(b"REGISTER kept c\n")
@@ -296,7 +320,7 @@ async def test_garbage_never_hurts_the_server_or_other_peers(lookupd: Addresses)
     fresh = await connect_tcp(lookupd.tcp)
     await fresh.send(MAGIC_V1 + b"PING\n")
     assert await fresh.response() == b"OK"
-    async with httpx.AsyncClient(base_url=f"http://{lookupd.http}") as http:
+    async with httpx.AsyncClient(base_url=f"http://{lookupd.http}", timeout=WAIT) as http:
         lookup = (await http.get("/lookup", params={"topic": "kept"})).json()
     assert lookup["channels"] == ["c"]
     assert [p["broadcast_address"] for p in lookup["producers"]] == ["nsqd.local"]
@@ -304,19 +328,93 @@ async def test_garbage_never_hurts_the_server_or_other_peers(lookupd: Addresses)
     await fresh.stream.aclose()
 
 
-async def test_real_disconnect_unregisters(lookupd: Addresses) -> None:
+async def test_real_disconnect_unregisters(lookupd: Addresses, connect_tcp: Connect) -> None:
     client = await connect_tcp(lookupd.tcp)
     await client.identify()
     await client.send(b"REGISTER gone\n")
     assert await client.response() == b"OK"
-    async with httpx.AsyncClient(base_url=f"http://{lookupd.http}") as http:
+    async with httpx.AsyncClient(base_url=f"http://{lookupd.http}", timeout=WAIT) as http:
         assert len((await http.get("/lookup?topic=gone")).json()["producers"]) == 1
         await client.stream.aclose()
-        with trio.fail_after(5):
+        with trio.fail_after(WAIT):
             while (await http.get("/lookup?topic=gone")).json()["producers"]:
                 await trio.sleep(0.01)
         assert (await http.get("/nodes")).json() == {"producers": []}
 
+
+
+# --- lifetimes on a clock the test moves (the process tests cannot time them exactly) --------
+
+
+@attrs.define
+class FakeClock:
+    now: int = 1_700_000_000 * S
+
+    def __call__(self) -> int:
+        return self.now
+
+
+@attrs.define
+class Timed:
+    """A whole server with ``--inactive-producer-timeout=400ms --tombstone-lifetime=600ms``
+    whose registry reads ``clock``: no time passes for it unless the test moves the clock."""
+
+    clock: FakeClock
+    tcp: str
+    http: httpx.AsyncClient
+
+    async def producers(self, topic: str) -> list[str]:
+        lookup = (await self.http.get("/lookup", params={"topic": topic})).json()
+        return [p["broadcast_address"] for p in lookup["producers"]]
+
+
+@pytest.fixture
+async def timed(nursery: trio.Nursery) -> AsyncIterator[Timed]:
+    clock = FakeClock()
+    addresses = await start_lookupd(nursery, clock, inactive_producer_timeout=0.4,
+                                    tombstone_lifetime=0.6)
+    async with httpx.AsyncClient(base_url=f"http://{addresses.http}", timeout=WAIT) as http:
+        yield Timed(clock, addresses.tcp, http)
+    nursery.cancel_scope.cancel()
+
+
+async def command(client: Client, line: bytes) -> bytes:
+    await client.send(line + b"\n")
+    return await client.response()
+
+
+async def test_inactive_producer_is_hidden_after_exactly_its_timeout(
+        timed: Timed, connect_tcp: Connect) -> None:
+    nsqd = await connect_tcp(timed.tcp)
+    await nsqd.identify()
+    assert await command(nsqd, b"REGISTER t c") == b"OK"
+    assert await timed.producers("t") == ["nsqd.local"]
+    timed.clock.now += 400_000_000  # exactly the timeout: still active
+    assert await timed.producers("t") == ["nsqd.local"]
+    timed.clock.now += 1
+    assert await timed.producers("t") == []
+    assert (await timed.http.get("/nodes")).json() == {"producers": []}
+    # still registered, just inactive: the topic and channel stay listed
+    assert (await timed.http.get("/lookup?topic=t")).json()["channels"] == ["c"]
+    assert await command(nsqd, b"PING") == b"OK"
+    assert await timed.producers("t") == ["nsqd.local"]
+
+
+async def test_tombstone_hides_for_exactly_its_lifetime(timed: Timed, connect_tcp: Connect) -> None:
+    nsqd = await connect_tcp(timed.tcp)
+    await nsqd.identify()
+    for line in (b"REGISTER t", b"REGISTER u"):
+        assert await command(nsqd, line) == b"OK"
+    response = await timed.http.post("/topic/tombstone?topic=t&node=nsqd.local:4151")
+    assert response.status_code == 200 and response.content == b""
+    timed.clock.now += 600_000_000 - 1
+    assert await command(nsqd, b"PING") == b"OK"  # active: only the tombstone hides it
+    assert await timed.producers("t") == []
+    assert await timed.producers("u") == ["nsqd.local"]
+    (node,) = (await timed.http.get("/nodes")).json()["producers"]
+    assert dict(zip(node["topics"], node["tombstones"], strict=True)) == {"t": True, "u": False}
+    timed.clock.now += 1
+    assert await timed.producers("t") == ["nsqd.local"]
 
 def test_identify_frame_layout() -> None:
     body = IDENTIFY[len(b"IDENTIFY\n") + 4 :]
