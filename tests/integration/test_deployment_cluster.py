@@ -167,6 +167,8 @@ async def test_cluster_comes_up_serves_a_consumer_through_lookupd_and_stops_on_s
     cluster = start_cluster("--base-port", "0", "--data-dir", str(data))
     services = cluster.wait_until_up()
     assert set(services) == {"nsqlookupd", "nsqd-1", "nsqd-2", "nsqadmin"}, cluster.output()
+    # nsqd refuses a --data-path that does not exist: the cluster makes each one
+    assert (data / "nsqd-1").is_dir() and (data / "nsqd-2").is_dir()
     # the banner's pids are the tool's own children, and it has no others
     assert children_of(cluster.process.pid) == set(cluster.pids())
     lookupd, nsqd1, nsqd2, admin = (services[n] for n in ("nsqlookupd", "nsqd-1", "nsqd-2",

@@ -271,3 +271,19 @@ def test_dockerfile_installs_the_daemons_pinned_dependencies_and_no_dev_packages
                          "tornado", "py-spy", "jsonschema", "pyyaml", "trustme"}
     installed = re.findall(r"\./packages/(\w+)", text)
     assert sorted(installed) == ["common", "nsqadmin", "nsqd", "nsqlookupd"]
+
+
+def test_the_image_creates_every_data_path_nsqd_is_given(compose):
+    """nsqd refuses a --data-path that does not exist (as Go's does), so the image must make
+    the one its default command and compose's nsqds use, writable by the user it runs as."""
+    instructions = dockerfile_instructions()
+    final = instructions[[i for i, (kw, _) in enumerate(instructions) if kw == "FROM"][-1]:]
+    runs = " && ".join(rest for kw, rest in final if kw == "RUN")
+    made = set(re.findall(r"mkdir (?:-p )?(\S+)", runs))
+    owned = set(re.findall(r"chown nsq:nsq (\S+)", runs))
+    (cmd,) = [json.loads(rest) for kw, rest in final if kw == "CMD"]
+    paths = {flag_values(cmd)["data-path"]}
+    paths |= {flag_values(s["command"])["data-path"] for s in compose["services"].values()
+              if s["command"][0] == "nsqd"}
+    assert paths == {"/data"}
+    assert paths <= made and paths <= owned

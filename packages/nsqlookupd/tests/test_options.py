@@ -7,9 +7,9 @@ import socket
 from pathlib import Path
 
 import pytest
-from nsq_common import FlagError
+from nsq_common import FlagError, split_host_port
 from nsqlookupd.__main__ import version_string
-from nsqlookupd.app import ListenError, bind, split_host_port
+from nsqlookupd.app import ListenError, bind
 from nsqlookupd.logger import Logger, LogLevel
 from nsqlookupd.options import ConfigError, Options, flag_set, parse_args
 

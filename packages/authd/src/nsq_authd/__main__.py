@@ -60,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         trio.run(_run, options, store, log)
     except* OSError as group:  # e.g. the port is taken
-        log.critical("listen (%s) failed - %s", options.http_address, _first(group))
+        log.critical("failed to instantiate nsq_auth - %s", _first(group))
         raise SystemExit(1) from None
     log.info("exiting")
 

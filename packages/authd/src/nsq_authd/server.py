@@ -13,6 +13,7 @@ import trio
 from hypercorn.config import Config, Sockets
 from hypercorn.trio.run import worker_serve
 from hypercorn.utils import wrap_app
+from nsq_common import listen_tcp
 
 from .app import build_app
 from .options import Options
@@ -22,17 +23,8 @@ log = logging.getLogger("nsq_auth")
 
 
 def bind_socket(address: str) -> socket.socket:
-    host, _, port = address.rpartition(":")
-    host = host.strip("[]") or "0.0.0.0"
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, int(port)))
-        sock.listen(128)
-    except OSError:
-        sock.close()
-        raise
+    """A non-blocking listening socket; ListenError names the address as NSQ's daemons do."""
+    sock = listen_tcp(address, 128)
     sock.setblocking(False)
     return sock
 

@@ -29,6 +29,7 @@ from ._identify import (
     negotiate,
     response_json,
 )
+from ._listen import ListenError, go_errno_text, listen_tcp, split_host_port
 from ._logs import NSQ_LOG_LEVELS, PYTHON_LOG_LEVELS, NsqLogFormatter, setup_logging
 from ._lookup import (
     LOOKUP_MAX_IDENTIFY_SIZE,
@@ -103,6 +104,7 @@ __all__ = [
     "FrameTooBig",
     "FrameType",
     "IdentifyRequest",
+    "ListenError",
     "Message",
     "Negotiated",
     "NsqLogFormatter",
@@ -119,17 +121,20 @@ __all__ = [
     "encode_response",
     "exit_with_flag_error",
     "format_go_duration",
+    "go_errno_text",
     "go_json",
     "go_quote",
     "is_ephemeral",
     "is_valid_channel_name",
     "is_valid_name",
     "is_valid_topic_name",
+    "listen_tcp",
     "negotiate",
     "parse_bool",
     "parse_go_duration",
     "response_json",
     "setup_logging",
+    "split_host_port",
 ]
 
 # nsqlookupd protocol V1

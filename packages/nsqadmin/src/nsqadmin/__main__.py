@@ -57,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         trio.run(_run, options)
     except* OSError as group:  # e.g. the port is taken
-        log.critical("listen (%s) failed - %s", options.http_address, _first(group))
+        log.critical("failed to instantiate nsqadmin - %s", _first(group))
         sys.exit(1)
     log.info("exiting")
 

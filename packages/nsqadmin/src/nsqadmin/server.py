@@ -13,6 +13,7 @@ import trio
 from hypercorn.config import Config, Sockets
 from hypercorn.trio.run import worker_serve
 from hypercorn.utils import wrap_app
+from nsq_common import listen_tcp
 
 from .app import create_app
 from .options import Options
@@ -21,17 +22,8 @@ log = logging.getLogger("nsqadmin")
 
 
 def bind_socket(address: str) -> socket.socket:
-    host, _, port = address.rpartition(":")
-    host = host.strip("[]") or "0.0.0.0"
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, int(port)))
-        sock.listen(1024)
-    except OSError:
-        sock.close()
-        raise
+    """A non-blocking listening socket; ListenError names the address as NSQ's daemons do."""
+    sock = listen_tcp(address, 1024)
     sock.setblocking(False)
     return sock
 

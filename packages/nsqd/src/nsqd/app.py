@@ -19,17 +19,16 @@ known and printed first, as nsqd prints them.
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import logging
 import os
 import socket
 import ssl
-from pathlib import Path
 
 import trio
 from hypercorn.config import Config, Sockets
 from hypercorn.trio.run import worker_serve
+from nsq_common import ListenError, go_errno_text, listen_tcp
 
 from .broker import Broker
 from .http_api import build_app
@@ -46,14 +45,14 @@ def split_address(address: str) -> tuple[str, int]:
 
 
 def bind_socket(address: str) -> socket.socket:
-    host, port = split_address(address)
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(1024)
+    """A non-blocking listening socket; ListenError names the address as Go's nsqd does."""
+    sock = listen_tcp(address, 1024)
     sock.setblocking(False)
     return sock
+
+
+class StartError(RuntimeError):
+    """nsqd cannot start; the text is Go's: ``failed to instantiate nsqd - <why>``."""
 
 
 def _shown(sock: socket.socket) -> str:
@@ -62,30 +61,54 @@ def _shown(sock: socket.socket) -> str:
 
 
 def lock_data_path(path: str) -> int:
-    """Take nsqd's exclusive lock on the data directory; a second nsqd on it fails."""
-    directory = Path(path or ".")
-    directory.mkdir(parents=True, exist_ok=True)
-    fd = os.open(directory, os.O_RDONLY)
+    """Take nsqd's exclusive lock on the data directory; a second nsqd on it fails.
+
+    The directory must exist, as in Go's nsqd: a mistyped --data-path stops nsqd instead of
+    starting an empty broker somewhere new.
+
+    Raises:
+        StartError: ``failed to lock data-path: open <path>: no such file or directory``.
+    """
+    directory = path or os.getcwd()
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError as exc:
+        raise StartError(f"failed to lock data-path: open {directory}: {go_errno_text(exc)}"
+                         ) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:
         os.close(fd)
-        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-            raise RuntimeError(f"--data-path={directory} in use (possibly by another instance of "
-                               "nsqd)") from None
-        raise
+        raise StartError(f"failed to lock data-path: cannot flock directory {directory} - "
+                         f"{go_errno_text(exc)} (possibly in use by another instance of nsqd)"
+                         ) from None
     return fd
 
 
 async def serve(opts: Options, *, task_status: trio.TaskStatus[Broker] = trio.TASK_STATUS_IGNORED
                 ) -> None:
     """Run nsqd until cancelled."""
-    lock_fd = lock_data_path(opts.data_path)
-    broker = Broker(opts)
-    tcp_sock = bind_socket(opts.tcp_address)
-    http_sock = bind_socket(opts.http_address) if opts.http_address else None
-    https_sock = (bind_socket(opts.https_address)
-                  if broker.tls_context is not None and opts.https_address else None)
+    try:
+        lock_fd = lock_data_path(opts.data_path)
+    except StartError as exc:
+        raise StartError(f"failed to instantiate nsqd - {exc}") from None
+    bound: list[socket.socket] = []
+    try:
+        broker = Broker(opts)
+        tcp_sock = bind_socket(opts.tcp_address)
+        bound.append(tcp_sock)
+        http_sock = bind_socket(opts.http_address) if opts.http_address else None
+        if http_sock is not None:
+            bound.append(http_sock)
+        https_sock = (bind_socket(opts.https_address)
+                      if broker.tls_context is not None and opts.https_address else None)
+    except BaseException as exc:
+        for sock in bound:
+            sock.close()
+        os.close(lock_fd)
+        if isinstance(exc, ListenError):
+            raise StartError(f"failed to instantiate nsqd - {exc}") from None
+        raise
     broker.tcp_port = tcp_sock.getsockname()[1]
     log.info("TCP: listening on %s", _shown(tcp_sock))
     if http_sock is not None:

@@ -17,7 +17,7 @@ import trio
 from hypercorn.app_wrappers import ASGIWrapper
 from hypercorn.config import Config, Sockets
 from hypercorn.trio.run import worker_serve
-from nsq_common import NSQ_VERSION, LookupdInfo
+from nsq_common import NSQ_VERSION, ListenError, LookupdInfo, listen_tcp
 
 from .http import create_app
 from .logger import Logger
@@ -26,10 +26,6 @@ from .registry import Clock, RegistrationDB
 from .tcp import TCPServer, format_address
 
 BACKLOG = 1024
-
-
-class ListenError(Exception):
-    """An address that cannot be listened on."""
 
 
 @attrs.define(eq=False)
@@ -58,45 +54,13 @@ class Addresses:
     http: str
 
 
-def split_host_port(address: str) -> tuple[str, str]:
-    """Go's ``net.SplitHostPort``: ``host:port`` or ``[v6host]:port``.
-
-    Raises:
-        ValueError: no port, or misplaced brackets.
-    """
-    if address.startswith("["):
-        host, sep, rest = address[1:].partition("]")
-        if not sep or not rest.startswith(":"):
-            raise ValueError(f"address {address}: missing port in address")
-        return host, rest[1:]
-    host, sep, port = address.rpartition(":")
-    if not sep:
-        raise ValueError(f"address {address}: missing port in address")
-    if ":" in host:
-        raise ValueError(f"address {address}: too many colons in address")
-    return host, port
-
-
 def bind(address: str) -> socket.socket:
     """A listening TCP socket on ``address`` (port 0: any free port).
 
     Raises:
-        ListenError: ``listen (<address>) failed - <reason>``.
+        ListenError: ``listen (<address>) failed - listen tcp <addr>: bind: <reason>``.
     """
-    sock = None
-    try:
-        host, port = split_host_port(address)
-        family, kind, proto, _, sockaddr = socket.getaddrinfo(
-            host or None, port or 0, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
-        sock = socket.socket(family, kind, proto)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(sockaddr)
-        sock.listen(BACKLOG)
-    except (OSError, ValueError) as exc:
-        if sock is not None:
-            sock.close()
-        raise ListenError(f"listen ({address}) failed - {exc}") from None
-    return sock
+    return listen_tcp(address, BACKLOG)
 
 
 def bind_listeners(options: Options) -> Listeners:
