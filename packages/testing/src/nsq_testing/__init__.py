@@ -1,6 +1,7 @@
 """Dev-only helpers that start real NSQ daemons for tests. Never a runtime dependency."""
 
 from .daemon import Daemon, free_port, start_daemon
+from .wait import DEADLINE, until, wait_until
 from .wire import WireClient
 
-__all__ = ["Daemon", "WireClient", "free_port", "start_daemon"]
+__all__ = ["DEADLINE", "Daemon", "WireClient", "free_port", "start_daemon", "until", "wait_until"]

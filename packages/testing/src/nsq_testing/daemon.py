@@ -3,7 +3,8 @@
 Every daemon prints ``TCP: listening on HOST:PORT`` / ``HTTP: listening on HOST:PORT`` on stderr
 once its listeners are open, with the real port when asked for port 0, as the Go binaries do.
 ``start_daemon`` waits for those lines, keeps reading stderr into a list (so the pipe never
-fills), and ``Daemon.stop`` ends the process it started, by its pid, and nothing else.
+fills), and ``Daemon.stop`` ends the process it started, by its pid, and nothing else, and closes
+the pipe (a ``Daemon`` is also a context manager that stops it on the way out).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import attrs
+
+from .wait import DEADLINE
 
 _LISTEN = re.compile(r"(TCP|HTTP|HTTPS): listening on (\S+)")
 
@@ -77,6 +80,12 @@ class Daemon:
     def kill(self) -> int:
         return self.stop(signal.SIGKILL)
 
+    def __enter__(self) -> Daemon:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
     def output(self) -> str:
         return "".join(self.log)
 
@@ -87,7 +96,7 @@ def _executable(name: str) -> str:
 
 
 def start_daemon(name: str, args: Sequence[str], *, cwd: str | os.PathLike[str] | None = None,
-                 expect: Sequence[str] = ("TCP", "HTTP"), timeout: float = 20.0,
+                 expect: Sequence[str] = ("TCP", "HTTP"), timeout: float = DEADLINE,
                  env: dict[str, str] | None = None) -> Daemon:
     """Run ``name`` (an executable next to this Python) with ``args``; wait for its listeners.
 
@@ -119,9 +128,13 @@ def start_daemon(name: str, args: Sequence[str], *, cwd: str | os.PathLike[str] 
     reader.start()
     daemon = Daemon(name, process, addresses, log, reader)
     deadline = time.monotonic() + timeout
-    while not ready.wait(0.05):
-        if time.monotonic() > deadline:
-            break
+    try:
+        while not ready.wait(0.05):
+            if time.monotonic() > deadline:
+                break
+    except BaseException:  # e.g. KeyboardInterrupt: never leave the child behind
+        daemon.stop(signal.SIGKILL)
+        raise
     if not wanted <= addresses.keys():
         daemon.stop(signal.SIGKILL)
         raise RuntimeError(f"{name} did not start: {''.join(log)[-4000:]}")

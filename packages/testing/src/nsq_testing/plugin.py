@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +39,22 @@ def run_daemon(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
         started.append(daemon)
         return daemon
 
-    yield factory
-    for daemon in reversed(started):
-        daemon.stop()
+    try:
+        yield factory
+    finally:
+        _stop_all(reversed(started))
+
+
+def _stop_all(daemons: Iterable[Daemon]) -> None:
+    """Stop every daemon, even when stopping one of them fails; then raise the first error."""
+    errors: list[BaseException] = []
+    for daemon in daemons:
+        try:
+            daemon.stop()
+        except BaseException as exc:  # the others must still be stopped
+            errors.append(exc)
+    if errors:
+        raise errors[0]
 
 
 @pytest.fixture
@@ -56,5 +69,5 @@ def shared_nsqd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     data = tmp_path_factory.mktemp("shared-nsqd")
     daemon = start_daemon("nsqd", ["--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0",
                                    f"--data-path={data}"])
-    yield daemon
-    daemon.stop()
+    with daemon:
+        yield daemon

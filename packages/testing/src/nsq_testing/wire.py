@@ -6,6 +6,8 @@ import trio
 from nsq_common import MAGIC_V2, FrameDecoder, FrameType, commands, decode_message
 from nsq_common import Message as WireMessage
 
+from .wait import DEADLINE
+
 
 def _host_port(address: str) -> tuple[str, int]:
     host, _, port = address.rpartition(":")
@@ -24,13 +26,23 @@ class WireClient:
         stream = await trio.open_tcp_stream(*_host_port(address))
         client = cls(stream)
         if magic:
-            await stream.send_all(magic)
+            try:
+                await stream.send_all(magic)
+            except BaseException:
+                await trio.aclose_forcefully(stream)
+                raise
         return client
+
+    async def __aenter__(self) -> WireClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
 
     async def send(self, data: bytes) -> None:
         await self.stream.send_all(data)
 
-    async def read_frame(self, timeout: float = 5.0, *, skip_heartbeats: bool = True
+    async def read_frame(self, timeout: float = DEADLINE, *, skip_heartbeats: bool = True
                          ) -> tuple[int, bytes]:
         """The next frame; raises EOFError if the server closed, TooSlowError on timeout."""
         with trio.fail_after(timeout):
@@ -45,25 +57,25 @@ class WireClient:
                     raise EOFError("connection closed")
                 self.decoder.feed(data)
 
-    async def response(self, timeout: float = 5.0) -> bytes:
+    async def response(self, timeout: float = DEADLINE) -> bytes:
         frame_type, data = await self.read_frame(timeout)
         if frame_type != FrameType.RESPONSE:
             raise AssertionError(f"expected a response, got {frame_type} {data!r}")
         return data
 
-    async def error(self, timeout: float = 5.0) -> bytes:
+    async def error(self, timeout: float = DEADLINE) -> bytes:
         frame_type, data = await self.read_frame(timeout)
         if frame_type != FrameType.ERROR:
             raise AssertionError(f"expected an error, got {frame_type} {data!r}")
         return data
 
-    async def message(self, timeout: float = 5.0) -> WireMessage:
+    async def message(self, timeout: float = DEADLINE) -> WireMessage:
         frame_type, data = await self.read_frame(timeout)
         if frame_type != FrameType.MESSAGE:
             raise AssertionError(f"expected a message, got {frame_type} {data!r}")
         return decode_message(data)
 
-    async def messages(self, count: int, timeout: float = 10.0) -> list[WireMessage]:
+    async def messages(self, count: int, timeout: float = DEADLINE) -> list[WireMessage]:
         with trio.fail_after(timeout):
             return [await self.message(timeout) for _ in range(count)]
 
@@ -75,7 +87,7 @@ class WireClient:
             return
         raise AssertionError(f"unexpected frame {frame!r}")
 
-    async def closed(self, timeout: float = 5.0) -> bool:
+    async def closed(self, timeout: float = DEADLINE) -> bool:
         """True once the server has closed the connection (frames before that are skipped)."""
         try:
             with trio.fail_after(timeout):
@@ -103,4 +115,5 @@ class WireClient:
         assert await self.response() == b"OK"
 
     async def aclose(self) -> None:
-        await self.stream.aclose()
+        """Close the connection; safe to call twice, and when cancelled (it never blocks)."""
+        await trio.aclose_forcefully(self.stream)
