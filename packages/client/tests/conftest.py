@@ -264,8 +264,9 @@ class FakeCluster:
         if self._listener is not None:
             await self._listener.aclose()
 
-    async def wait_for(self, predicate: Callable[[], bool], within: float = 5.0) -> None:
-        """Until ``predicate()`` holds (checked after every command or connection)."""
+    async def wait_for(self, predicate: Callable[[], bool], within: float = 30.0) -> None:
+        """Until ``predicate()`` holds (checked after every command or connection); ``within``
+        is generous, for a slow, busy machine (virtual seconds under ``autojump_clock``)."""
         with trio.fail_after(within):
             while not predicate():
                 self._changed = trio.Event()

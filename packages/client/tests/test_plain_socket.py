@@ -5,6 +5,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 from nsq_client import ConnectionClosed, Consumer, Producer, PublishError
 from nsq_common import encode_message_frame
 
@@ -49,9 +50,18 @@ async def test_a_cancelled_caller_leaves_its_answer_to_the_reader(tcp_cluster: A
     async with Producer(A, connector=tcp_cluster.connector) as p:
         await p.pub("t", b"connect")
         nsqd.hold_responses = True
-        with trio.move_on_after(0.1) as scope:
-            await p.pub("t", b"given up")
-        assert scope.cancelled_caught
+        caller = trio.CancelScope()
+
+        async def give_up() -> None:
+            with caller:
+                await p.pub("t", b"given up")
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(give_up)
+            # nsqd has the publish and holds its answer; the caller reads the socket for it
+            await tcp_cluster.wait_for(lambda: len(nsqd.published) == 2 and link_conn(p)._lent)
+            caller.cancel()
+        assert caller.cancelled_caught
         link = p._links[A]
         assert len(link.pending) == 1 and not link.conn._lent
         await nsqd.conn.release()  # the reader task takes this OK
@@ -135,7 +145,7 @@ async def test_frames_split_across_reads_are_put_together(tcp_cluster: Any) -> N
         for cut in cuts:
             await nsqd.conn.send(frames[start:cut])
             start = cut
-            await trio.sleep(0.01)
+            await trio.testing.wait_all_tasks_blocked()  # this piece read before the next is sent
         async for msg in c:
             received.append((msg.id, msg.body))
             if len(received) == 3:

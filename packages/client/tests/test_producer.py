@@ -3,6 +3,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 from nsq_client import ConnectError, ConnectionClosed, Producer, PublishError
 
 A, B = "10.0.0.1:4150", "10.0.0.2:4150"
@@ -57,7 +58,7 @@ async def test_pipeline_keeps_at_most_max_pending_unanswered(fake_cluster: Any) 
         nursery.start_soon(publish)
         for expected in (10, 20, 25):
             await fake_cluster.wait_for(lambda e=expected: len(nsqd.published) == e)
-            await trio.sleep(0.01)
+            await trio.testing.wait_all_tasks_blocked()  # the publisher can go no further
             assert len(nsqd.published) == expected
             await nsqd.conn.release()
     assert len(nsqd.published) == 25

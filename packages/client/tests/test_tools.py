@@ -5,6 +5,7 @@ import gzip
 import os
 import random
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,22 @@ def test_filename_format() -> None:
         filename_format(FileOptions(work_dir="/w", output_dir="/o", filename_format="x"), "t", "h", 1)
 
 
+@pytest.fixture
+def file_logger() -> Iterator[Callable[..., FileLogger]]:
+    """``FileLogger(...)``, closed at the end also when the test fails (an open file left to the
+    garbage collector is a ResourceWarning, an error here)."""
+    made: list[FileLogger] = []
+
+    def make(*args: object, **kwargs: object) -> FileLogger:
+        files = FileLogger(*args, **kwargs)  # type: ignore[arg-type]
+        made.append(files)
+        return files
+
+    yield make
+    for files in made:
+        files.close()  # a second close does nothing
+
+
 class Clock:
     def __init__(self) -> None:
         self.now = time.mktime((2024, 3, 5, 7, 0, 0, 0, 0, -1))
@@ -45,10 +62,11 @@ class Clock:
         return self.now
 
 
-def test_rotation_by_size_interval_and_hour(tmp_path: Path) -> None:
+def test_rotation_by_size_interval_and_hour(tmp_path: Path,
+                                            file_logger: Callable[..., FileLogger]) -> None:
     clock = Clock()
     opts = FileOptions(output_dir=str(tmp_path), rotate_size=10, rotate_interval=60.0)
-    files = FileLogger(opts, "t", hostname="h", pid=1, clock=clock)
+    files = file_logger(opts, "t", hostname="h", pid=1, clock=clock)
     assert files.needs_rotation()  # nothing open yet
     files.write(b"0123456789\n")
     assert files.path.endswith("t.h-000000.2024-03-05_07.log")
@@ -69,30 +87,32 @@ def test_rotation_by_size_interval_and_hour(tmp_path: Path) -> None:
         "t.h-000001.2024-03-05_07.log", "t.h-000002.2024-03-05_07.log"]
 
 
-def test_existing_files_are_never_overwritten(tmp_path: Path) -> None:
+def test_existing_files_are_never_overwritten(tmp_path: Path,
+                                              file_logger: Callable[..., FileLogger]) -> None:
     clock = Clock()
     (tmp_path / "t.h-000000.2024-03-05_07.log.gz").write_bytes(b"old")
-    files = FileLogger(FileOptions(output_dir=str(tmp_path), gzip=True), "t", hostname="h", pid=1,
-                       clock=clock)
+    files = file_logger(FileOptions(output_dir=str(tmp_path), gzip=True), "t", hostname="h", pid=1,
+                        clock=clock)
     files.write(b"new\n")
     assert files.path.endswith("-000001.2024-03-05_07.log.gz")
     files.close()
     assert (tmp_path / "t.h-000000.2024-03-05_07.log.gz").read_bytes() == b"old"
 
 
-def test_plain_files_are_appended_to(tmp_path: Path) -> None:
+def test_plain_files_are_appended_to(tmp_path: Path, file_logger: Callable[..., FileLogger]) -> None:
     clock = Clock()
     (tmp_path / "t.h.2024-03-05_07.log").write_bytes(b"before\n")
-    files = FileLogger(FileOptions(output_dir=str(tmp_path)), "t", hostname="h", pid=1, clock=clock)
+    files = file_logger(FileOptions(output_dir=str(tmp_path)), "t", hostname="h", pid=1, clock=clock)
     files.write(b"after\n")
     files.close()
     assert (tmp_path / "t.h.2024-03-05_07.log").read_bytes() == b"before\nafter\n"
 
 
-def test_gzip_syncs_make_whole_members_and_work_dir_moves(tmp_path: Path) -> None:
+def test_gzip_syncs_make_whole_members_and_work_dir_moves(
+        tmp_path: Path, file_logger: Callable[..., FileLogger]) -> None:
     work, out = tmp_path / "work", tmp_path / "out"
     opts = FileOptions(output_dir=str(out), work_dir=str(work), gzip=True)
-    files = FileLogger(opts, "t", hostname="h", pid=1, clock=Clock())
+    files = file_logger(opts, "t", hostname="h", pid=1, clock=Clock())
     files.write(b"one\n")
     files.sync()
     files.write(b"two\n")
