@@ -61,7 +61,7 @@ from ._message import (
     encode_message,
     encode_message_frame,
 )
-from ._mpub import decode_mpub_body
+from ._mpub import MpubPrefixCheck, decode_mpub_body
 from ._names import (
     EPHEMERAL_SUFFIX,
     is_ephemeral,
@@ -106,6 +106,7 @@ __all__ = [
     "IdentifyRequest",
     "ListenError",
     "Message",
+    "MpubPrefixCheck",
     "Negotiated",
     "NsqLogFormatter",
     "ProtocolError",

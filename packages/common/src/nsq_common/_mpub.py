@@ -43,3 +43,43 @@ def decode_mpub_body(body: bytes, max_msg_size: int, max_body_size: int) -> list
         append(body[pos:end])
         pos = end
     return out
+
+
+class MpubPrefixCheck:
+    """Checks an MPUB body while it is still arriving, as nsqd's readMPUB does: the count and
+    each message's size are refused as soon as their 4 bytes are in, so a client that declares
+    a message over --max-msg-size is answered at once, not after the rest of its body.
+
+    ``check`` is called with the body's bytes so far (``buf[start:start + available]``) each
+    time more of it arrived; it looks at each size once. A body that arrives whole is checked
+    by ``decode_mpub_body`` alone (same texts, same order).
+    """
+
+    __slots__ = ("_count", "_index", "_max_count", "_max_msg_size", "_next")
+
+    def __init__(self, max_msg_size: int, max_body_size: int) -> None:
+        self._max_msg_size = max_msg_size
+        self._max_count = (max_body_size - 4) // 5
+        self._next = 0  # offset in the body of the next 4-byte field (0: the count)
+        self._index = -1  # the message whose size is next; -1: the count is next
+        self._count = 0
+
+    def check(self, buf: bytes | bytearray, start: int, available: int) -> None:
+        """Raises ProtocolError: what ``decode_mpub_body`` would say about these bytes."""
+        while available - self._next >= 4 and self._index < self._count:
+            (value,) = _INT.unpack_from(buf, start + self._next)
+            i = self._index
+            if i < 0:
+                if value <= 0 or value > self._max_count:
+                    raise ProtocolError(ErrorCode.E_BAD_BODY, f"MPUB invalid message count {value}")
+                self._count = value
+                self._next = 4
+            else:
+                if value <= 0:
+                    raise ProtocolError(ErrorCode.E_BAD_MESSAGE,
+                                        f"MPUB invalid message({i}) body size {value}")
+                if value > self._max_msg_size:
+                    raise ProtocolError(ErrorCode.E_BAD_MESSAGE,
+                                        f"MPUB message too big {value} > {self._max_msg_size}")
+                self._next += 4 + value
+            self._index = i + 1

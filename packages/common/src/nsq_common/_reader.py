@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
+from typing import Protocol
 
 import attrs
 
@@ -24,14 +25,25 @@ _SIZE = struct.Struct(">i")
 MAX_LINE_LENGTH = 16384
 
 
+class PartialCheck(Protocol):
+    def check(self, buf: bytearray, start: int, available: int) -> None:
+        """Look at the body's first ``available`` bytes (from ``buf[start]``); raise
+        ProtocolError to refuse the command before the rest arrives."""
+
+
 @attrs.frozen
 class BodySpec:
-    """How to read a command's body: its limit and NSQ's texts for a bad size."""
+    """How to read a command's body: its limit and NSQ's texts for a bad size.
+
+    ``partial``, when given, makes a checker that looks at a body while it is still
+    incomplete (MPUB: each message's size is refused as soon as it is in).
+    """
 
     max_size: int
     code: str
     invalid: str  # "%d" <- the size, e.g. "PUB invalid message body size %d"
     too_big: str  # "%d > %d" <- size, limit, e.g. "PUB message too big %d > %d"
+    partial: Callable[[], PartialCheck] | None = None
 
 
 class Command:
@@ -67,6 +79,7 @@ class CommandReader:
         self._pos = 0
         self._pending: tuple[bytes, list[bytes], BodySpec] | None = None
         self._body_size = -1
+        self._partial: PartialCheck | None = None
 
     def feed(self, data: bytes) -> None:
         if self._pos:
@@ -113,6 +126,7 @@ class CommandReader:
                 return Command(name, parts, None)
             self._pending = (name, parts, spec)
             self._body_size = -1
+            self._partial = None
         return self._read_body()
 
     def _read_body(self) -> Command | None:
@@ -131,7 +145,12 @@ class CommandReader:
             pos += 4
             self._pos = pos
         size = self._body_size
-        if len(buf) - pos < size:
+        available = len(buf) - pos
+        if available < size:
+            if spec.partial is not None and available:
+                if self._partial is None:
+                    self._partial = spec.partial()
+                self._partial.check(buf, pos, available)
             return None
         body = bytes(buf[pos : pos + size])
         self._pos = pos + size

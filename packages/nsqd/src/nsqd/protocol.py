@@ -13,6 +13,7 @@ clients match responses to requests in order.
 from __future__ import annotations
 
 import logging
+from functools import partial
 from typing import TYPE_CHECKING
 
 import attrs
@@ -22,6 +23,7 @@ from nsq_common import (
     BodySpec,
     Command,
     ErrorCode,
+    MpubPrefixCheck,
     ProtocolError,
     decode_identify,
     decode_mpub_body,
@@ -80,8 +82,12 @@ class ProtocolV2:
         self._dpub_spec = BodySpec(self._max_msg_size, E.E_BAD_MESSAGE,
                                    "DPUB invalid message body size %d",
                                    "DPUB message too big %d > %d")
+        # an MPUB body is checked as it arrives: a message over --max-msg-size is refused
+        # as soon as its size is in, not after the rest of the declared body
         self._mpub_spec = BodySpec(self._max_body_size, E.E_BAD_BODY, "MPUB invalid body size %d",
-                                   "MPUB body too big %d > %d")
+                                   "MPUB body too big %d > %d",
+                                   partial(MpubPrefixCheck, self._max_msg_size,
+                                           self._max_body_size))
         self._identify_spec = BodySpec(self._max_body_size, E.E_BAD_BODY,
                                        "IDENTIFY invalid body size %d",
                                        "IDENTIFY body too big %d > %d")
@@ -109,7 +115,11 @@ class ProtocolV2:
             return self._pub_spec
         if name == b"MPUB":
             self._check_topic_param(b"MPUB", params, 1)
-            self.authorized_now(b"MPUB", params[0], b"")  # nsqd checks MPUB before its body
+            # nsqd checks MPUB's authorization, then makes the topic, before reading its body
+            # (a refused body still leaves the topic); expired authorizations are fetched
+            # again before the command runs, and the topic is made then
+            if self.authorized_now(b"MPUB", params[0], b"") and not self.broker.exiting:
+                self.broker.get_topic(_name(params[0]))
             return self._mpub_spec
         if name == b"DPUB":
             self._check_topic_param(b"DPUB", params, 2)
