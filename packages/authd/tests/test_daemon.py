@@ -12,6 +12,8 @@ import pytest
 from nsq_common import commands
 from nsq_testing import WireClient, start_daemon
 
+WAIT = 30.0  # seconds: the most any one step may take on a slow, busy machine
+
 SECRETS = """
 [[secrets]]
 secret = "s3cret"
@@ -50,10 +52,10 @@ def authd(secrets_file):
 def status(daemon, secret: str) -> int:
     return httpx.get(f"http://{daemon.http_address}/auth",
                      params={"secret": secret, "remote_ip": "127.0.0.1", "tls": "false",
-                             "common_name": ""}).status_code
+                             "common_name": ""}, timeout=WAIT).status_code
 
 
-def wait_for(condition, timeout: float = 10.0) -> None:
+def wait_for(condition, timeout: float = WAIT) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, "timed out"
@@ -61,7 +63,7 @@ def wait_for(condition, timeout: float = 10.0) -> None:
 
 
 def test_serves_reloads_on_sighup_and_exits_cleanly(authd, secrets_file):
-    assert httpx.get(f"http://{authd.http_address}/ping").text == "OK"
+    assert httpx.get(f"http://{authd.http_address}/ping", timeout=WAIT).text == "OK"
     assert status(authd, "s3cret") == 200 and status(authd, "n3w") == 403
     secrets_file.write_text(SECRETS + ADDED)
     authd.process.send_signal(signal.SIGHUP)
@@ -91,23 +93,30 @@ def test_refuses_to_start_without_usable_secrets(args, error):
     assert out.returncode == 1 and error in out.stderr.decode()
 
 
+async def identify(client: WireClient) -> bytes:
+    # WireClient.identify() would wait only its default 5 s for the answer
+    await client.send(commands.identify({"feature_negotiation": True}))
+    return await client.response(WAIT)
+
+
 async def test_nsqd_authorizes_clients_through_it(authd, run_daemon):
     nsqd = run_daemon("nsqd", f"--auth-http-address={authd.http_address}")
     client = await WireClient.connect(nsqd.tcp_address)
     try:
-        assert json.loads(await client.identify())["auth_required"] is True
+        assert json.loads(await identify(client))["auth_required"] is True
         await client.send(commands.auth("wrong"))
-        assert (await client.error()).startswith(b"E_AUTH_FAILED")
+        assert (await client.error(WAIT)).startswith(b"E_AUTH_FAILED")
     finally:
         await client.aclose()
     client = await WireClient.connect(nsqd.tcp_address)
     try:
-        await client.identify()
+        await identify(client)
         await client.send(commands.auth("s3cret"))
-        assert json.loads(await client.response()) == {
+        assert json.loads(await client.response(WAIT)) == {
             "identity": "alice", "identity_url": "", "permission_count": 1}
-        await client.pub("orders_eu", b"hello")
+        await client.send(commands.pub("orders_eu", b"hello"))
+        assert await client.response(WAIT) == b"OK"
         await client.send(commands.pub("payments", b"no"))
-        assert (await client.error()).startswith(b"E_UNAUTHORIZED")
+        assert (await client.error(WAIT)).startswith(b"E_UNAUTHORIZED")
     finally:
         await client.aclose()
