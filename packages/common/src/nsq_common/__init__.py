@@ -1,75 +1,84 @@
 """The NSQ wire protocol, sans-IO: frames, commands, messages, names, IDENTIFY, errors.
 
 Nothing here touches a socket; servers and clients feed bytes in and send the bytes out.
+
+Each name is imported from its module the first time it is used (PEP 562 ``__getattr__``), so
+that a command that only parses its flags (``nsqd --version``) does not load the rest.
 """
 
-from . import _commands as commands
-from ._errors import NON_FATAL_CODES, ConnectionAbort, ErrorCode, ProtocolError
-from ._frames import (
-    CLOSE_WAIT_FRAME,
-    FRAME_HEADER,
-    HEARTBEAT,
-    HEARTBEAT_FRAME,
-    MAGIC_V2,
-    OK_FRAME,
-    FrameDecoder,
-    FrameTooBig,
-    FrameType,
-    encode_error,
-    encode_frame,
-    encode_response,
-)
-from ._goflags import Flag, FlagError, FlagSet, exit_with_flag_error, parse_bool
-from ._gostr import format_go_duration, go_json, go_quote, parse_go_duration
-from ._identify import (
-    IdentifyRequest,
-    Negotiated,
-    ServerFeatures,
-    decode_identify,
-    negotiate,
-    response_json,
-)
-from ._listen import ListenError, go_errno_text, listen_tcp, split_host_port
-from ._logs import NSQ_LOG_LEVELS, PYTHON_LOG_LEVELS, NsqLogFormatter, setup_logging
-from ._lookup import (
-    LOOKUP_MAX_IDENTIFY_SIZE,
-    LOOKUP_MAX_LINE,
-    MAGIC_V1,
-    LookupBadMagic,
-    LookupCommand,
-    LookupdInfo,
-    LookupIdentify,
-    LookupPing,
-    LookupReader,
-    LookupRegister,
-    LookupResponseReader,
-    LookupSignal,
-    LookupUnregister,
-    decode_lookup_identify,
-    decode_lookupd_info,
-    encode_lookup_command,
-    encode_lookup_response,
-    lookup_response_error,
-)
-from ._message import (
-    MESSAGE_FRAME_PREFIX,
-    MESSAGE_HEADER,
-    MESSAGE_HEADER_SIZE,
-    MESSAGE_ID_LENGTH,
-    Message,
-    decode_message,
-    encode_message,
-    encode_message_frame,
-)
-from ._mpub import MpubPrefixCheck, decode_mpub_body
-from ._names import (
-    EPHEMERAL_SUFFIX,
-    is_ephemeral,
-    is_valid_channel_name,
-    is_valid_name,
-    is_valid_topic_name,
-)
-from ._reader import MAX_LINE_LENGTH, BodySpec, Command, CommandReader
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the names as type checkers see them; at run time see _MODULES below
+    from . import _commands as commands
+    from ._errors import NON_FATAL_CODES, ConnectionAbort, ErrorCode, ProtocolError
+    from ._frames import (
+        CLOSE_WAIT_FRAME,
+        FRAME_HEADER,
+        HEARTBEAT,
+        HEARTBEAT_FRAME,
+        MAGIC_V2,
+        OK_FRAME,
+        FrameDecoder,
+        FrameTooBig,
+        FrameType,
+        encode_error,
+        encode_frame,
+        encode_response,
+    )
+    from ._goflags import Flag, FlagError, FlagSet, exit_with_flag_error, parse_bool
+    from ._gostr import format_go_duration, go_json, go_quote, parse_go_duration
+    from ._identify import (
+        IdentifyRequest,
+        Negotiated,
+        ServerFeatures,
+        decode_identify,
+        negotiate,
+        response_json,
+    )
+    from ._listen import ListenError, go_errno_text, listen_tcp, split_host_port
+    from ._logs import NSQ_LOG_LEVELS, PYTHON_LOG_LEVELS, NsqLogFormatter, setup_logging
+    from ._lookup import (
+        LOOKUP_MAX_IDENTIFY_SIZE,
+        LOOKUP_MAX_LINE,
+        MAGIC_V1,
+        LookupBadMagic,
+        LookupCommand,
+        LookupdInfo,
+        LookupIdentify,
+        LookupPing,
+        LookupReader,
+        LookupRegister,
+        LookupResponseReader,
+        LookupSignal,
+        LookupUnregister,
+        decode_lookup_identify,
+        decode_lookupd_info,
+        encode_lookup_command,
+        encode_lookup_response,
+        lookup_response_error,
+    )
+    from ._message import (
+        MESSAGE_FRAME_PREFIX,
+        MESSAGE_HEADER,
+        MESSAGE_HEADER_SIZE,
+        MESSAGE_ID_LENGTH,
+        Message,
+        decode_message,
+        encode_message,
+        encode_message_frame,
+    )
+    from ._mpub import MpubPrefixCheck, decode_mpub_body
+    from ._names import (
+        EPHEMERAL_SUFFIX,
+        is_ephemeral,
+        is_valid_channel_name,
+        is_valid_name,
+        is_valid_topic_name,
+    )
+    from ._reader import MAX_LINE_LENGTH, BodySpec, Command, CommandReader
 
 # The version our daemons report on the wire (IDENTIFY, /info, lookupd): NSQ's, since tools
 # compare it (nsqadmin flags nodes older than the newest it sees).
@@ -146,3 +155,48 @@ __all__ += [
     "decode_lookupd_info", "encode_lookup_command", "encode_lookup_response",
     "lookup_response_error",
 ]
+
+
+# Where each name of __all__ lives (``commands`` is the module _commands itself).
+_EXPORTS = {
+    "_commands": "commands",
+    "_errors": "NON_FATAL_CODES ConnectionAbort ErrorCode ProtocolError",
+    "_frames": (
+        "CLOSE_WAIT_FRAME FRAME_HEADER HEARTBEAT HEARTBEAT_FRAME MAGIC_V2 OK_FRAME "
+        "FrameDecoder FrameTooBig FrameType encode_error encode_frame encode_response"
+    ),
+    "_goflags": "Flag FlagError FlagSet exit_with_flag_error parse_bool",
+    "_gostr": "format_go_duration go_json go_quote parse_go_duration",
+    "_identify": "IdentifyRequest Negotiated ServerFeatures decode_identify negotiate response_json",
+    "_listen": "ListenError go_errno_text listen_tcp split_host_port",
+    "_logs": "NSQ_LOG_LEVELS PYTHON_LOG_LEVELS NsqLogFormatter setup_logging",
+    "_lookup": (
+        "LOOKUP_MAX_IDENTIFY_SIZE LOOKUP_MAX_LINE MAGIC_V1 LookupBadMagic LookupCommand "
+        "LookupdInfo LookupIdentify LookupPing LookupReader LookupRegister "
+        "LookupResponseReader LookupSignal LookupUnregister decode_lookup_identify "
+        "decode_lookupd_info encode_lookup_command encode_lookup_response "
+        "lookup_response_error"
+    ),
+    "_message": (
+        "MESSAGE_FRAME_PREFIX MESSAGE_HEADER MESSAGE_HEADER_SIZE MESSAGE_ID_LENGTH Message "
+        "decode_message encode_message encode_message_frame"
+    ),
+    "_mpub": "MpubPrefixCheck decode_mpub_body",
+    "_names": "EPHEMERAL_SUFFIX is_ephemeral is_valid_channel_name is_valid_name is_valid_topic_name",
+    "_reader": "MAX_LINE_LENGTH BodySpec Command CommandReader",
+}
+_MODULES = {name: module for module, names in _EXPORTS.items() for name in names.split()}
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    imported = importlib.import_module(f"{__name__}.{module}")
+    value = imported if name == "commands" else getattr(imported, name)
+    globals()[name] = value  # the next use is a plain global
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

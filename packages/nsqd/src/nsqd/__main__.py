@@ -1,4 +1,8 @@
-"""The nsqd command: flags (Go syntax) and config file -> Options -> serve."""
+"""The nsqd command: flags (Go syntax) and config file -> Options -> serve.
+
+Trio, the server and logging are imported only once the flags are parsed, so that ``--version``,
+``--help`` and a bad flag answer without loading them (see docs/performance.md).
+"""
 
 from __future__ import annotations
 
@@ -8,10 +12,8 @@ import signal
 import sys
 from collections.abc import Sequence
 
-import trio
-from nsq_common import NSQ_VERSION, setup_logging
+from nsq_common import NSQ_VERSION
 
-from .app import serve
 from .options import Options, build_flagset
 
 
@@ -31,6 +33,10 @@ def parse_options(argv: Sequence[str]) -> Options:
 
 
 async def _run(opts: Options) -> None:
+    import trio  # deferred: see the module's docstring
+
+    from .app import serve
+
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             await nursery.start(serve, opts)
@@ -49,6 +55,9 @@ def tune_gc() -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     opts = parse_options(sys.argv[1:] if argv is None else argv)
+    import trio
+    from nsq_common import setup_logging
+
     tune_gc()
     log = setup_logging("nsqd", opts.log_prefix, opts.log_level)
     log.info(version_string())

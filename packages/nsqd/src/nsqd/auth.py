@@ -18,10 +18,12 @@ from __future__ import annotations
 import json
 import random
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
-import httpx
+
+if TYPE_CHECKING:
+    import httpx
 
 PERMISSIONS = frozenset({"subscribe", "publish"})
 
@@ -94,6 +96,8 @@ async def query(http: httpx.AsyncClient, addresses: list[str], *, secret: str, r
     Raises:
         AuthError: every server failed (the reasons joined with ``; ``).
     """
+    import httpx  # deferred: slow to import, and only needed with --auth-http-address
+
     params = {"common_name": common_name, "remote_ip": remote_ip, "secret": secret,
               "tls": "true" if tls else "false"}
     start = random.randrange(len(addresses))

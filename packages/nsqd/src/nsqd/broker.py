@@ -19,8 +19,8 @@ import logging
 import ssl
 import time
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
-import httpx
 import trio
 from nsq_common import NSQ_VERSION, ServerFeatures
 
@@ -37,6 +37,9 @@ from .options import Options
 from .statsd import run_statsd
 from .tls import server_context, tls_required
 from .topic import Topic
+
+if TYPE_CHECKING:
+    import httpx
 
 log = logging.getLogger("nsqd")
 
@@ -87,9 +90,27 @@ class Broker:
         self._nursery: trio.Nursery | None = None
         self._scopes: dict[object, trio.CancelScope] = {}
         self.lookup = Lookup(self)
-        self.auth_http = httpx.AsyncClient(timeout=httpx.Timeout(
+        # Without auth servers the client is never used: it is then made on first use, since
+        # httpx and a TLS context with the system's CAs are a good part of nsqd's start-up. A
+        # --tls-root-ca-file is still read now, so that a bad one stops nsqd at start.
+        self._auth_http: httpx.AsyncClient | None = None
+        if opts.auth_http_addresses or opts.tls_root_ca_file:
+            self._auth_http = self._new_auth_http()
+
+    def _new_auth_http(self) -> httpx.AsyncClient:
+        import httpx  # deferred: see __init__
+
+        opts = self.opts
+        return httpx.AsyncClient(timeout=httpx.Timeout(
             opts.http_client_request_timeout, connect=opts.http_client_connect_timeout),
             verify=ssl.create_default_context(cafile=opts.tls_root_ca_file or None))
+
+    @property
+    def auth_http(self) -> httpx.AsyncClient:
+        """The HTTP client of the auth servers (--auth-http-address)."""
+        if self._auth_http is None:
+            self._auth_http = self._new_auth_http()
+        return self._auth_http
 
     # -- lifecycle -----------------------------------------------------------------------
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -403,7 +424,8 @@ class Broker:
             self._write_metadata_now()
         except OSError as exc:
             log.error("failed to persist metadata - %s", exc)
-        await self.auth_http.aclose()
+        if self._auth_http is not None:
+            await self._auth_http.aclose()
 
     async def _save(self, queue_name: str, backlog: Backlog, msgs: list[Message],
                     deferred: list[tuple[int, Message]]) -> None:

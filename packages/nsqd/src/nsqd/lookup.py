@@ -20,7 +20,6 @@ import math
 import socket
 from typing import TYPE_CHECKING
 
-import httpx
 import trio
 from nsq_common import (
     MAGIC_V1,
@@ -38,6 +37,8 @@ from nsq_common import (
 )
 
 if TYPE_CHECKING:
+    import httpx
+
     from .broker import Broker
     from .topic import Topic
 
@@ -139,9 +140,7 @@ class Lookup:
         self.broker = broker
         self.peers: dict[str, LookupPeer] = {}
         self._nursery: trio.Nursery | None = None
-        self._http = httpx.AsyncClient(timeout=httpx.Timeout(
-            broker.opts.http_client_request_timeout,
-            connect=broker.opts.http_client_connect_timeout))
+        self._http: httpx.AsyncClient | None = None  # made on first use: httpx is slow to import
 
     def identify(self) -> LookupIdentify:
         opts, broker = self.broker.opts, self.broker
@@ -181,7 +180,13 @@ class Lookup:
         self._nursery.start_soon(self._start_topic, topic, known)
 
     async def _start_topic(self, topic: Topic, lookupds: list[str]) -> None:
+        import httpx  # deferred: see __init__
+
         try:
+            if self._http is None:
+                opts = self.broker.opts
+                self._http = httpx.AsyncClient(timeout=httpx.Timeout(
+                    opts.http_client_request_timeout, connect=opts.http_client_connect_timeout))
             for address in lookupds:
                 try:
                     r = await self._http.get(f"http://{address}/channels",
@@ -222,5 +227,6 @@ class Lookup:
                 task_status.started()
                 await trio.sleep_forever()
         finally:
-            with trio.CancelScope(shield=True):
-                await self._http.aclose()
+            if self._http is not None:
+                with trio.CancelScope(shield=True):
+                    await self._http.aclose()

@@ -12,7 +12,7 @@ import zlib
 from typing import Any
 
 import attrs
-from nsq_common import NSQ_LOG_LEVELS, FlagSet
+from nsq_common import FlagSet
 
 
 def default_node_id() -> int:
@@ -133,6 +133,8 @@ class Options:
         Raises:
             ValueError: with NSQ's message.
         """
+        from nsq_common import NSQ_LOG_LEVELS  # deferred: loads logging, which --version needs not
+
         v = self.values
         if not 0 <= v["id"] < 1024:
             raise ValueError("--node-id must be [0,1024)")

@@ -1,4 +1,8 @@
-"""The ``nsqlookupd`` command: flags to Options, then ``trio.run(serve)`` until SIGINT/SIGTERM."""
+"""The ``nsqlookupd`` command: flags to Options, then ``trio.run(serve)`` until SIGINT/SIGTERM.
+
+Trio and the server are imported only once the flags are parsed, so that ``--version``,
+``--help`` and a bad flag answer without loading them (see docs/performance.md).
+"""
 
 from __future__ import annotations
 
@@ -7,13 +11,15 @@ import signal
 import sys
 from collections.abc import Sequence
 from functools import partial
+from typing import TYPE_CHECKING
 
-import trio
 from nsq_common import NSQ_VERSION, FlagError, exit_with_flag_error
 
-from .app import ListenError, Listeners, bind_listeners, serve
 from .logger import Logger
 from .options import ConfigError, Options, flag_set, parse_args
+
+if TYPE_CHECKING:
+    from .app import Listeners
 
 
 def version_string() -> str:
@@ -21,6 +27,10 @@ def version_string() -> str:
 
 
 async def _run(options: Options, log: Logger, listeners: Listeners) -> None:
+    import trio  # deferred: see the module's docstring
+
+    from .app import serve
+
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             await nursery.start(partial(serve, options, log=log, listeners=listeners))
@@ -42,6 +52,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(version_string())
         raise SystemExit(0)
     options = parsed.options
+    import trio
+
+    from .app import ListenError, bind_listeners
+
     log = Logger(options.log_prefix, options.log_level)
     log.info(version_string())
     try:
