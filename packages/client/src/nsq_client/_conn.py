@@ -71,6 +71,9 @@ _FRAME_RESPONSE = int(FrameType.RESPONSE)
 _FRAME_ERROR = int(FrameType.ERROR)
 _NOP = commands.nop()
 _HANDSHAKE_MAX_FRAME = 1 << 20  # IDENTIFY / AUTH replies are a few hundred bytes
+# The largest frame a compressed connection takes when max_msg_size is not set (nsqd's
+# --max-msg-size defaults to 1 MiB): beyond it the connection fails with FrameTooBig.
+_COMPRESSED_MAX_FRAME = 64 << 20
 # The fixed part of a message frame, read in one go: the frame header (size, type), then
 # the message's timestamp and attempts (MESSAGE_HEADER) and its 16-byte id; the body follows.
 _MESSAGE_FRAME = struct.Struct(">iiqH16s")
@@ -255,6 +258,11 @@ class Connection:
         if self.server.get("snappy"):
             self._codec = Snappy()
             await self._expect_ok("snappy")
+        if self._codec is not None and not self._max_frame:
+            # Inflating is bounded per call (see _compression); one frame is bounded too (by
+            # max_msg_size when set), so a stream that compresses enormously cannot grow a
+            # frame without end. nsqd does not say its --max-msg-size; this is far above it.
+            self._max_frame = _COMPRESSED_MAX_FRAME
         if self.server.get("auth_required"):
             if not config.auth_secret:
                 raise ConnectError(f"{self.address}: Auth Required")
@@ -312,11 +320,16 @@ class Connection:
         while len(self._rbuf) < n:
             # Uncompressed, ask for no more than the frame needs; compressed sizes are unknown,
             # so read what comes and keep the rest for after the handshake.
-            want = READ_SIZE if self._codec else n - len(self._rbuf)
+            codec = self._codec
+            more = codec.pending() if codec is not None else b""
+            if more:
+                self._rbuf += more
+                continue
+            want = READ_SIZE if codec else n - len(self._rbuf)
             chunk = await self._stream.receive_some(want)
             if not chunk:
                 raise trio.BrokenResourceError("connection closed by nsqd")
-            self._rbuf += self._codec.decompress(chunk) if self._codec else chunk
+            self._rbuf += codec.decompress(chunk) if codec else chunk
         data, self._rbuf = self._rbuf[:n], self._rbuf[n:]
         return data
 
@@ -413,7 +426,8 @@ class Connection:
             else:
                 size, frame_type = FRAME_HEADER.unpack_from(data, pos)
             if size < 4 or (max_size and size > max_size):
-                raise FrameTooBig(f"frame size {size} out of range")
+                raise FrameTooBig(f"frame size {size} out of range"
+                                  + (f" (at most {max_size})" if max_size else ""))
             stop = pos + 4 + size
             if stop > end:
                 break
@@ -459,6 +473,12 @@ class Connection:
         """
         stream = self._stream
         assert stream is not None
+        codec = self._codec
+        if codec is not None:
+            more = codec.pending()  # what the last read held beyond the inflate limit
+            if more:
+                await trio.lowlevel.checkpoint()
+                return more
         fd = self._fd
         if fd is None:
             data = await stream.receive_some(READ_SIZE)
@@ -491,7 +511,6 @@ class Connection:
             if self.closing or self._close_requested:
                 raise _Closed
             raise trio.BrokenResourceError("connection closed by nsqd")
-        codec = self._codec
         return codec.decompress(data) if codec is not None else data
 
     async def read_here(self, settled: Callable[[], bool]) -> None:
