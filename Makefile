@@ -8,7 +8,7 @@ UV := .tools/bin/uv
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := .venv
 
-.PHONY: install run test lint bench docs clean
+.PHONY: install run test stress lint bench docs clean
 
 $(UV):
 	$(PYTHON) -m venv .tools
@@ -25,6 +25,12 @@ lint: install
 
 test: lint
 	.venv/bin/python -m pytest $(PYTEST_ARGS)
+
+# The whole suite STRESS_RUNS times in a row beside STRESS_BUSY busy processes (see the script).
+STRESS_RUNS ?= 5
+STRESS_BUSY ?= 2
+stress: install
+	scripts/stress-test.sh --no-install -n $(STRESS_RUNS) -b $(STRESS_BUSY) -- $(PYTEST_ARGS)
 
 bench: install
 	.venv/bin/python -m bench --client raw,library $(BENCH_ARGS)
