@@ -77,3 +77,69 @@ async def test_operations_page_explains_every_stats_field(run_daemon):
     page = (DOCS / "operations.md").read_text(encoding="utf-8")
     missing = sorted(k for k in _keys(stats, set()) if f"`{k}`" not in page)
     assert not missing, f"docs/operations.md does not explain /stats fields {missing}"
+
+
+# -- what the docs claim about features ---------------------------------------------------------
+
+def _all_docs() -> dict[str, str]:
+    pages = [ROOT / "README.md", *sorted(DOCS.glob("*.md")), *sorted(ROOT.glob("packages/*/README.md"))]
+    return {str(p.relative_to(ROOT)): p.read_text(encoding="utf-8") for p in pages}
+
+
+def _passages(text: str) -> list[str]:
+    """Paragraphs, and each line of a table on its own (a row is one claim)."""
+    out = []
+    for block in re.split(r"\n\s*\n", text):
+        lines = block.splitlines()
+        if lines and all(line.lstrip().startswith("|") for line in lines):
+            out.extend(lines)
+        else:
+            out.append(" ".join(lines))
+    return out
+
+
+MISSING = re.compile(r"not (?:yet )?(?:implemented|supported|available)|unsupported|"
+                     r"no support|isn't there|is not there", re.IGNORECASE)
+FEATURES = {"TLS": ("tls-cert", "tls-key", "tls-required", "https-address"),
+            "snappy": ("snappy",), "deflate": ("deflate", "max-deflate-level")}
+
+
+def test_no_doc_says_tls_snappy_or_deflate_are_missing():
+    """nsqd offers them (its flags, and IDENTIFY negotiates them): no page may say otherwise."""
+    generator = load_generator()
+    nsqd_flags = dict(generator.DAEMONS[0][1]().flags)
+    assert generator.DAEMONS[0][0] == "nsqd"
+    wrong = []
+    for feature, flags in FEATURES.items():
+        assert all(flag in nsqd_flags for flag in flags), feature
+        word = re.compile(rf"\b{feature}\b", re.IGNORECASE)
+        for page, text in _all_docs().items():
+            for passage in _passages(text):
+                if word.search(passage) and MISSING.search(passage):
+                    wrong.append(f"{page}: {passage[:120]}")
+    assert not wrong, "docs say an implemented feature is missing:\n" + "\n".join(wrong)
+
+
+def test_flags_the_not_implemented_table_names_are_accepted():
+    """compatibility.md's "Not implemented yet" flags are accepted (that is its promise)."""
+    generator = load_generator()
+    known = {name for _, build, _ in generator.DAEMONS for name in build().flags}
+    text = (DOCS / "compatibility.md").read_text(encoding="utf-8")
+    section = text.split("## Not implemented yet\n", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r"`--([a-z0-9-]+)`", section))
+    assert named and named <= known, named - known
+
+
+def test_start_up_errors_are_quoted_as_the_daemons_print_them():
+    """The start-up failures the docs quote are Go's texts, which the daemons print
+    (tests/integration/test_startup_errors.py), not the Python ones they replaced."""
+    docs = _all_docs()
+    everything = "\n".join(docs.values())
+    for stale in ("Address already in use", "[Errno", "--data-path=... in use"):
+        assert stale not in everything, stale
+    trouble = docs["docs/troubleshooting.md"]
+    for current in ("failed to instantiate nsqd - listen (127.0.0.1:4150) failed - listen tcp "
+                    "127.0.0.1:4150: bind: address already in use",
+                    "failed to lock data-path: open ...: no such file or directory",
+                    "cannot flock directory ... (possibly in use by another instance of nsqd)"):
+        assert current in trouble, current
