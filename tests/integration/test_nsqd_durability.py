@@ -11,37 +11,61 @@ import textwrap
 import httpx
 import trio
 from nsq_common import commands
-from nsq_testing import WireClient, free_port
+from nsq_testing import DEADLINE, WireClient, free_port, until
 
 
 async def publish(daemon, topic, bodies, batch=200):
-    client = await WireClient.connect(daemon.tcp_address)
-    for i in range(0, len(bodies), batch):
-        await client.send(commands.mpub(topic, bodies[i:i + batch]))
-        assert await client.response() == b"OK"
-    await client.aclose()
+    async with await WireClient.connect(daemon.tcp_address) as client:
+        for i in range(0, len(bodies), batch):
+            await client.send(commands.mpub(topic, bodies[i:i + batch]))
+            assert await client.response() == b"OK"
 
 
-async def drain(daemon, topic, channel, *, idle=1.0, rdy=1000, fin=True):
-    """Consume until nothing arrives for ``idle`` seconds; returns every message received."""
-    client = await WireClient.connect(daemon.tcp_address)
-    await client.subscribe(topic, channel, rdy)
+async def drain(daemon, topic, channel, *, rdy=1000, timeout=120):
+    """Consume and FIN until /stats shows the channel empty (nothing queued, deferred or in
+    flight); returns every message received."""
     got = []
-    while True:
-        try:
-            msg = await client.message(timeout=idle)
-        except trio.TooSlowError:
-            break
-        got.append(msg)
-        if fin:
-            await client.send(commands.fin(msg.id))
-    await client.aclose()
-    return got
+    async with await WireClient.connect(daemon.tcp_address) as client:
+        await client.subscribe(topic, channel, rdy)
+        with trio.fail_after(timeout):
+            while True:
+                try:
+                    msg = await client.message(timeout=0.2)
+                except trio.TooSlowError:  # a pause: is that everything?
+                    if channel_empty(daemon, topic, channel):
+                        return got
+                    continue
+                got.append(msg)
+                await client.send(commands.fin(msg.id))
+
+
+def channel_empty(daemon, topic, channel):
+    for t in stats(daemon, topic)["topics"] or []:
+        for c in t["channels"]:
+            if c["channel_name"] == channel:
+                return c["depth"] == c["in_flight_count"] == c["deferred_count"] == 0
+    return False
 
 
 def stats(daemon, topic=None):
     params = {"format": "json"} | ({"topic": topic} if topic else {})
-    return httpx.get(f"http://{daemon.http_address}/stats", params=params).json()
+    return get(f"http://{daemon.http_address}/stats", params=params).json()
+
+
+def get(url, **kwargs):
+    return httpx.get(url, timeout=DEADLINE, **kwargs)
+
+
+def post(url, **kwargs):
+    return httpx.post(url, timeout=DEADLINE, **kwargs)
+
+
+def meta_depth(data, queue):
+    """The depth a disk queue's metadata file records (None while it is missing or half written)."""
+    try:
+        return int((data / f"{queue}.diskqueue.meta.dat").read_bytes().split(b"\n")[0])
+    except (FileNotFoundError, ValueError):
+        return None
 
 
 PYNSQ_READER = textwrap.dedent("""
@@ -72,18 +96,17 @@ async def test_100k_messages_through_two_restarts_consumed_by_pynsq(run_daemon, 
     delivered = set()
 
     daemon = run_daemon("nsqd", *args)
-    consumer = await WireClient.connect(daemon.tcp_address)
-    await consumer.subscribe("dur", "c", rdy=500)
-    await publish(daemon, "dur", bodies[:40_000])
-    # take 5,000: FIN 4,500, leave 500 in flight across the restart
-    for i in range(5_000):
-        msg = await consumer.message()
-        if i < 4_500:
-            delivered.add(msg.body)
-            await consumer.send(commands.fin(msg.id))
-    await consumer.pub("dur-sync", b"x")  # the FINs above are handled
-    assert daemon.stop() == 0
-    await consumer.aclose()
+    async with await WireClient.connect(daemon.tcp_address) as consumer:
+        await consumer.subscribe("dur", "c", rdy=500)
+        await publish(daemon, "dur", bodies[:40_000])
+        # take 5,000: FIN 4,500, leave 500 in flight across the restart
+        for i in range(5_000):
+            msg = await consumer.message()
+            if i < 4_500:
+                delivered.add(msg.body)
+                await consumer.send(commands.fin(msg.id))
+        await consumer.pub("dur-sync", b"x")  # the FINs above are handled
+        assert daemon.stop() == 0
 
     daemon = run_daemon("nsqd", *args)
     doc = stats(daemon, "dur")
@@ -109,12 +132,23 @@ async def test_kill_9_with_sync_every_1_loses_nothing_acknowledged(run_daemon, t
             f"--http-address=127.0.0.1:{http}"]
     daemon = run_daemon("nsqd", *args)
     acknowledged = []
-    client = await WireClient.connect(daemon.tcp_address)
-    await client.pub("crash", b"first")  # the topic and a channel exist before the crash
-    acknowledged.append(b"first")
-    http_client = httpx.AsyncClient()
-    await http_client.post(f"http://{daemon.http_address}/channel/create",
-                           params={"topic": "crash", "channel": "c"})
+    async with await WireClient.connect(daemon.tcp_address) as client:
+        await client.pub("crash", b"first")  # the topic and a channel exist before the crash
+        acknowledged.append(b"first")
+        post(f"http://{daemon.http_address}/channel/create",
+                   params={"topic": "crash", "channel": "c"})
+        await publish_until_killed(daemon, client, acknowledged)
+    assert len(acknowledged) > 100
+
+    daemon = run_daemon("nsqd", *args)
+    got = {m.body for m in await drain(daemon, "crash", "c")}
+    missing = set(acknowledged) - got
+    assert not missing, f"{len(missing)} acknowledged messages lost, e.g. {sorted(missing)[:5]}"
+
+
+async def publish_until_killed(daemon, client, acknowledged):
+    """Publish batches, noting each acknowledged one, and SIGKILL nsqd mid-stream once more
+    than a hundred messages have been acknowledged."""
 
     async def publisher():
         n = 0
@@ -131,17 +165,9 @@ async def test_kill_9_with_sync_every_1_loses_nothing_acknowledged(run_daemon, t
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(publisher)
-        await trio.sleep(1.5)
+        await until(lambda: len(acknowledged) > 500, what="500 acknowledged publishes")
         daemon.process.send_signal(signal.SIGKILL)
-    daemon.process.wait(10)
-    await client.aclose()
-    await http_client.aclose()
-    assert len(acknowledged) > 100
-
-    daemon = run_daemon("nsqd", *args)
-    got = {m.body for m in await drain(daemon, "crash", "c")}
-    missing = set(acknowledged) - got
-    assert not missing, f"{len(missing)} acknowledged messages lost, e.g. {sorted(missing)[:5]}"
+    daemon.process.wait(DEADLINE)
 
 
 async def test_damaged_segments_are_set_aside_and_the_rest_delivered(run_daemon, tmp_path):
@@ -149,8 +175,8 @@ async def test_damaged_segments_are_set_aside_and_the_rest_delivered(run_daemon,
     data.mkdir()
     args = [f"--data-path={data}", "--mem-queue-size=0", "--max-bytes-per-file=4000"]
     daemon = run_daemon("nsqd", *args)
-    httpx.post(f"http://{daemon.http_address}/topic/create", params={"topic": "dmg"})
-    httpx.post(f"http://{daemon.http_address}/channel/create",
+    post(f"http://{daemon.http_address}/topic/create", params={"topic": "dmg"})
+    post(f"http://{daemon.http_address}/channel/create",
                params={"topic": "dmg", "channel": "c"})
     bodies = [b"body-%04d-" % i + b"x" * 80 for i in range(200)]
     await publish(daemon, "dmg", bodies, batch=10)
@@ -191,23 +217,28 @@ async def test_deferred_message_keeps_its_remaining_delay_across_a_restart(run_d
     tcp, http = free_port(), free_port()
     args = [f"--data-path={data}", f"--tcp-address=127.0.0.1:{tcp}", f"--http-address=127.0.0.1:{http}"]
     daemon = run_daemon("nsqd", *args)
-    httpx.post(f"http://{daemon.http_address}/topic/create", params={"topic": "later"})
-    httpx.post(f"http://{daemon.http_address}/channel/create", params={"topic": "later", "channel": "c"})
-    client = await WireClient.connect(daemon.tcp_address)
-    await client.send(commands.dpub("later", 5000, b"in five seconds"))
-    assert await client.response() == b"OK"
-    published = trio.current_time()
-    await client.aclose()
-    await trio.sleep(2)
+    post(f"http://{daemon.http_address}/topic/create", params={"topic": "later"})
+    post(f"http://{daemon.http_address}/channel/create", params={"topic": "later", "channel": "c"})
+    published = trio.current_time()  # before the DPUB, so nsqd's clock starts later
+    async with await WireClient.connect(daemon.tcp_address) as client:
+        await client.send(commands.dpub("later", 5000, b"in five seconds"))
+        assert await client.response() == b"OK"
+    await trio.sleep(3)  # time passes (not a wait for anything): 3 of the 5 s before the restart
     assert daemon.stop() == 0
     daemon = run_daemon("nsqd", *args)
-    consumer = await WireClient.connect(daemon.tcp_address)
-    await consumer.subscribe("later", "c", rdy=1)
-    msg = await consumer.message(timeout=10)
-    elapsed = trio.current_time() - published
-    assert msg.body == b"in five seconds"
-    assert 4.9 <= elapsed <= 7.0, elapsed
-    await consumer.aclose()
+    async with await WireClient.connect(daemon.tcp_address) as consumer:
+        await consumer.subscribe("later", "c", rdy=2)
+        # a marker deferred by 3 s from now, i.e. due later than what is left of the 5 s (the
+        # restart took 3 s and more): the message must keep its remaining delay and come first;
+        # had the restart restarted its 5 s, the marker would (on anything but a machine slowed
+        # down for over 2 s between loading the queue and this DPUB)
+        await consumer.send(commands.dpub("later", 3000, b"marker"))
+        assert await consumer.response() == b"OK"
+        msg = await consumer.message()
+        elapsed = trio.current_time() - published
+        assert msg.body == b"in five seconds"
+        assert elapsed >= 4.9, elapsed  # and not before its time
+        assert (await consumer.message()).body == b"marker"
 
 
 async def test_disk_write_error_fails_the_publish_and_turns_unhealthy(run_daemon, tmp_path):
@@ -215,20 +246,19 @@ async def test_disk_write_error_fails_the_publish_and_turns_unhealthy(run_daemon
     data.mkdir()
     os.symlink("/dev/full", data / "full.diskqueue.000000.dat")
     daemon = run_daemon("nsqd", f"--data-path={data}", "--mem-queue-size=0")
-    client = await WireClient.connect(daemon.tcp_address)
-    await client.send(commands.pub("full", b"x"))
-    error = await client.error()
-    assert error.startswith(b"E_PUB_FAILED PUB failed ")
-    assert await client.closed()
-    r = httpx.get(f"http://{daemon.http_address}/ping")
+    async with await WireClient.connect(daemon.tcp_address) as client:
+        await client.send(commands.pub("full", b"x"))
+        error = await client.error()
+        assert error.startswith(b"E_PUB_FAILED PUB failed ")
+        assert await client.closed()
+    r = get(f"http://{daemon.http_address}/ping")
     assert r.status_code == 500 and r.text.startswith("NOK - ")
     assert stats(daemon, "full")["health"].startswith("NOK - ")
-    r = httpx.post(f"http://{daemon.http_address}/pub", params={"topic": "full"}, content=b"x")
+    r = post(f"http://{daemon.http_address}/pub", params={"topic": "full"}, content=b"x")
     assert r.status_code == 500
     # another topic still works, and a good write makes nsqd healthy again
     await publish(daemon, "fine", [b"ok"])
-    assert httpx.get(f"http://{daemon.http_address}/ping").text == "OK"
-    await client.aclose()
+    assert get(f"http://{daemon.http_address}/ping").text == "OK"
 
 
 async def test_metadata_and_paused_state_survive_restart(run_daemon, tmp_path):
@@ -236,12 +266,12 @@ async def test_metadata_and_paused_state_survive_restart(run_daemon, tmp_path):
     data.mkdir()
     daemon = run_daemon("nsqd", f"--data-path={data}")
     base = f"http://{daemon.http_address}"
-    httpx.post(f"{base}/topic/create", params={"topic": "meta"})
-    httpx.post(f"{base}/channel/create", params={"topic": "meta", "channel": "c"})
-    httpx.post(f"{base}/channel/pause", params={"topic": "meta", "channel": "c"})
-    httpx.post(f"{base}/topic/create", params={"topic": "meta2"})
-    httpx.post(f"{base}/topic/pause", params={"topic": "meta2"})
-    httpx.post(f"{base}/topic/create", params={"topic": "gone#ephemeral"})
+    post(f"{base}/topic/create", params={"topic": "meta"})
+    post(f"{base}/channel/create", params={"topic": "meta", "channel": "c"})
+    post(f"{base}/channel/pause", params={"topic": "meta", "channel": "c"})
+    post(f"{base}/topic/create", params={"topic": "meta2"})
+    post(f"{base}/topic/pause", params={"topic": "meta2"})
+    post(f"{base}/topic/create", params={"topic": "gone#ephemeral"})
     assert daemon.stop() == 0
     doc = json.loads((data / "nsqd.dat").read_bytes())
     assert doc["version"] == "1.3.0"
@@ -262,21 +292,20 @@ async def test_ephemeral_never_touches_disk_and_delete_removes_files(run_daemon,
     data.mkdir()
     daemon = run_daemon("nsqd", f"--data-path={data}", "--mem-queue-size=0")
     base = f"http://{daemon.http_address}"
-    consumer = await WireClient.connect(daemon.tcp_address)
-    await consumer.subscribe("eph#ephemeral", "c#ephemeral")
-    await publish(daemon, "eph#ephemeral", [b"x"] * 5)
-    durable = await WireClient.connect(daemon.tcp_address)
-    await durable.subscribe("keep", "c")
-    await publish(daemon, "keep", [b"y"] * 5)
-    assert list(data.glob("keep:c.diskqueue.*"))
-    await durable.aclose()
-    await trio.sleep(0.2)
-    httpx.post(f"{base}/channel/empty", params={"topic": "keep", "channel": "c"})
-    assert stats(daemon, "keep")["topics"][0]["channels"][0]["depth"] == 0
-    httpx.post(f"{base}/topic/delete", params={"topic": "keep"})
-    await trio.sleep(0.3)
-    assert daemon.stop() == 0
-    await consumer.aclose()
+    async with await WireClient.connect(daemon.tcp_address) as consumer:
+        await consumer.subscribe("eph#ephemeral", "c#ephemeral")
+        await publish(daemon, "eph#ephemeral", [b"x"] * 5)
+        async with await WireClient.connect(daemon.tcp_address) as durable:
+            await durable.subscribe("keep", "c")
+            await publish(daemon, "keep", [b"y"] * 5)
+            assert list(data.glob("keep:c.diskqueue.*"))
+        await until(lambda: stats(daemon, "keep")["topics"][0]["channels"][0]["client_count"] == 0,
+                    what="nsqd saw the keep:c client go")
+        post(f"{base}/channel/empty", params={"topic": "keep", "channel": "c"})
+        assert stats(daemon, "keep")["topics"][0]["channels"][0]["depth"] == 0
+        post(f"{base}/topic/delete", params={"topic": "keep"})
+        await until(lambda: not list(data.glob("keep*")), what="keep's files removed")
+        assert daemon.stop() == 0
     names = [p.name for p in data.iterdir()]
     assert not [n for n in names if "eph" in n], names
     assert not [n for n in names if n.startswith("keep")], names
@@ -291,17 +320,18 @@ async def test_kill_9_with_sync_every_1_keeps_in_flight_messages(run_daemon, tmp
     args = ["--sync-every=1", f"--data-path={data}", f"--tcp-address=127.0.0.1:{tcp}",
             f"--http-address=127.0.0.1:{http}"]
     daemon = run_daemon("nsqd", *args)
-    consumer = await WireClient.connect(daemon.tcp_address)
-    await consumer.subscribe("inflight", "c", rdy=50)
-    await publish(daemon, "inflight", [b"m-%d" % i for i in range(40)], batch=10)
-    msgs = await consumer.messages(40)
-    finished = {m.body for m in msgs[:25]}
-    await consumer.send(b"".join(commands.fin(m.id) for m in msgs[:25]))
-    await consumer.pub("inflight-sync", b"x")  # the FINs are handled
-    await trio.sleep(0.3)  # and their commits persisted by the disk queue's task
-    daemon.process.send_signal(signal.SIGKILL)
-    daemon.process.wait(10)
-    await consumer.aclose()
+    async with await WireClient.connect(daemon.tcp_address) as consumer:
+        await consumer.subscribe("inflight", "c", rdy=50)
+        await publish(daemon, "inflight", [b"m-%d" % i for i in range(40)], batch=10)
+        msgs = await consumer.messages(40)
+        finished = {m.body for m in msgs[:25]}
+        await consumer.send(b"".join(commands.fin(m.id) for m in msgs[:25]))
+        await consumer.pub("inflight-sync", b"x")  # the FINs are handled
+        # and their commits persisted by the disk queue's task: 15 records left in its metadata
+        await until(lambda: meta_depth(data, "inflight:c") == 15,
+                    what=lambda: f"inflight:c metadata depth 15, not {meta_depth(data, 'inflight:c')}")
+        daemon.process.send_signal(signal.SIGKILL)
+        daemon.process.wait(DEADLINE)
 
     daemon = run_daemon("nsqd", *args)
     again = {m.body for m in await drain(daemon, "inflight", "c")}
