@@ -1,6 +1,6 @@
 import struct
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from nsq_common import (
     HEARTBEAT_FRAME,
@@ -44,6 +44,9 @@ def test_command_bytes():
 frames = st.lists(st.tuples(st.sampled_from(list(FrameType)), st.binary(max_size=300)), max_size=20)
 
 
+# No deadline: Hypothesis' default, 200 ms of wall clock per example, is what a slow, busy
+# machine breaks.
+@settings(deadline=None)
 @given(frames, st.data())
 def test_frame_round_trip_any_chunking(items, data):
     wire = b"".join(struct.pack(">ii", len(d) + 4, t) + d for t, d in items)
@@ -58,6 +61,7 @@ def test_frame_round_trip_any_chunking(items, data):
     assert out == [(int(t), d) for t, d in items]
 
 
+@settings(deadline=None)
 @given(st.integers(-(2**63), 2**63 - 1), st.integers(0, 65535),
        st.binary(min_size=16, max_size=16), st.binary(max_size=500))
 def test_message_round_trip(ts, attempts, mid, body):

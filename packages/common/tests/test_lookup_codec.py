@@ -7,7 +7,7 @@ import struct
 
 import nsq_common
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from nsq_common import (
     MAGIC_V1,
@@ -312,6 +312,9 @@ def _chunks(data: bytes, cuts: list[int]) -> list[bytes]:
     return [p for p in pieces if p]
 
 
+# No deadline: Hypothesis' default, 200 ms of wall clock per example, is what a slow, busy
+# machine breaks.
+@settings(deadline=None)
 @given(pings=st.integers(0, 2), identify=_identify, rest=_after,
        cuts=st.lists(st.integers(0, 10**6), max_size=20))
 def test_round_trip_any_chunking(pings: int, identify: LookupIdentify, rest: list[LookupCommand],
@@ -330,6 +333,7 @@ def test_round_trip_any_chunking(pings: int, identify: LookupIdentify, rest: lis
     assert got == commands
 
 
+@settings(deadline=None)
 @given(answers=st.lists(st.binary(max_size=300), max_size=10),
        cuts=st.lists(st.integers(0, 10**6), max_size=20))
 def test_responses_any_chunking(answers: list[bytes], cuts: list[int]) -> None:
@@ -343,6 +347,7 @@ def test_responses_any_chunking(answers: list[bytes], cuts: list[int]) -> None:
     assert got == answers
 
 
+@settings(deadline=None)
 @given(st.binary(max_size=400))
 def test_garbage_only_ever_raises_protocol_errors(data: bytes) -> None:
     for prefix in (b"", MAGIC_V1, MAGIC_V1 + identify_bytes(IDENTIFY_BODY)):

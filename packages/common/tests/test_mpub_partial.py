@@ -6,7 +6,7 @@ import struct
 from functools import partial
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from nsq_common import (
     BodySpec,
@@ -75,6 +75,9 @@ def _outcome(fn):
         return exc.text.decode()
 
 
+# No deadline: Hypothesis' default, 200 ms of wall clock per example, is what a slow, busy
+# machine breaks.
+@settings(deadline=None)
 @given(st.lists(st.integers(-3, 120), min_size=0, max_size=6), st.integers(-1, 8),
        st.data())
 def test_same_answer_as_the_whole_body_check(sizes, count_delta, data):

@@ -1,5 +1,5 @@
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from nsq_common import (
     BodySpec,
@@ -77,6 +77,9 @@ cmds = st.lists(st.one_of(
 ), max_size=15)
 
 
+# No deadline: Hypothesis' default, 200 ms of wall clock per example, is what a slow, busy
+# machine breaks.
+@settings(deadline=None)
 @given(cmds, st.data())
 def test_any_chunking_gives_the_same_commands(items, data):
     wire = b"".join(items)
@@ -112,6 +115,7 @@ def test_mpub_body_round_trip_and_errors():
         assert info.value.text.decode() == text
 
 
+@settings(deadline=None)
 @given(st.lists(st.binary(min_size=1, max_size=50), min_size=1, max_size=50))
 def test_mpub_round_trip(bodies):
     assert decode_mpub_body(commands.mpub_body(bodies), 50, 100000) == bodies
