@@ -2,13 +2,14 @@
 sharing between consumers, fan-out to channels, pause, ephemeral, disconnects, heartbeats."""
 
 import httpx
+import pytest
 import trio
 from nsq_common import commands
-from nsq_testing import WireClient
+from nsq_testing import DEADLINE, WireClient, until
 
 
 async def stats(daemon, **params):
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(timeout=DEADLINE) as http:
         r = await http.get(f"http://{daemon.http_address}/stats", params={"format": "json", **params})
         return r.json()
 
@@ -18,17 +19,38 @@ def channel_of(doc, topic, channel):
     return next(c for c in t["channels"] if c["channel_name"] == channel)
 
 
-async def consumer(daemon, topic, channel, rdy=0, **identify):
-    client = await WireClient.connect(daemon.tcp_address)
-    if identify:
-        await client.identify(**identify)
-    await client.subscribe(topic, channel, rdy)
-    return client
+class Clients:
+    """Opens WireClients for one test and closes every one of them at its end, pass or fail."""
+
+    def __init__(self):
+        self.opened = []
+
+    async def connect(self, daemon):
+        client = await WireClient.connect(daemon.tcp_address)
+        self.opened.append(client)
+        return client
+
+    async def consumer(self, daemon, topic, channel, rdy=0, **identify):
+        client = await self.connect(daemon)
+        if identify:
+            await client.identify(**identify)
+        await client.subscribe(topic, channel, rdy)
+        return client
 
 
-async def test_rdy_is_a_window_and_rdy_0_stops(shared_nsqd):
-    pub = await WireClient.connect(shared_nsqd.tcp_address)
-    c = await consumer(shared_nsqd, "d-rdy", "c", rdy=2)
+@pytest.fixture
+async def clients():
+    opened = Clients()
+    try:
+        yield opened
+    finally:
+        for client in opened.opened:
+            await client.aclose()
+
+
+async def test_rdy_is_a_window_and_rdy_0_stops(shared_nsqd, clients):
+    pub = await clients.connect(shared_nsqd)
+    c = await clients.consumer(shared_nsqd, "d-rdy", "c", rdy=2)
     for i in range(5):
         await pub.pub("d-rdy", b"%d" % i)
     first = await c.messages(2)
@@ -41,55 +63,52 @@ async def test_rdy_is_a_window_and_rdy_0_stops(shared_nsqd):
     rest = await c.messages(2)
     assert sorted(m.body for m in [*first, third, *rest]) == [b"0", b"1", b"2", b"3", b"4"]
     assert all(m.attempts == 1 for m in [*first, third, *rest])
-    await pub.aclose()
-    await c.aclose()
 
 
-async def test_req_redelivers_with_attempts_and_delay(shared_nsqd):
-    pub = await WireClient.connect(shared_nsqd.tcp_address)
-    c = await consumer(shared_nsqd, "d-req", "c", rdy=1)
+async def test_req_redelivers_with_attempts_and_delay(shared_nsqd, clients):
+    pub = await clients.connect(shared_nsqd)
+    c = await clients.consumer(shared_nsqd, "d-req", "c", rdy=1)
     await pub.pub("d-req", b"x")
     m1 = await c.message()
     await c.send(commands.req(m1.id, 0))
     m2 = await c.message()
     assert (m2.id, m2.attempts) == (m1.id, 2)
     start = trio.current_time()
-    await c.send(commands.req(m2.id, 500))
+    await c.send(commands.req(m2.id, 2000))
+    await c.pub("d-req-sync", b"x")  # answered in order: the REQ has been handled
     doc = channel_of(await stats(shared_nsqd, topic="d-req"), "d-req", "c")
-    assert doc["deferred_count"] == 1
+    assert doc["deferred_count"] == 1  # (2 s is ample for one /stats on a busy machine)
     m3 = await c.message()
-    assert trio.current_time() - start >= 0.5
+    assert trio.current_time() - start >= 2.0
     assert (m3.id, m3.attempts) == (m1.id, 3)
     await c.send(commands.fin(m3.id))
-    await pub.aclose()
-    await c.aclose()
 
 
-async def test_timeout_redelivers_and_touch_keeps(shared_nsqd):
-    pub = await WireClient.connect(shared_nsqd.tcp_address)
-    c = await consumer(shared_nsqd, "d-timeout", "c", rdy=2, msg_timeout=1000)
+async def test_timeout_redelivers_and_touch_keeps(shared_nsqd, clients):
+    pub = await clients.connect(shared_nsqd)
+    c = await clients.consumer(shared_nsqd, "d-timeout", "c", rdy=2, msg_timeout=1000)
+    start = trio.current_time()  # before the PUB: its 1 s timeout starts later
     await pub.pub("d-timeout", b"dropped")
     dropped = await c.message()
-    start = trio.current_time()
-    again = await c.message(timeout=3)
+    again = await c.message()
     assert again.id == dropped.id and again.attempts == 2
-    assert trio.current_time() - start >= 0.9
-    # keep it alive with TOUCH for 2.5 s (2.5 timeouts): it must not come back
-    for _ in range(5):
-        await trio.sleep(0.5)
+    assert trio.current_time() - start >= 0.95
+    # keep it alive with TOUCH for 2.5 s (2.5 timeouts): it must not come back. A TOUCH every
+    # 0.1 s leaves a busy machine 10x the time it needs to get each one in before the timeout.
+    touching_until = trio.current_time() + 2.5
+    while trio.current_time() < touching_until:
+        await trio.sleep(0.1)
         await c.send(commands.touch(again.id))
     await c.nothing_for(0.2)
     await c.send(commands.fin(again.id))
     doc = channel_of(await stats(shared_nsqd, topic="d-timeout"), "d-timeout", "c")
     assert doc["timeout_count"] == 1
     assert doc["in_flight_count"] == 0
-    await pub.aclose()
-    await c.aclose()
 
 
-async def test_dpub_arrives_no_earlier_than_its_delay(shared_nsqd):
-    pub = await WireClient.connect(shared_nsqd.tcp_address)
-    c = await consumer(shared_nsqd, "d-dpub", "c", rdy=5)
+async def test_dpub_arrives_no_earlier_than_its_delay(shared_nsqd, clients):
+    pub = await clients.connect(shared_nsqd)
+    c = await clients.consumer(shared_nsqd, "d-dpub", "c", rdy=5)
     start = trio.current_time()
     await pub.send(commands.dpub("d-dpub", 700, b"later") + commands.pub("d-dpub", b"now"))
     assert await pub.response() == b"OK"
@@ -99,15 +118,13 @@ async def test_dpub_arrives_no_earlier_than_its_delay(shared_nsqd):
     later = await c.message()
     assert later.body == b"later"
     assert trio.current_time() - start >= 0.7
-    await pub.aclose()
-    await c.aclose()
 
 
-async def test_two_consumers_share_two_channels_copy(shared_nsqd):
-    pub = await WireClient.connect(shared_nsqd.tcp_address)
-    a = await consumer(shared_nsqd, "d-share", "one", rdy=100)
-    b = await consumer(shared_nsqd, "d-share", "one", rdy=100)
-    other = await consumer(shared_nsqd, "d-share", "two", rdy=200)
+async def test_two_consumers_share_two_channels_copy(shared_nsqd, clients):
+    pub = await clients.connect(shared_nsqd)
+    a = await clients.consumer(shared_nsqd, "d-share", "one", rdy=100)
+    b = await clients.consumer(shared_nsqd, "d-share", "one", rdy=100)
+    other = await clients.consumer(shared_nsqd, "d-share", "two", rdy=200)
     bodies = [b"%d" % i for i in range(100)]
     for i in range(0, 100, 10):
         await pub.send(commands.mpub("d-share", bodies[i:i + 10]))
@@ -115,39 +132,35 @@ async def test_two_consumers_share_two_channels_copy(shared_nsqd):
     got_other = await other.messages(100)
     assert sorted(m.body for m in got_other) == sorted(bodies)
     got_a, got_b = [], []
-    with trio.move_on_after(3):
-        while len(got_a) + len(got_b) < 100:
-            async with trio.open_nursery() as n:
-                async def take(client, into):
-                    with trio.move_on_after(0.3):
-                        while True:
-                            into.append(await client.message())
-                n.start_soon(take, a, got_a)
-                n.start_soon(take, b, got_b)
+    with trio.fail_after(DEADLINE):
+        async with trio.open_nursery() as n:
+            async def take(client, into):
+                while True:
+                    into.append(await client.message())
+                    if len(got_a) + len(got_b) >= 100:
+                        n.cancel_scope.cancel()
+            n.start_soon(take, a, got_a)
+            n.start_soon(take, b, got_b)
     assert sorted(m.body for m in got_a + got_b) == sorted(bodies)  # each exactly once
     assert got_a and got_b  # spread across both
-    for client in (pub, a, b, other):
-        await client.aclose()
 
 
-async def test_disconnect_requeues_in_flight_at_once(shared_nsqd):
-    pub = await WireClient.connect(shared_nsqd.tcp_address)
-    quitter = await consumer(shared_nsqd, "d-quit", "c", rdy=10)
+async def test_disconnect_requeues_in_flight_at_once(shared_nsqd, clients):
+    pub = await clients.connect(shared_nsqd)
+    quitter = await clients.consumer(shared_nsqd, "d-quit", "c", rdy=10)
     for i in range(3):
         await pub.pub("d-quit", b"%d" % i)
     await quitter.messages(3)
     await quitter.aclose()
-    stayer = await consumer(shared_nsqd, "d-quit", "c", rdy=10)
-    got = await stayer.messages(3, timeout=2)  # far sooner than the 60 s msg timeout
+    stayer = await clients.consumer(shared_nsqd, "d-quit", "c", rdy=10)
+    got = await stayer.messages(3, timeout=30)  # far sooner than the 60 s msg timeout
     assert sorted(m.body for m in got) == [b"0", b"1", b"2"]
     assert all(m.attempts == 2 for m in got)
-    await pub.aclose()
-    await stayer.aclose()
 
 
-async def test_pause_channel_and_topic(shared_nsqd):
-    pub = await WireClient.connect(shared_nsqd.tcp_address)
-    c = await consumer(shared_nsqd, "d-pause", "c", rdy=10)
+async def test_pause_channel_and_topic(shared_nsqd, clients):
+    pub = await clients.connect(shared_nsqd)
+    c = await clients.consumer(shared_nsqd, "d-pause", "c", rdy=10)
     base = f"http://{shared_nsqd.http_address}"
     async with httpx.AsyncClient() as http:
         r = await http.post(f"{base}/channel/pause", params={"topic": "d-pause", "channel": "c"})
@@ -163,40 +176,48 @@ async def test_pause_channel_and_topic(shared_nsqd):
         assert doc["topics"][0]["paused"] is True and doc["topics"][0]["depth"] == 1
         await http.post(f"{base}/topic/unpause", params={"topic": "d-pause"})
         assert (await c.message()).body == b"held2"
-    await pub.aclose()
-    await c.aclose()
 
 
-async def test_ephemeral_channel_and_topic_go_with_last_client(shared_nsqd):
-    c = await consumer(shared_nsqd, "d-eph#ephemeral", "c#ephemeral")
+async def test_ephemeral_channel_and_topic_go_with_last_client(shared_nsqd, clients):
+    c = await clients.consumer(shared_nsqd, "d-eph#ephemeral", "c#ephemeral")
     doc = await stats(shared_nsqd, topic="d-eph#ephemeral")
     assert doc["topics"][0]["channels"][0]["channel_name"] == "c#ephemeral"
     await c.aclose()
-    with trio.fail_after(3):
-        while (await stats(shared_nsqd, topic="d-eph#ephemeral"))["topics"] is not None:
-            await trio.sleep(0.05)
+    async def gone():
+        return (await stats(shared_nsqd, topic="d-eph#ephemeral"))["topics"] is None
+
+    await until(gone, what="d-eph#ephemeral removed with its last client")
 
 
-async def test_heartbeats_and_client_timeout(shared_nsqd):
-    c = await WireClient.connect(shared_nsqd.tcp_address)
+async def test_heartbeats_and_client_timeout(shared_nsqd, clients):
+    c = await clients.connect(shared_nsqd)
     await c.identify(heartbeat_interval=1000)
-    frame = await c.read_frame(timeout=2, skip_heartbeats=False)
+    frame = await c.read_frame(skip_heartbeats=False)
     assert frame == (0, b"_heartbeat_")
     await c.send(b"NOP\n")
     # answering heartbeats (NOP) keeps it open past two intervals...
     for _ in range(3):
-        await c.read_frame(timeout=2, skip_heartbeats=False)
+        assert await c.read_frame(skip_heartbeats=False) == (0, b"_heartbeat_")
         await c.send(b"NOP\n")
-    # ...silence closes it after two missed heartbeats
+    # ...silence closes it after missed heartbeats: one comes first, and the close is no
+    # sooner than two intervals after our last NOP (taken before nsqd can have seen it)
     start = trio.current_time()
-    assert await c.closed(timeout=5)
-    assert 1.5 <= trio.current_time() - start <= 4
-    await c.aclose()
+    heartbeats = 0
+    with trio.fail_after(DEADLINE):
+        while True:
+            try:
+                frame = await c.read_frame(skip_heartbeats=False)
+            except (EOFError, trio.BrokenResourceError):
+                break
+            assert frame == (0, b"_heartbeat_")
+            heartbeats += 1
+    assert heartbeats >= 1
+    assert trio.current_time() - start >= 1.5
 
 
-async def test_stats_counts_per_channel_and_client(shared_nsqd):
-    pub = await WireClient.connect(shared_nsqd.tcp_address)
-    c = await consumer(shared_nsqd, "d-stats", "c", rdy=10, msg_timeout=1000)
+async def test_stats_counts_per_channel_and_client(shared_nsqd, clients):
+    pub = await clients.connect(shared_nsqd)
+    c = await clients.consumer(shared_nsqd, "d-stats", "c", rdy=10, msg_timeout=1000)
     await pub.send(commands.mpub("d-stats", [b"a", b"b", b"c", b"d", b"e"]))
     assert await pub.response() == b"OK"
     await pub.send(commands.dpub("d-stats", 60000, b"f"))
@@ -206,11 +227,19 @@ async def test_stats_counts_per_channel_and_client(shared_nsqd):
     requeued = await c.message()
     await c.send(commands.fin(requeued.id))
     # msgs[3] and msgs[4] are never answered: they time out after 1 s and come back
-    redelivered = await c.messages(2, timeout=3)
+    redelivered = await c.messages(2)
     assert {m.id for m in redelivered} == {msgs[3].id, msgs[4].id}
-    await c.send(commands.fin(redelivered[0].id))
-    await trio.sleep(0.2)
-    doc = await stats(shared_nsqd, topic="d-stats")
+    # redelivered[1] stays in flight: TOUCH it every 0.1 s (its timeout is 1 s) until we looked
+    await c.send(commands.fin(redelivered[0].id) + commands.touch(redelivered[1].id))
+    await c.pub("d-stats-sync", b"x")  # answered in order: the FIN has been handled
+    async with trio.open_nursery() as keep_alive:
+        async def touch():
+            while True:
+                await c.send(commands.touch(redelivered[1].id))
+                await trio.sleep(0.1)
+        keep_alive.start_soon(touch)
+        doc = await stats(shared_nsqd, topic="d-stats")
+        keep_alive.cancel_scope.cancel()
     topic = doc["topics"][0]
     assert topic["message_count"] == 6 and topic["depth"] == 0
     ch = topic["channels"][0]
@@ -225,18 +254,16 @@ async def test_stats_counts_per_channel_and_client(shared_nsqd):
         "requeue_count": 1, "state": 3}
     producer = next(p for p in doc["producers"] if p["pub_counts"][0]["topic"] == "d-stats")
     assert producer["pub_counts"] == [{"topic": "d-stats", "count": 6}]
-    await pub.aclose()
-    await c.aclose()
 
 
-async def test_message_ids_unique_and_never_repeat_after_restart(run_daemon, tmp_path):
+async def test_message_ids_unique_and_never_repeat_after_restart(run_daemon, tmp_path, clients):
     data = tmp_path / "ids"
     data.mkdir()
     seen = []
     for _ in range(2):
         daemon = run_daemon("nsqd", f"--data-path={data}")
-        c = await consumer(daemon, "d-ids", "c", rdy=1000)
-        pub = await WireClient.connect(daemon.tcp_address)
+        c = await clients.consumer(daemon, "d-ids", "c", rdy=1000)
+        pub = await clients.connect(daemon)
         await pub.send(commands.mpub("d-ids", [b"x"] * 500))
         assert await pub.response() == b"OK"
         msgs = await c.messages(500)
