@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -34,7 +35,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@attrs.define
+@attrs.define(eq=False)  # hashable by identity: kept in a WeakSet
 class Daemon:
     name: str
     process: subprocess.Popen[bytes]
@@ -90,6 +91,15 @@ class Daemon:
         return "".join(self.log)
 
 
+#: every Daemon started and not yet reaped, so the plugin can stop what a failing test left
+_started: weakref.WeakSet[Daemon] = weakref.WeakSet()
+
+
+def running_daemons() -> set[Daemon]:
+    """The daemons started by ``start_daemon`` whose processes have not been reaped."""
+    return {d for d in list(_started) if d.process.returncode is None}
+
+
 def _executable(name: str) -> str:
     candidate = Path(sys.executable).with_name(name)
     return str(candidate) if candidate.exists() else name
@@ -127,6 +137,7 @@ def start_daemon(name: str, args: Sequence[str], *, cwd: str | os.PathLike[str] 
     reader = threading.Thread(target=pump, name=f"{name}-stderr", daemon=True)
     reader.start()
     daemon = Daemon(name, process, addresses, log, reader)
+    _started.add(daemon)
     deadline = time.monotonic() + timeout
     try:
         while not ready.wait(0.05):

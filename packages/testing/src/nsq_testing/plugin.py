@@ -8,7 +8,19 @@ from typing import Any
 
 import pytest
 
-from .daemon import Daemon, start_daemon
+from .daemon import Daemon, running_daemons, start_daemon
+from .wire import close_leftover_clients
+
+
+@pytest.fixture(autouse=True)
+def _cleanup() -> Iterator[None]:
+    """After every test, pass or fail: close the WireClients it left open and stop the daemons
+    it started (by pid) and did not stop, so a failure is reported once, not again as a
+    ResourceWarning or a stray process. Daemons of wider-scoped fixtures are left alone."""
+    before = running_daemons()
+    yield
+    close_leftover_clients()
+    _stop_all(running_daemons() - before)
 
 
 @pytest.fixture

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import weakref
+
 import trio
 from nsq_common import MAGIC_V2, FrameDecoder, FrameType, commands, decode_message
 from nsq_common import Message as WireMessage
@@ -15,11 +18,16 @@ def _host_port(address: str) -> tuple[str, int]:
 
 
 class WireClient:
-    """One TCP connection to nsqd, driven by hand."""
+    """One TCP connection to nsqd, driven by hand.
+
+    Every client that is still open when a test ends is closed by the plugin's ``_cleanup``
+    fixture, so a test that fails half-way does not add a ResourceWarning of its own.
+    """
 
     def __init__(self, stream: trio.SocketStream) -> None:
         self.stream = stream
         self.decoder = FrameDecoder()
+        _open.add(self)
 
     @classmethod
     async def connect(cls, address: str, *, magic: bytes = MAGIC_V2) -> WireClient:
@@ -116,4 +124,17 @@ class WireClient:
 
     async def aclose(self) -> None:
         """Close the connection; safe to call twice, and when cancelled (it never blocks)."""
+        _open.discard(self)
         await trio.aclose_forcefully(self.stream)
+
+
+_open: weakref.WeakSet[WireClient] = weakref.WeakSet()
+
+
+def close_leftover_clients() -> None:
+    """Close the socket of every WireClient not closed yet (callable outside Trio)."""
+    for client in list(_open):
+        _open.discard(client)
+        fd = client.stream.socket.detach()  # its close() needs a running Trio; this does not
+        if fd != -1:
+            os.close(fd)
