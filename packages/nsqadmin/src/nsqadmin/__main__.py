@@ -1,4 +1,8 @@
-"""The nsqadmin command: Go-style flags and config file -> Options -> serve."""
+"""The nsqadmin command: Go-style flags and config file -> Options -> serve.
+
+Trio, the server, TLS and the HTTP client are imported only once the flags are parsed, so that
+``--version``, ``--help`` and a bad flag answer without loading them (see docs/performance.md).
+"""
 
 from __future__ import annotations
 
@@ -7,13 +11,9 @@ import signal
 import sys
 from collections.abc import Sequence
 
-import trio
-from nsq_common import NSQ_VERSION, setup_logging
+from nsq_common import NSQ_VERSION
 
-from .auth import PasswordFileError, load_password_file
 from .options import Options, build_flagset
-from .server import serve
-from .upstream import tls_context
 
 
 def version_string() -> str:
@@ -23,6 +23,9 @@ def version_string() -> str:
 def parse_options(argv: Sequence[str]) -> Options:
     values = build_flagset().parse_command_line(argv, version_string())
     options = Options.from_values(values)
+    from .auth import PasswordFileError, load_password_file  # deferred: see the module's docstring
+    from .upstream import tls_context
+
     try:
         options.validate()
         tls_context(options)  # the files are read now, so a bad one stops nsqadmin here
@@ -35,6 +38,10 @@ def parse_options(argv: Sequence[str]) -> Options:
 
 
 async def _run(options: Options) -> None:
+    import trio
+
+    from .server import serve
+
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             await nursery.start(serve, options)
@@ -52,6 +59,9 @@ def _first(group: BaseExceptionGroup[OSError]) -> BaseException:
 
 def main(argv: Sequence[str] | None = None) -> None:
     options = parse_options(sys.argv[1:] if argv is None else argv)
+    import trio
+    from nsq_common import setup_logging
+
     log = setup_logging("nsqadmin", options.log_prefix, options.log_level)
     log.info(version_string())
     try:

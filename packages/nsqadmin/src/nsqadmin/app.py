@@ -12,7 +12,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import httpx
@@ -25,17 +25,18 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
-from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from . import api, views
 from .auth import USER_KEY, BasicAuth, RequireBasicAuth, credentials
 from .cluster import ClusterInfo
-from .formatting import install_filters
 from .history import History
 from .notify import Notifier
 from .options import Options
 from .upstream import ClusterError, Upstream, build_client
+
+if TYPE_CHECKING:
+    from starlette.templating import Jinja2Templates
 
 log = logging.getLogger("nsqadmin")
 PACKAGE_DIR = Path(__file__).parent
@@ -49,8 +50,17 @@ class Admin:
     cluster: ClusterInfo
     history: History
     notifier: Notifier
-    templates: Jinja2Templates
     basic_auth: BasicAuth | None = None
+    _page_templates: Jinja2Templates | None = attrs.field(default=None, init=False)
+
+    @property
+    def templates(self) -> Jinja2Templates:
+        """The page templates, made when the first page is (Jinja2 is slow to import, and
+        nsqadmin answers /ping and the API sooner without it)."""
+        if self._page_templates is None:
+            self._page_templates = _templates()
+            self._page_templates.env.globals["bp"] = self.path
+        return self._page_templates
 
     def is_admin(self, request: Request) -> bool:
         """May this request change the cluster?
@@ -99,6 +109,10 @@ async def run_sampler(admin: Admin, interval: float) -> None:
 
 
 def _templates() -> Jinja2Templates:
+    from starlette.templating import Jinja2Templates  # deferred: see Admin.templates
+
+    from .formatting import install_filters
+
     templates = Jinja2Templates(directory=str(PACKAGE_DIR / "templates"))
     templates.env.trim_blocks = True
     templates.env.lstrip_blocks = True
@@ -132,8 +146,7 @@ def create_app(options: Options, cluster: ClusterInfo | None = None, *,
         cluster = ClusterInfo(Upstream(http), list(options.nsqlookupd_http_addresses),
                               list(options.nsqd_http_addresses))
     admin = Admin(options, cluster, history or History(),
-                  Notifier(options.notification_http_endpoint, http), _templates(), basic_auth)
-    admin.templates.env.globals["bp"] = admin.path
+                  Notifier(options.notification_http_endpoint, http), basic_auth)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

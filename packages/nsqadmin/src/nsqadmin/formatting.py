@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-import jinja2
+if TYPE_CHECKING:
+    import jinja2
 
 
 def commafy(value: Any) -> str:

@@ -140,7 +140,16 @@ class Lookup:
         self.broker = broker
         self.peers: dict[str, LookupPeer] = {}
         self._nursery: trio.Nursery | None = None
-        self._http: httpx.AsyncClient | None = None  # made on first use: httpx is slow to import
+        # Made with the first peer (at start or at run time), before a topic asks the lookupds
+        # for its channels: httpx is slow to import, and a standalone nsqd needs none.
+        self._http: httpx.AsyncClient | None = None
+
+    def _new_http(self) -> httpx.AsyncClient:
+        import httpx  # deferred: see __init__
+
+        opts = self.broker.opts
+        return httpx.AsyncClient(timeout=httpx.Timeout(
+            opts.http_client_request_timeout, connect=opts.http_client_connect_timeout))
 
     def identify(self) -> LookupIdentify:
         opts, broker = self.broker.opts, self.broker
@@ -180,13 +189,11 @@ class Lookup:
         self._nursery.start_soon(self._start_topic, topic, known)
 
     async def _start_topic(self, topic: Topic, lookupds: list[str]) -> None:
-        import httpx  # deferred: see __init__
+        import httpx
 
         try:
             if self._http is None:
-                opts = self.broker.opts
-                self._http = httpx.AsyncClient(timeout=httpx.Timeout(
-                    opts.http_client_request_timeout, connect=opts.http_client_connect_timeout))
+                self._http = self._new_http()
             for address in lookupds:
                 try:
                     r = await self._http.get(f"http://{address}/channels",
@@ -215,6 +222,8 @@ class Lookup:
         for address in wanted:
             if address not in self.peers and self._nursery is not None:
                 log.info("LOOKUPD(%s): adding peer", address)
+                if self._http is None:
+                    self._http = self._new_http()
                 peer = LookupPeer(self, address)
                 self.peers[address] = peer
                 self._nursery.start_soon(peer.run)
