@@ -12,7 +12,7 @@ import pytest
 import trio
 import trustme
 from nsq_common import commands
-from nsq_testing import WireClient, free_port
+from nsq_testing import DEADLINE, WireClient, free_port
 
 SECRETS = {
     "pub-orders": {"ttl": 3600, "identity": "alice", "identity_url": "https://example.com/alice",
@@ -86,7 +86,8 @@ async def test_publish_allowed_on_one_topic_refused_on_another(run_daemon, auth_
     assert await client.error() == b'E_UNAUTHORIZED AUTH failed for PUB on "payments" ""'
     assert await client.closed()
     await client.aclose()
-    stats = httpx.get(f"http://{daemon.http_address}/stats", params={"format": "json"}).json()
+    stats = httpx.get(f"http://{daemon.http_address}/stats", params={"format": "json"},
+                      timeout=DEADLINE).json()
     assert stats["topics"][0]["topic_name"] == "orders"
     assert stats["topics"][0]["message_count"] == 3
 
@@ -112,15 +113,22 @@ async def test_subscribe_refused_and_auth_first(run_daemon, auth_server):
 
 async def test_expired_authorization_is_fetched_again(run_daemon, auth_server):
     daemon = run_daemon("nsqd", f"--auth-http-address={auth_server.address}")
+    started = trio.current_time()  # before the AUTH: nsqd's 1 s TTL starts later
     client = await authed(daemon, "short")
     await client.response()
-    await client.pub("any", b"1")
     before = len(auth_server.queries)
-    await trio.sleep(1.2)
-    await client.pub("any", b"2")
+    # publish until nsqd asks the auth server again: that must be the TTL running out (no
+    # sooner than 1 s after the AUTH), and one PUB asks once
+    n = 0
+    with trio.fail_after(DEADLINE):
+        while len(auth_server.queries) == before:
+            n += 1
+            await client.pub("any", b"%d" % n)
+            await trio.sleep(0.05)
+    assert trio.current_time() - started >= 1.0
     assert len(auth_server.queries) == before + 1
     await client.subscribe("any", "c")
-    doc = httpx.get(f"http://{daemon.http_address}/stats", params={"format": "json"}).json()
+    doc = httpx.get(f"http://{daemon.http_address}/stats", params={"format": "json"}, timeout=DEADLINE).json()
     c = doc["topics"][0]["channels"][0]["clients"][0]
     assert (c["authed"], c["auth_identity"]) == (True, "bob")
     await client.aclose()
@@ -132,7 +140,7 @@ async def test_auth_server_down_gives_auth_failed_and_nsqd_keeps_serving(run_dae
     assert await client.error() == b"E_AUTH_FAILED AUTH failed"
     assert await client.closed()
     await client.aclose()
-    assert httpx.get(f"http://{daemon.http_address}/ping").text == "OK"
+    assert httpx.get(f"http://{daemon.http_address}/ping", timeout=DEADLINE).text == "OK"
     again = await authed(daemon, "anything")
     assert await again.error() == b"E_AUTH_FAILED AUTH failed"
     await again.aclose()
@@ -154,11 +162,11 @@ def test_https_listener_and_tls_required_over_plain_http(run_daemon, certs):
                         "--https-address=127.0.0.1:0", "--tls-required=true", expect=("TCP", "HTTP", "HTTPS"))
     https = daemon.addresses["HTTPS"]
     ca = ssl.create_default_context(cafile=str(certs / "ca.pem"))
-    r = httpx.get(f"https://{https}/ping", verify=ca)
+    r = httpx.get(f"https://{https}/ping", verify=ca, timeout=DEADLINE)
     assert (r.status_code, r.text) == (200, "OK")
-    info = httpx.get(f"https://{https}/info", verify=ca).json()
+    info = httpx.get(f"https://{https}/info", verify=ca, timeout=DEADLINE).json()
     assert info["tcp_port"] == daemon.tcp_port
-    plain = httpx.get(f"http://{daemon.http_address}/stats")
+    plain = httpx.get(f"http://{daemon.http_address}/stats", timeout=DEADLINE)
     port = int(https.rsplit(":", 1)[1])
     assert plain.status_code == 403
     assert plain.text == f'{{"message": "TLS_REQUIRED", "https_port": {port}}}'
