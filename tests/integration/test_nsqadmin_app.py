@@ -3,6 +3,7 @@
 both ways of naming a node are exercised."""
 
 import functools
+import itertools
 import json
 import re
 from html.parser import HTMLParser
@@ -10,7 +11,7 @@ from html.parser import HTMLParser
 import httpx
 import pytest
 import trio
-from nsq_testing import WireClient, free_port, start_daemon
+from nsq_testing import DEADLINE, WireClient, free_port, start_daemon, until
 from nsqadmin import Options, create_app
 from nsqadmin.history import History
 
@@ -20,14 +21,16 @@ HTMX = {"HX-Request": "true"}
 @pytest.fixture(scope="module")
 def nsqds(tmp_path_factory):
     started = []
-    for index, extra in enumerate((["--broadcast-address=127.0.0.1"], [])):
-        data = tmp_path_factory.mktemp(f"admin-nsqd-{index}")
-        started.append(start_daemon("nsqd", ["--tcp-address=127.0.0.1:0",
-                                             "--http-address=127.0.0.1:0",
-                                             f"--data-path={data}", *extra]))
-    yield started
-    for daemon in started:
-        daemon.stop()
+    try:
+        for index, extra in enumerate((["--broadcast-address=127.0.0.1"], [])):
+            data = tmp_path_factory.mktemp(f"admin-nsqd-{index}")
+            started.append(start_daemon("nsqd", ["--tcp-address=127.0.0.1:0",
+                                                 "--http-address=127.0.0.1:0",
+                                                 f"--data-path={data}", *extra]))
+        yield started
+    finally:
+        for daemon in started:
+            daemon.stop()
 
 
 class Rows(HTMLParser):
@@ -62,11 +65,12 @@ class Rows(HTMLParser):
 async def make_admin(nsqds):
     """A factory for in-process nsqadmin apps; each runs its lifespan until the test ends."""
     async with trio.open_nursery() as nursery:
-        async def make(extra_nsqd=(), **overrides):
+        async def make(extra_nsqd=(), history=None, **overrides):
             addresses = [d.http_address for d in nsqds] + list(extra_nsqd)
             options = Options(nsqd_http_addresses=addresses, **overrides)
             options.validate()
-            app = create_app(options, history=History(min_spacing=0.0), sampling=False)
+            history = History(min_spacing=0.0) if history is None else history
+            app = create_app(options, history=history, sampling=False)
             ready = trio.Event()
             done = trio.Event()
 
@@ -95,14 +99,14 @@ async def admin(make_admin):
 
 
 async def nsqd_topic(daemon, topic):
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(timeout=DEADLINE) as http:
         body = (await http.get(f"http://{daemon.http_address}/stats",
                                params={"format": "json", "topic": topic})).json()
     return (body["topics"] or [None])[0]
 
 
 async def nsqd_post(daemon, path, **params):
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(timeout=DEADLINE) as http:
         response = await http.post(f"http://{daemon.http_address}{path}", params=params,
                                    content=params.pop("body", b""))
         assert response.status_code == 200, response.text
@@ -175,11 +179,11 @@ async def test_channel_page_lists_every_client(admin, nsqds):
         await consumer.identify(hostname="worker-1", user_agent="admin-test/1.0",
                                 client_id="w1")
         await consumer.subscribe("adm_clients", "work", rdy=7)
-        for _ in range(50):
+        async def rdy_applied():
             channel = (await nsqd_topic(a, "adm_clients"))["channels"][0]
-            if channel["clients"] and channel["clients"][0]["ready_count"] == 7:
-                break
-            await trio.sleep(0.05)
+            return channel["clients"] and channel["clients"][0]["ready_count"] == 7
+
+        await until(rdy_applied, what="nsqd applied RDY 7")
         page = (await admin.get("/topics/adm_clients/work")).text
         rows = Rows(page)
         client = rows.row("worker-1")
@@ -383,11 +387,13 @@ async def test_every_nsqd_down_still_renders(nsqds):
         assert api.json()["message"].startswith("UPSTREAM_ERROR: failed to query any nsqd: ")
 
 
-async def test_sparklines_and_rates_from_samples(admin, nsqds):
+async def test_sparklines_and_rates_from_samples(make_admin, nsqds):
+    # samples a (fake) second apart: each reading of the history's clock moves it on by one
+    ticks = itertools.count()
+    admin = await make_admin(history=History(min_spacing=0.0, clock=lambda: float(next(ticks))))
     await seed(nsqds, "adm_spark")
     for _ in range(2):  # three samples, two rates
         await admin.get("/topics/adm_spark")
-        await trio.sleep(0.2)
         for n in range(6):
             await nsqd_post(nsqds[0], "/pub", topic="adm_spark", body=b"x%d" % n)
     page = (await admin.get("/topics/adm_spark")).text
@@ -449,7 +455,7 @@ async def test_notifications_like_nsqadmin(make_admin, nsqds, nursery):
     await admin.post("/api/topics/adm_notify/work", json={"action": "pause"},
                      headers={"User-Agent": "curl/8", "Authorization": "Basic YWxpY2U6c2VjcmV0"})
     await admin.post("/topics/adm_notify", data={"action": "empty", "confirm": "yes"})
-    with trio.fail_after(10):
+    with trio.fail_after(DEADLINE):
         await arrived.wait()
     by_action = {body["action"]: (head, body) for head, body in received}
     head, pause = by_action["pause_channel"]

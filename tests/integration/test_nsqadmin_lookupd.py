@@ -1,12 +1,9 @@
 """nsqadmin in ``--lookupd-http-address`` mode, through the ASGI app, with a real nsqlookupd
 and two real nsqd registered with it (``--lookupd-tcp-address``)."""
 
-import time
-
 import httpx
 import pytest
-import trio
-from nsq_testing import free_port, start_daemon
+from nsq_testing import DEADLINE, free_port, start_daemon, until, wait_until
 from nsqadmin import Options, create_app
 
 PROBE = "lkp_probe"
@@ -26,13 +23,18 @@ def lookupd_cluster(tmp_path_factory):
                 f"--data-path={data}", "--broadcast-address=127.0.0.1",
                 f"--lookupd-tcp-address={lookupd.tcp_address}"]))
         for daemon in nsqds:
-            httpx.post(f"http://{daemon.http_address}/topic/create", params={"topic": PROBE})
-        registers = False
-        deadline = time.monotonic() + 3
-        while time.monotonic() < deadline and not registers:
-            found = httpx.get(f"http://{lookupd.http_address}/lookup", params={"topic": PROBE})
-            registers = found.status_code == 200 and len(found.json()["producers"]) == 2
-            time.sleep(0.1)
+            httpx.post(f"http://{daemon.http_address}/topic/create", params={"topic": PROBE},
+                       timeout=DEADLINE)
+
+        def both_registered():
+            found = httpx.get(f"http://{lookupd.http_address}/lookup", params={"topic": PROBE},
+                              timeout=DEADLINE)
+            return found.status_code == 200 and len(found.json()["producers"]) == 2
+
+        try:
+            registers = wait_until(both_registered, what="both nsqd registered with nsqlookupd")
+        except TimeoutError:
+            registers = False
         yield lookupd, nsqds, registers
     finally:
         for daemon in [*nsqds, lookupd]:
@@ -47,19 +49,19 @@ async def cluster(lookupd_cluster):
         pytest.skip("nsqd does not register with nsqlookupd (--lookupd-tcp-address)")
 
     async def register(topic: str) -> None:
-        async with httpx.AsyncClient() as http:
+        async with httpx.AsyncClient(timeout=DEADLINE) as http:
             expected = 0
             for daemon in nsqds:
                 stats = (await http.get(f"http://{daemon.http_address}/stats",
                                         params={"format": "json", "topic": topic})).json()
                 expected += bool(stats["topics"])
-            with trio.fail_after(5):
-                while True:
-                    found = await http.get(f"http://{lookupd.http_address}/lookup",
-                                           params={"topic": topic})
-                    if found.status_code == 200 and len(found.json()["producers"]) == expected:
-                        return
-                    await trio.sleep(0.05)
+
+            async def listed():
+                found = await http.get(f"http://{lookupd.http_address}/lookup",
+                                       params={"topic": topic})
+                return found.status_code == 200 and len(found.json()["producers"]) == expected
+
+            await until(listed, what=f"lookupd lists {expected} producers of {topic}")
 
     return register
 
@@ -93,14 +95,14 @@ class AdminApp:
 
 async def post(daemon, path, **params):
     body = params.pop("body", b"")
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(timeout=DEADLINE) as http:
         response = await http.post(f"http://{daemon.http_address}{path}", params=params,
                                    content=body)
     assert response.status_code == 200, response.text
 
 
 async def get(daemon, path, **params):
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(timeout=DEADLINE) as http:
         return await http.get(f"http://{daemon.http_address}{path}", params=params)
 
 
