@@ -19,7 +19,7 @@ def test_listens_on_a_free_port():
         host, port = sock.getsockname()
         assert host == "127.0.0.1" and port > 0
         assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR)
-        with socket.create_connection((host, port), timeout=5):
+        with socket.create_connection((host, port), timeout=30):
             pass
 
 
