@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 
 import httpx
-from nsq_testing import Daemon
+from nsq_testing import DEADLINE, Daemon
 
 
 def to_nsq(*args: str, stdin: bytes, timeout: float = 30) -> subprocess.CompletedProcess[bytes]:
@@ -18,23 +17,28 @@ def to_nsq(*args: str, stdin: bytes, timeout: float = 30) -> subprocess.Complete
 
 def topic_stats(nsqd: Daemon, topic: str) -> dict:
     stats = httpx.get(f"http://{nsqd.http_address}/stats",
-                      params={"format": "json", "topic": topic}).json()
+                      params={"format": "json", "topic": topic}, timeout=DEADLINE).json()
     return (stats.get("topics") or [{}])[0]
 
 
 def drain(nsqd: Daemon, topic: str, channel: str, count: int) -> list[bytes]:
     """Read ``count`` messages back with the library (from a fresh channel)."""
+    return [body for body, _ in drain_timed(nsqd, topic, channel, count)]
+
+
+def drain_timed(nsqd: Daemon, topic: str, channel: str, count: int) -> list[tuple[bytes, int]]:
+    """Like ``drain``, with each message's timestamp (when nsqd took it, in ns)."""
     import trio
     from nsq_client import Consumer
 
-    out: list[bytes] = []
+    out: list[tuple[bytes, int]] = []
 
     async def main() -> None:
         async with Consumer(topic, channel, nsqd_tcp_addresses=[nsqd.tcp_address],
                             max_in_flight=100) as consumer:
-            with trio.fail_after(20):
+            with trio.fail_after(DEADLINE):
                 async for message in consumer:
-                    out.append(message.body)
+                    out.append((message.body, message.timestamp))
                     if len(out) == count:
                         break
 
@@ -63,15 +67,18 @@ def test_delimiter_and_fan_out_to_every_nsqd(run_daemon: Callable[..., Daemon]) 
 
 def test_rate_limits_messages_per_second(run_daemon: Callable[..., Daemon]) -> None:
     nsqd = run_daemon("nsqd")
-    start = time.monotonic()
+    bodies = [b"%d" % i for i in range(30)]
     result = to_nsq("--topic=slow", "--rate=20", f"--nsqd-tcp-address={nsqd.tcp_address}",
-                    stdin=b"\n".join(b"%d" % i for i in range(30)))
-    elapsed = time.monotonic() - start
+                    stdin=b"\n".join(bodies))
     assert result.returncode == 0, result.stderr
     assert b"Throttling messages rate to max:20/second" in result.stderr
-    # 30 messages at 20/s, starting with one token: about 1.45 s of waiting
-    assert elapsed >= 1.4
     assert topic_stats(nsqd, "slow")["message_count"] == 30
+    # 30 messages at 20/s, starting with one token: at least 1.45 s between the first and the
+    # last publish as nsqd stamped them (a lower bound: a slow machine only spreads them more;
+    # the time to start the tool is not in it)
+    timed = drain_timed(nsqd, "slow", "check", 30)
+    assert [body for body, _ in timed] == bodies
+    assert timed[-1][1] - timed[0][1] >= 1.4e9
 
 
 def test_flag_errors_exit_like_go(run_daemon: Callable[..., Daemon]) -> None:
