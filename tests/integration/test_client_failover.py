@@ -10,7 +10,7 @@ import httpx
 import pytest
 import trio
 from nsq_client import ConnectError, ConnectionClosed, Consumer, NSQError, Producer
-from nsq_testing import Daemon
+from nsq_testing import DEADLINE, Daemon, until
 from nsq_testing.lookup import registered
 
 TOPIC = "failover"
@@ -39,12 +39,6 @@ async def publish_forever(address: str, sent: list[bytes], stop: trio.Event) -> 
             sent.append(body)
             i += 1
             await trio.sleep(0.002)
-
-
-async def until(predicate: Callable[[], bool], within: float = 20.0) -> None:
-    with trio.fail_after(within):
-        while not predicate():
-            await trio.sleep(0.02)
 
 
 async def test_consumer_reconnects_when_the_killed_nsqd_returns(
@@ -83,7 +77,7 @@ async def test_consumer_finds_the_returning_nsqd_through_lookupd(
     lookupd = run_daemon("nsqlookupd")
     args = (f"--lookupd-tcp-address={lookupd.tcp_address}", "--broadcast-address=127.0.0.1")
     nsqd = restartable_nsqd(run_daemon, tmp_path / "data", *args)
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(timeout=DEADLINE) as http:
         (await http.post(f"http://{nsqd.http_address}/topic/create", params={"topic": TOPIC})
          ).raise_for_status()
     with registered(lookupd, nsqd, [TOPIC]):
@@ -96,7 +90,7 @@ async def test_consumer_finds_the_returning_nsqd_through_lookupd(
             async with Producer(nsqd.tcp_address) as producer:
                 await producer.pub(TOPIC, b"after the restart")
             await until(lambda: consumer.connections == [nsqd.tcp_address])
-            with trio.fail_after(10):
+            with trio.fail_after(DEADLINE):
                 async for message in consumer:
                     assert message.body == b"after the restart"
                     break
@@ -113,7 +107,7 @@ async def test_producer_fails_over_to_the_other_nsqd(run_daemon: Callable[..., D
         async with producer.pipeline(max_pending=50) as pipeline:
             for i in range(300, 1000):
                 await pipeline.pub(TOPIC, b"%d" % i)
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(timeout=DEADLINE) as http:
         stats = (await http.get(f"http://{second.http_address}/stats",
                                 params={"format": "json", "topic": TOPIC})).json()
     assert stats["topics"][0]["message_count"] >= 900

@@ -16,7 +16,7 @@ import pytest
 import trio
 import trustme
 from nsq_client import ConnectError, Consumer, Producer, PublishError
-from nsq_testing import Daemon
+from nsq_testing import DEADLINE, Daemon
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +43,7 @@ async def round_trip(nsqd: Daemon, topic: str, count: int, **options: Any) -> di
                 got.add(message.body)
                 if len(got) == count:
                     break
-        async with httpx.AsyncClient() as http:
+        async with httpx.AsyncClient(timeout=DEADLINE) as http:
             stats = (await http.get(f"http://{nsqd.http_address}/stats",
                                     params={"format": "json", "topic": topic})).json()
     assert got == {b"secret %d " % i + b"z" * 200 for i in range(count)}

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import trio
 from nsq_client import Consumer, Producer
-from nsq_testing import Daemon
+from nsq_testing import DEADLINE, Daemon
 from nsq_testing.lookup import lookup_producers, registered
 
 TOPIC = "roundtrip"
@@ -36,7 +36,7 @@ async def test_ten_thousand_messages_through_lookupd_across_two_nsqd(
     lookupd = run_daemon("nsqlookupd")
     nsqds = [run_daemon("nsqd", f"--lookupd-tcp-address={lookupd.tcp_address}",
                         "--broadcast-address=127.0.0.1") for _ in range(2)]
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(timeout=DEADLINE) as http:
         for nsqd in nsqds:
             (await http.post(f"http://{nsqd.http_address}/topic/create",
                              params={"topic": TOPIC})).raise_for_status()

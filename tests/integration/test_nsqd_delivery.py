@@ -162,7 +162,7 @@ async def test_pause_channel_and_topic(shared_nsqd, clients):
     pub = await clients.connect(shared_nsqd)
     c = await clients.consumer(shared_nsqd, "d-pause", "c", rdy=10)
     base = f"http://{shared_nsqd.http_address}"
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(timeout=DEADLINE) as http:
         r = await http.post(f"{base}/channel/pause", params={"topic": "d-pause", "channel": "c"})
         assert r.status_code == 200
         await pub.pub("d-pause", b"held")

@@ -5,13 +5,13 @@ channel (a batching consumer would otherwise sit idle for a whole msg_timeout)."
 import httpx
 import trio
 from nsq_common import commands
-from nsq_testing import WireClient
+from nsq_testing import DEADLINE, WireClient
 
 WAIT = 20.0  # generous: a quiet machine needs well under a second; msg_timeout is 60 s
 
 
 async def ready_counts(daemon, topic):
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(timeout=DEADLINE) as http:
         doc = (await http.get(f"http://{daemon.http_address}/stats",
                               params={"format": "json", "topic": topic})).json()
     channel = doc["topics"][0]["channels"][0]
