@@ -5,12 +5,12 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import httpx
-from nsq_testing import Daemon
+from nsq_testing import DEADLINE, Daemon, wait_until
 from nsq_testing.lookup import registered
 
 
@@ -19,14 +19,26 @@ def tail(*args: str) -> subprocess.Popen[bytes]:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
+def communicate(proc: subprocess.Popen[bytes]) -> tuple[bytes, bytes]:
+    """``proc.communicate()`` with the shared deadline; a process that does not finish in time
+    is killed and its pipes closed before the error goes up."""
+    try:
+        return proc.communicate(timeout=DEADLINE)
+    except BaseException:
+        proc.kill()
+        proc.communicate()
+        raise
+
+
 def publish(nsqd: Daemon, topic: str, *bodies: bytes) -> None:
     httpx.post(f"http://{nsqd.http_address}/mpub", params={"topic": topic},
-               content=b"\n".join(bodies)).raise_for_status()
+               content=b"\n".join(bodies), timeout=DEADLINE).raise_for_status()
 
 
 def channel(nsqd: Daemon, topic: str, name: str) -> dict:
     stats = httpx.get(f"http://{nsqd.http_address}/stats",
-                      params={"format": "json", "topic": topic, "channel": name}).json()
+                      params={"format": "json", "topic": topic, "channel": name},
+                      timeout=DEADLINE).json()
     return stats["topics"][0]["channels"][0]
 
 
@@ -34,7 +46,7 @@ def test_n_messages_then_exit(run_daemon: Callable[..., Daemon]) -> None:
     nsqd = run_daemon("nsqd")
     publish(nsqd, "events", *(b"event %d" % i for i in range(10)))
     proc = tail("--topic=events", f"--nsqd-tcp-address={nsqd.tcp_address}", "--n=10")
-    out, err = proc.communicate(timeout=30)
+    out, err = communicate(proc)
     assert proc.returncode == 0, err
     assert out.splitlines() == [b"event %d" % i for i in range(10)]
     assert b"Adding consumer for topic: events" in err
@@ -46,16 +58,30 @@ def test_print_topic_and_several_topics(run_daemon: Callable[..., Daemon]) -> No
     publish(nsqd, "b", b"from b")
     proc = tail("--topic=a", "--topic=b", f"--nsqd-tcp-address={nsqd.tcp_address}",
                 "--print-topic", "--channel=shared")
-    try:
-        deadline = time.monotonic() + 20
-        lines: list[bytes] = []
+    lines: list[bytes] = []
+
+    def read() -> None:
         assert proc.stdout is not None
-        while len(lines) < 2 and time.monotonic() < deadline:
-            lines.append(proc.stdout.readline().rstrip(b"\n"))
-        assert sorted(lines) == [b"a | from a", b"b | from b"]
+        for line in proc.stdout:
+            lines.append(line.rstrip(b"\n"))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        wait_until(lambda: len(lines) >= 2, what=lambda: f"two lines printed, not {lines}")
     finally:
         proc.send_signal(signal.SIGINT)
-        proc.communicate(timeout=30)
+        try:
+            proc.wait(DEADLINE)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            reader.join(DEADLINE)
+            for pipe in (proc.stdout, proc.stderr):
+                assert pipe is not None
+                pipe.close()
+    assert sorted(lines) == [b"a | from a", b"b | from b"]
     assert proc.returncode == 0
     for topic in ("a", "b"):
         stats = channel(nsqd, topic, "shared")
@@ -72,11 +98,11 @@ def test_ctrl_c_gives_back_what_was_not_printed(run_daemon: Callable[..., Daemon
         proc = subprocess.Popen([sys.executable, "-m", "nsq_client.tools.nsq_tail", "--topic=big",
                                  "--channel=c", f"--nsqd-tcp-address={nsqd.tcp_address}",
                                  "--max-in-flight=500"], stdout=sink, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 20
-        while not output.read_bytes() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
+        try:
+            wait_until(output.read_bytes, interval=0.01, what="nsq_tail printed something")
+        finally:
+            proc.send_signal(signal.SIGINT)
+            _, err = communicate(proc)
     assert proc.returncode == 0, err
     lines = output.read_bytes().splitlines()
     printed = len(lines)
@@ -95,22 +121,22 @@ def test_default_channel_is_ephemeral_and_lookupd_works(run_daemon: Callable[...
     publish(nsqd, "found", b"via lookupd")
     with registered(lookupd, nsqd, ["found"]):
         proc = tail("--topic=found", f"--lookupd-http-address={lookupd.http_address}", "--n=1")
-        out, err = proc.communicate(timeout=30)
+        out, err = communicate(proc)
     assert proc.returncode == 0, err
     assert out == b"via lookupd\n"
 
 
 def test_flag_errors(run_daemon: Callable[..., Daemon]) -> None:
     proc = tail("--topic=t")
-    _, err = proc.communicate(timeout=30)
+    _, err = communicate(proc)
     assert proc.returncode == 1
     assert b"--nsqd-tcp-address or --lookupd-http-address required" in err
     proc = tail("--topic=t", "--nsqd-tcp-address=127.0.0.1:1", "--lookupd-http-address=127.0.0.1:2")
-    _, err = proc.communicate(timeout=30)
+    _, err = communicate(proc)
     assert proc.returncode == 1 and b"not both" in err
     proc = tail("--nsqd-tcp-address=127.0.0.1:1")
-    _, err = proc.communicate(timeout=30)
+    _, err = communicate(proc)
     assert proc.returncode == 1 and b"--topic required" in err
     proc = tail("--version")
-    out, _ = proc.communicate(timeout=30)
+    out, _ = communicate(proc)
     assert proc.returncode == 0 and out == b"nsq_tail v1.3.0\n"
