@@ -9,12 +9,11 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import httpx
-from nsq_testing import Daemon
+from nsq_testing import DEADLINE, Daemon, wait_until
 from nsq_testing.lookup import registered
 
 HOST = socket.gethostname().split(".")[0]
@@ -30,12 +29,13 @@ def start(log: Path, *args: str) -> subprocess.Popen[bytes]:
 def publish(nsqd: Daemon, topic: str, bodies: list[bytes]) -> None:
     for i in range(0, len(bodies), 500):
         httpx.post(f"http://{nsqd.http_address}/mpub", params={"topic": topic},
-                   content=b"\n".join(bodies[i:i + 500])).raise_for_status()
+                   content=b"\n".join(bodies[i:i + 500]), timeout=DEADLINE).raise_for_status()
 
 
 def finished(nsqd: Daemon, topic: str, channel: str = "nsq_to_file") -> int:
     stats = httpx.get(f"http://{nsqd.http_address}/stats",
-                      params={"format": "json", "topic": topic, "channel": channel}).json()
+                      params={"format": "json", "topic": topic, "channel": channel},
+                      timeout=DEADLINE).json()
     topics = stats.get("topics") or []
     if not topics or not topics[0]["channels"]:
         return 0
@@ -44,16 +44,25 @@ def finished(nsqd: Daemon, topic: str, channel: str = "nsq_to_file") -> int:
     return sum(c["finish_count"] for c in clients) if clients else -1
 
 
-def wait_finished(nsqd: Daemon, topic: str, count: int, within: float = 30.0) -> None:
-    deadline = time.monotonic() + within
-    while finished(nsqd, topic) < count:
-        assert time.monotonic() < deadline, f"only {finished(nsqd, topic)} of {count} finished"
-        time.sleep(0.05)
+def wait_finished(nsqd: Daemon, topic: str, count: int) -> None:
+    wait_until(lambda: finished(nsqd, topic) >= count,
+               what=lambda: f"only {finished(nsqd, topic)} of {count} finished")
+
+
+def wait_exit(proc: subprocess.Popen[bytes]) -> None:
+    """Wait for the tool to exit; one that does not within the deadline is killed (no stray
+    process after a failing test)."""
+    try:
+        proc.wait(timeout=DEADLINE)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise
 
 
 def stop(proc: subprocess.Popen[bytes], log: Path) -> bytes:
     proc.send_signal(signal.SIGINT)
-    proc.wait(timeout=30)
+    wait_exit(proc)
     err = log.read_bytes()
     assert proc.returncode == 0, err.decode(errors="replace")
     return err

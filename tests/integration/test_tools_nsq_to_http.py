@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -15,7 +14,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
-from nsq_testing import Daemon
+from nsq_testing import DEADLINE, Daemon, wait_until
 
 
 class Recorder(ThreadingHTTPServer):
@@ -76,21 +75,29 @@ def servers() -> Iterator[Callable[..., Recorder]]:
 
 def publish(nsqd: Daemon, topic: str, bodies: list[bytes]) -> None:
     httpx.post(f"http://{nsqd.http_address}/mpub", params={"topic": topic},
-               content=b"\n".join(bodies)).raise_for_status()
+               content=b"\n".join(bodies), timeout=DEADLINE).raise_for_status()
 
 
-def run_until(log: Path, args: list[str], done: Callable[[], bool], within: float = 30) -> bytes:
+def wait_exit(proc: subprocess.Popen[bytes]) -> None:
+    """Wait for the tool to exit; one that does not within the deadline is killed (no stray
+    process after a failing test)."""
+    try:
+        proc.wait(timeout=DEADLINE)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise
+
+
+def run_until(log: Path, args: list[str], done: Callable[[], bool]) -> bytes:
     with log.open("wb") as sink:
         proc = subprocess.Popen([sys.executable, "-m", "nsq_client.tools.nsq_to_http", *args],
                                 stdout=subprocess.DEVNULL, stderr=sink)
     try:
-        deadline = time.monotonic() + within
-        while not done():
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.05)
+        wait_until(done, what=log.read_text)
     finally:
         proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=30)
+        wait_exit(proc)
     assert proc.returncode == 0, log.read_text()
     return log.read_bytes()
 

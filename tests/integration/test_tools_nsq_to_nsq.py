@@ -6,12 +6,11 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import httpx
-from nsq_testing import Daemon
+from nsq_testing import DEADLINE, Daemon, wait_until
 
 
 def publish(nsqd: Daemon, topic: str, bodies: list[bytes]) -> None:
@@ -40,7 +39,7 @@ def read_all(nsqd: Daemon, topic: str, count: int) -> list[bytes]:
     async def main() -> None:
         async with Consumer(topic, "check", nsqd_tcp_addresses=[nsqd.tcp_address],
                             max_in_flight=200) as consumer:
-            with trio.fail_after(20):
+            with trio.fail_after(DEADLINE):
                 async for message in consumer:
                     out.append(message.body)
                     if len(out) == count:
@@ -50,18 +49,26 @@ def read_all(nsqd: Daemon, topic: str, count: int) -> list[bytes]:
     return out
 
 
+def wait_exit(proc: subprocess.Popen[bytes]) -> None:
+    """Wait for the tool to exit; one that does not within the deadline is killed (no stray
+    process after a failing test)."""
+    try:
+        proc.wait(timeout=DEADLINE)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise
+
+
 def copy_until(log: Path, args: list[str], done: Callable[[], bool]) -> bytes:
     with log.open("wb") as sink:
         proc = subprocess.Popen([sys.executable, "-m", "nsq_client.tools.nsq_to_nsq", *args],
                                 stdout=subprocess.DEVNULL, stderr=sink)
     try:
-        deadline = time.monotonic() + 30
-        while not done():
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.05)
+        wait_until(done, what=log.read_text)
     finally:
         proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=30)
+        wait_exit(proc)
     assert proc.returncode == 0, log.read_text()
     return log.read_bytes()
 
