@@ -6,12 +6,12 @@ import base64
 import json
 import ssl
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
 import trustme
+from nsq_testing import wait_until
 from nsqadmin.auth import hash_password
 
 
@@ -92,9 +92,7 @@ def test_basic_auth_guards_actions_and_names_the_user(run_daemon, tmp_path, hook
                     headers=basic("alice", "alice-pw"))
     assert (ok.status_code, ok.json()) == (200, {"message": ""})
     assert topic_of(nsqd, "sec_basic")["paused"] is True
-    deadline = time.monotonic() + 10
-    while not received and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: received, what="the notification")
     assert [(n["action"], n["user"]) for n in received] == [("pause_topic", "alice")]
 
 
