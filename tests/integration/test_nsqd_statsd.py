@@ -3,23 +3,24 @@
 import socket
 
 from nsq_common import commands
-from nsq_testing import WireClient
+from nsq_testing import DEADLINE, WireClient
 
 
 async def test_statsd_lines(run_daemon):
     listener = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    listener.bind(("127.0.0.1", 0))
-    listener.settimeout(5)
-    port = listener.getsockname()[1]
-    daemon = run_daemon("nsqd", f"--statsd-address=127.0.0.1:{port}", "--statsd-interval=200ms",
-                        "--statsd-prefix=nsq.%s", "--broadcast-address=host.example")
-    client = await WireClient.connect(daemon.tcp_address)
-    await client.subscribe("sd", "c")
-    await client.send(commands.mpub("sd", [b"a", b"bb"]))
-    assert await client.response() == b"OK"
-    prefix = f"nsq.host_example_{daemon.http_port}."
-    lines: set[str] = set()
+    client = None
     try:
+        listener.bind(("127.0.0.1", 0))
+        listener.settimeout(DEADLINE)  # a push comes every 200 ms on a quiet machine
+        port = listener.getsockname()[1]
+        daemon = run_daemon("nsqd", f"--statsd-address=127.0.0.1:{port}", "--statsd-interval=200ms",
+                            "--statsd-prefix=nsq.%s", "--broadcast-address=host.example")
+        client = await WireClient.connect(daemon.tcp_address)
+        await client.subscribe("sd", "c")
+        await client.send(commands.mpub("sd", [b"a", b"bb"]))
+        assert await client.response() == b"OK"
+        prefix = f"nsq.host_example_{daemon.http_port}."
+        lines: set[str] = set()
         # one push ends with mem.gc_runs; take pushes until one has seen the messages
         while True:
             push: set[str] = set()
@@ -40,4 +41,5 @@ async def test_statsd_lines(run_daemon):
         assert f"{prefix}topic.sd.message_count:0|c" in later
     finally:
         listener.close()
-        await client.aclose()
+        if client is not None:
+            await client.aclose()
