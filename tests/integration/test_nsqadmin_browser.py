@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 from nsq_common import MAGIC_V2, commands
-from nsq_testing import free_port
+from nsq_testing import DEADLINE, free_port
 
 sync_api = pytest.importorskip("playwright.sync_api")
 
@@ -26,8 +26,12 @@ def browser():
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True,
                                              args=ARGS)
-        yield browser
-        browser.close()
+        sync_api.expect.set_options(timeout=DEADLINE * 1000)  # (5 s by default)
+        try:
+            yield browser
+        finally:
+            sync_api.expect.set_options(timeout=5_000)
+            browser.close()
 
 
 def shoot(page, name: str) -> None:
@@ -45,7 +49,7 @@ def channel_stats(daemon, topic: str, channel: str) -> dict:
 
 def consumer(daemon, topic: str, channel: str) -> socket.socket:
     """A bare TCP consumer with RDY 1, so the channel page has a client to show."""
-    sock = socket.create_connection(("127.0.0.1", daemon.tcp_port), timeout=5)
+    sock = socket.create_connection(("127.0.0.1", daemon.tcp_port), timeout=DEADLINE)
     sock.sendall(MAGIC_V2 + commands.identify({"hostname": "billing-worker-1",
                                                "user_agent": "billing/2.4 go-nsq/1.1.0",
                                                "client_id": "billing-1"})
@@ -67,15 +71,16 @@ def test_pause_a_channel_by_clicking(run_daemon, browser):
     for n in range(12):
         httpx.post(f"http://{(a, b)[n % 2].http_address}/pub", params={"topic": "orders"},
                    content=b"order %d" % n)
-    worker = consumer(a, "orders", "billing")
     admin = run_daemon("nsqadmin", f"--nsqd-http-address={a.http_address}",
                        f"--nsqd-http-address={b.http_address}", "--refresh-interval=1s",
                        "--http-address=127.0.0.1:0",
                        expect=("HTTP",))
     base = f"http://{admin.http_address}"
     expect = sync_api.expect
+    worker = consumer(a, "orders", "billing")
     try:
         page = browser.new_page(viewport={"width": 1280, "height": 800})
+        page.set_default_timeout(DEADLINE * 1000)  # a busy machine renders slowly
         page.goto(base + "/")
         expect(page.get_by_role("heading", name="Topics")).to_be_visible()
         expect(page.locator("#live tbody tr")).to_have_count(2)
@@ -102,7 +107,7 @@ def test_pause_a_channel_by_clicking(run_daemon, browser):
         for n in range(5):
             httpx.post(f"http://{b.http_address}/pub", params={"topic": "orders"},
                        content=b"late %d" % n)
-        expect(total).not_to_have_text(before, timeout=10_000)
+        expect(total).not_to_have_text(before, timeout=DEADLINE * 1000)
         assert page.evaluate("() => window.stillHere") is True
         shoot(page, "channel")
 
