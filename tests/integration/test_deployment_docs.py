@@ -10,7 +10,7 @@ import urllib.request
 from pathlib import Path
 
 import trio
-from nsq_testing import WireClient
+from nsq_testing import DEADLINE, WireClient
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -70,7 +70,8 @@ async def test_operations_page_explains_every_stats_field(run_daemon):
     await client.pub("docs", b"x")
     await client.subscribe("docs", "c", rdy=1)
     await client.message()
-    with urllib.request.urlopen(f"http://{nsqd.http_address}/stats?format=json", timeout=5) as r:
+    url = f"http://{nsqd.http_address}/stats?format=json"
+    with urllib.request.urlopen(url, timeout=DEADLINE) as r:
         stats = json.loads(r.read())
     await client.aclose()
     await trio.sleep(0)
