@@ -15,6 +15,7 @@ from nsq_testing import WireClient, free_port
 pytestmark = pytest.mark.slow
 
 TOTAL = 300_000
+PER_PHASE = 17_000  # at least, whatever the machine's speed: over 50,000 in all
 
 
 async def test_churn_publishers_consumers_and_restarts(run_daemon, tmp_path):
@@ -31,11 +32,12 @@ async def test_churn_publishers_consumers_and_restarts(run_daemon, tmp_path):
     await first.subscribe("soak", "c")  # the channel exists from the start
     await first.aclose()
 
-    async def publisher(until: float) -> None:
+    async def publisher(until: float, at_least: int) -> None:
+        # for the phase's time and, on a slow machine, until it has published its share
         nonlocal published
         client = await WireClient.connect(daemon.tcp_address)
         try:
-            while trio.current_time() < until and published < TOTAL:
+            while (trio.current_time() < until or published < at_least) and published < TOTAL:
                 batch = [b"s-%d" % (published + i) for i in range(100)]
                 await client.send(commands.mpub("soak", batch))
                 if await client.response() != b"OK":
@@ -64,10 +66,10 @@ async def test_churn_publishers_consumers_and_restarts(run_daemon, tmp_path):
         finally:
             await client.aclose()  # a silent consumer just goes: its messages come back
 
-    for _ in range(3):
+    for phase in range(3):
         start = trio.current_time()
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(publisher, start + 8)
+            nursery.start_soon(publisher, start + 8, (phase + 1) * PER_PHASE)
             nursery.start_soon(consumer, start + 8, 500, True)
             nursery.start_soon(consumer, start + 3, 200, False)
         assert daemon.stop(signal.SIGTERM) == 0
@@ -76,7 +78,7 @@ async def test_churn_publishers_consumers_and_restarts(run_daemon, tmp_path):
     with trio.fail_after(300):
         while len(delivered) < len(acknowledged):
             before = len(delivered)
-            await consumer(trio.current_time() + 5, 2500, True)
+            await consumer(trio.current_time() + 15, 2500, True)  # 15 s with none: all there is
             if len(delivered) == before:
                 break
     missing = acknowledged - delivered
