@@ -10,7 +10,7 @@ import gc
 import platform
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from nsq_common import NSQ_VERSION
 
@@ -32,10 +32,8 @@ def parse_options(argv: Sequence[str]) -> Options:
     return opts
 
 
-async def _run(opts: Options) -> None:
-    import trio  # deferred: see the module's docstring
-
-    from .app import serve
+async def _run(opts: Options, serve: Callable[..., Awaitable[None]]) -> None:
+    import trio
 
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
@@ -55,14 +53,16 @@ def tune_gc() -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     opts = parse_options(sys.argv[1:] if argv is None else argv)
-    import trio
+    import trio  # deferred: see the module's docstring
     from nsq_common import setup_logging
+
+    from .app import serve  # before tune_gc, so that gc.freeze() covers the server's modules too
 
     tune_gc()
     log = setup_logging("nsqd", opts.log_prefix, opts.log_level)
     log.info(version_string())
     try:
-        trio.run(_run, opts)
+        trio.run(_run, opts, serve)
     except (OSError, RuntimeError, ValueError, BaseExceptionGroup) as exc:
         # a port taken, the data path locked, unreadable metadata: say it in one line
         log.critical("%s", _first_cause(exc))
