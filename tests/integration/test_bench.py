@@ -36,3 +36,13 @@ def test_cycle_times_both_clients() -> None:
     for row in rows:
         answer_to_write, write, write_to_answer = map(float, row[2:5])
         assert answer_to_write > 0 and write > 0 and write_to_answer > 0
+
+
+def test_startup_times_every_daemon() -> None:
+    done = run_module("bench.startup", "--runs", "1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = {line.split()[0]: line.split()[1:] for line in done.stdout.splitlines()[2:]}
+    assert set(rows) == {"nsqd", "nsqlookupd", "nsqadmin"}
+    for figures in rows.values():
+        version, ping = float(figures[0]), float(figures[3])  # the medians, in ms
+        assert version > 0 and ping > 0
