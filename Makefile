@@ -7,6 +7,9 @@ UV_VERSION := 0.13.8
 UV := .tools/bin/uv
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := .venv
+# Installed modules as .pyc: every daemon start (and the tests start hundreds) would otherwise
+# compile Trio, Hypercorn and Starlette from source where bytecode is not written back.
+export UV_COMPILE_BYTECODE := 1
 
 .PHONY: install run test stress lint bench docs clean
 
