@@ -46,3 +46,20 @@ def test_startup_times_every_daemon() -> None:
     for figures in rows.values():
         version, ping = float(figures[0]), float(figures[3])  # the medians, in ms
         assert version > 0 and ping > 0
+
+
+def test_http_routes_with_the_builtin_client(tmp_path: Path) -> None:
+    out = tmp_path / "http.json"
+    done = run_module("bench.http", "--duration", "0.3", "--connections", "1,2", "--tool",
+                      "builtin", "--json", str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = [line.split() for line in done.stdout.splitlines()[2:] if line.split()[0] in
+            ("ping", "pub", "mpub", "lookup")]
+    assert [(row[0], row[2]) for row in rows] == [
+        (route, conns) for route in ("ping", "pub", "mpub", "lookup") for conns in ("1", "2")]
+    for row in rows:
+        assert float(row[3].replace(",", "")) > 0  # req/s
+    results = json.loads(out.read_text())["results"]
+    assert len(results) == 8
+    assert all(r["requests"] > 0 and r["errors"] == 0 for r in results)
+    assert all(r["messages_per_s"] > 0 for r in results if r["route"] == "mpub")
