@@ -125,14 +125,14 @@ def children_of(pid: int) -> set[int]:
 
 def http_get(url: str) -> tuple[int, str]:
     try:
-        with OPENER.open(url, timeout=5) as response:
+        with OPENER.open(url, timeout=30) as response:
             return response.status, response.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode()
 
 
 def http_post(url: str, body: bytes) -> str:
-    with OPENER.open(urllib.request.Request(url, data=body, method="POST"), timeout=5) as response:
+    with OPENER.open(urllib.request.Request(url, data=body, method="POST"), timeout=30) as response:
         return response.read().decode()
 
 
