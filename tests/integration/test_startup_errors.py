@@ -105,3 +105,29 @@ def test_nsqd_refuses_a_data_path_in_use(run_daemon, tmp_path):
                 f"{tmp_path} - resource temporarily unavailable (possibly in use by another "
                 "instance of nsqd)\n")
     assert re.search(FATAL.format(daemon="nsqd") + re.escape(expected), done.stderr), done.stderr
+
+
+def test_nsqd_refuses_a_data_path_that_is_a_file(tmp_path):
+    # Go's nsqd locks a file as readily as a directory, then fails reading nsqd.dat in it
+    not_a_dir = tmp_path / "data"
+    not_a_dir.write_text("")
+    done = run("nsqd", f"--data-path={not_a_dir}", "--tcp-address=127.0.0.1:0",
+               "--http-address=127.0.0.1:0")
+    assert done.returncode == 1
+    dat = not_a_dir / "nsqd.dat"
+    expected = (f"failed to load metadata - failed to read metadata from {dat} - open {dat}: "
+                "not a directory\n")
+    assert re.search(FATAL.format(daemon="nsqd") + re.escape(expected), done.stderr), done.stderr
+    assert "Errno" not in done.stderr and "Traceback" not in done.stderr
+
+
+def test_nsqd_refuses_unreadable_metadata_and_leaves_it_as_it_was(tmp_path):
+    # an empty nsqd.dat written over a damaged one would orphan every queue it listed
+    dat = tmp_path / "nsqd.dat"
+    dat.write_text('{"topics": [{"name": "kept"')
+    done = run("nsqd", f"--data-path={tmp_path}", "--tcp-address=127.0.0.1:0",
+               "--http-address=127.0.0.1:0")
+    assert done.returncode == 1
+    expected = f"failed to load metadata - failed to parse metadata in {dat} - "
+    assert re.search(FATAL.format(daemon="nsqd") + re.escape(expected), done.stderr), done.stderr
+    assert dat.read_text() == '{"topics": [{"name": "kept"'

@@ -56,6 +56,7 @@ class Broker:
         self.start_time = int(time.time())
         self.health = "OK"
         self.exiting = False
+        self._loaded = False  # nsqd.dat read: only then may close() write it (and queues) back
         self.tcp_port = 0
         self.http_port = 0
         self.https_port = 0
@@ -133,7 +134,10 @@ class Broker:
 
     def _load(self) -> None:
         path = metadata.metadata_path(self.opts.data_path)
-        topics, warnings = metadata.load(path)
+        try:
+            topics, warnings = metadata.load(path)
+        except ValueError as exc:
+            raise ValueError(f"failed to load metadata - {exc}") from None
         for warning in warnings:
             log.warning("%s", warning)
         for meta in topics:
@@ -144,6 +148,7 @@ class Broker:
                 channel.paused = cmeta.paused
         if topics:
             log.info("loaded metadata: %d topics", len(topics))
+        self._loaded = True
         self._write_metadata_now()
 
     def _spawn(self, key: object, fn: Callable[[], Awaitable[None]]) -> None:
@@ -404,8 +409,18 @@ class Broker:
 
     # -- shutdown --------------------------------------------------------------------------
     async def close(self) -> None:
-        """Save every message of every durable topic and channel, then the metadata."""
+        """Save every message of every durable topic and channel, then the metadata.
+
+        Nothing is written when nsqd.dat could not be loaded: the start failed, and an empty
+        nsqd.dat written over an unreadable one would orphan every queue it listed.
+        """
         self.exiting = True
+        if self._loaded:
+            await self._save_everything()
+        if self._auth_http is not None:
+            await self._auth_http.aclose()
+
+    async def _save_everything(self) -> None:
         for client in list(self.clients.values()):
             self.remove_client(client)  # their in-flight messages go back to the queues
         wall, now = time.time_ns(), self.now()
@@ -424,8 +439,6 @@ class Broker:
             self._write_metadata_now()
         except OSError as exc:
             log.error("failed to persist metadata - %s", exc)
-        if self._auth_http is not None:
-            await self._auth_http.aclose()
 
     async def _save(self, queue_name: str, backlog: Backlog, msgs: list[Message],
                     deferred: list[tuple[int, Message]]) -> None:

@@ -14,7 +14,7 @@ import random
 from pathlib import Path
 
 import attrs
-from nsq_common import NSQ_VERSION, go_json, is_valid_name
+from nsq_common import NSQ_VERSION, go_errno_text, go_json, is_valid_name
 
 FILE_NAME = "nsqd.dat"
 
@@ -79,12 +79,17 @@ def load(path: Path) -> tuple[list[TopicMeta], list[str]]:
     """Read the file; a missing file is an empty list.
 
     Raises:
-        ValueError: ``failed to parse metadata in <file> - <err>`` (nsqd then refuses to start).
+        ValueError: ``failed to parse metadata in <file> - <err>``, or ``failed to read
+            metadata from <file> - open <file>: <reason>`` when it cannot be read (a
+            --data-path that is a file, say); nsqd then refuses to start, as Go's does.
     """
     try:
         data = path.read_bytes()
     except FileNotFoundError:
         return [], []
+    except OSError as exc:
+        raise ValueError(f"failed to read metadata from {path} - open {path}: "
+                         f"{go_errno_text(exc)}") from None
     try:
         return decode(data)
     except (ValueError, AttributeError, TypeError) as exc:
