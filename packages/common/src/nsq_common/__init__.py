@@ -2,14 +2,15 @@
 
 Nothing here touches a socket; servers and clients feed bytes in and send the bytes out.
 
-Each name is imported from its module the first time it is used (PEP 562 ``__getattr__``), so
-that a command that only parses its flags (``nsqd --version``) does not load the rest.
+Each name is imported from its module the first time it is used (``_lazy``), so that a command
+that only parses its flags (``nsqd --version``) does not load the rest.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ._lazy import lazy_exports
 
 if TYPE_CHECKING:  # the names as type checkers see them; at run time see _MODULES below
     from . import _commands as commands
@@ -138,6 +139,7 @@ __all__ = [
     "is_valid_channel_name",
     "is_valid_name",
     "is_valid_topic_name",
+    "lazy_exports",
     "listen_tcp",
     "negotiate",
     "parse_bool",
@@ -188,15 +190,4 @@ _EXPORTS = {
 _MODULES = {name: module for module, names in _EXPORTS.items() for name in names.split()}
 
 
-def __getattr__(name: str) -> Any:
-    module = _MODULES.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    imported = importlib.import_module(f"{__name__}.{module}")
-    value = imported if name == "commands" else getattr(imported, name)
-    globals()[name] = value  # the next use is a plain global
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__ = lazy_exports(__name__, _MODULES)
