@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
-from nsq_testing import DEADLINE, Daemon, wait_until
+from nsq_testing import DEADLINE, Daemon, wait_exit, wait_until
 from nsq_testing.lookup import registered
 
 HOST = socket.gethostname().split(".")[0]
@@ -47,17 +47,6 @@ def finished(nsqd: Daemon, topic: str, channel: str = "nsq_to_file") -> int:
 def wait_finished(nsqd: Daemon, topic: str, count: int) -> None:
     wait_until(lambda: finished(nsqd, topic) >= count,
                what=lambda: f"only {finished(nsqd, topic)} of {count} finished")
-
-
-def wait_exit(proc: subprocess.Popen[bytes]) -> None:
-    """Wait for the tool to exit; one that does not within the deadline is killed (no stray
-    process after a failing test)."""
-    try:
-        proc.wait(timeout=DEADLINE)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        raise
 
 
 def stop(proc: subprocess.Popen[bytes], log: Path) -> bytes:

@@ -14,7 +14,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
-from nsq_testing import DEADLINE, Daemon, wait_until
+from nsq_testing import DEADLINE, Daemon, wait_exit, wait_until
 
 
 class Recorder(ThreadingHTTPServer):
@@ -76,17 +76,6 @@ def servers() -> Iterator[Callable[..., Recorder]]:
 def publish(nsqd: Daemon, topic: str, bodies: list[bytes]) -> None:
     httpx.post(f"http://{nsqd.http_address}/mpub", params={"topic": topic},
                content=b"\n".join(bodies), timeout=DEADLINE).raise_for_status()
-
-
-def wait_exit(proc: subprocess.Popen[bytes]) -> None:
-    """Wait for the tool to exit; one that does not within the deadline is killed (no stray
-    process after a failing test)."""
-    try:
-        proc.wait(timeout=DEADLINE)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        raise
 
 
 def run_until(log: Path, args: list[str], done: Callable[[], bool]) -> bytes:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
-from nsq_testing import DEADLINE, Daemon, wait_until
+from nsq_testing import DEADLINE, Daemon, wait_exit, wait_until
 
 
 def publish(nsqd: Daemon, topic: str, bodies: list[bytes]) -> None:
@@ -47,17 +47,6 @@ def read_all(nsqd: Daemon, topic: str, count: int) -> list[bytes]:
 
     trio.run(main)
     return out
-
-
-def wait_exit(proc: subprocess.Popen[bytes]) -> None:
-    """Wait for the tool to exit; one that does not within the deadline is killed (no stray
-    process after a failing test)."""
-    try:
-        proc.wait(timeout=DEADLINE)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        raise
 
 
 def copy_until(log: Path, args: list[str], done: Callable[[], bool]) -> bytes:

@@ -10,6 +10,7 @@ Both return the predicate's last (truthy) value, so a test can go on with what i
 from __future__ import annotations
 
 import inspect
+import subprocess
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -82,3 +83,14 @@ async def until(predicate: Callable[[], T | Awaitable[T]], *, timeout: float = D
             await trio.sleep(interval)
     raise TimeoutError(f"not true within {timeout} s: {_describe(what, predicate)}"
                        + (f" (last error: {error!r})" if error else "")) from error
+
+
+def wait_exit(proc: subprocess.Popen[bytes], *, timeout: float = DEADLINE) -> int:
+    """Wait for a child process to exit and return its status; one that does not within the
+    deadline is killed (no stray process after a failing test) and TimeoutExpired raised."""
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise
