@@ -342,7 +342,6 @@ async def test_real_disconnect_unregisters(lookupd: Addresses, connect_tcp: Conn
         assert (await http.get("/nodes")).json() == {"producers": []}
 
 
-
 # --- lifetimes on a clock the test moves (the process tests cannot time them exactly) --------
 
 
