@@ -111,12 +111,16 @@ for ((run = 1; run <= runs; run++)); do
     log="$log_dir/run-$run.log"
     start=$SECONDS
     status=0
-    # In the background so that a signal's trap runs at once; SIGINT not ignored, as it would
-    # be in a background job, so that a Ctrl-C still stops pytest cleanly.
-    (
-        trap - INT
-        exec .venv/bin/python -m pytest "${pytest_args[@]}"
-    ) >"$log" 2>&1 &
+    # In the background so that a signal's trap runs at once. A background job of a script
+    # starts with SIGINT ignored, and Python then never turns it into KeyboardInterrupt (nor
+    # can `trap - INT` undo that), so pytest is started with Python's own SIGINT handler put
+    # back: a Ctrl-C, or the TERM passed on as one, stops it cleanly, daemons and all.
+    .venv/bin/python -c '
+import runpy, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
+sys.argv[0] = "pytest"
+runpy.run_module("pytest", run_name="__main__", alter_sys=True)
+' "${pytest_args[@]}" >"$log" 2>&1 &
     pytest_pid=$!
     wait "$pytest_pid" || status=$?
     pytest_pid=""

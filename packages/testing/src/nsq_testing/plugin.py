@@ -12,6 +12,19 @@ from .daemon import Daemon, running_daemons, start_daemon
 from .wire import close_leftover_clients
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """A Ctrl-C inside a Trio test reaches pytest wrapped in an exception group, which pytest
+    reports as one failed test and goes on to the next; unwrapped, it stops the session (and
+    every fixture still tears down, so no daemon is left running)."""
+    try:
+        return (yield)
+    except BaseExceptionGroup as group:
+        if group.subgroup(KeyboardInterrupt) is not None:
+            raise KeyboardInterrupt from group
+        raise
+
+
 @pytest.fixture(autouse=True)
 def _cleanup() -> Iterator[None]:
     """After every test, pass or fail: close the WireClients it left open and stop the daemons
