@@ -655,8 +655,11 @@ async def main():
             await dq.wait_readable()
             got += dq.pop_with_positions(12 - len(got))
         dq.commit(got[7][1])
+        # the sync persists the metadata first and only then deletes the file it moved past:
+        # wait for both, so the kill lands after the commit's whole sync
         with trio.fail_after(60):
-            while open(os.path.join(path, "t.diskqueue.meta.dat"), "rb").read() != sys.argv[2].encode():
+            while (open(os.path.join(path, "t.diskqueue.meta.dat"), "rb").read() != sys.argv[2].encode()
+                   or os.path.exists(sys.argv[3])):
                 await trio.sleep(0.005)
         os.kill(os.getpid(), signal.SIGKILL)
 
@@ -668,7 +671,8 @@ trio.run(main)
 async def test_kill_9_after_commit_redelivers_the_uncommitted(tmp_path: Path) -> None:
     expected = "12\n1,72\n3,120\n"  # records 0-7 committed, 8-11 popped, 12-19 never popped
     proc = await trio.run_process(
-        [sys.executable, "-c", KILLED_CONSUMER, str(tmp_path), expected], check=False
+        [sys.executable, "-c", KILLED_CONSUMER, str(tmp_path), expected, str(data_file(tmp_path, 0))],
+        check=False,
     )
     assert proc.returncode == -signal.SIGKILL
     assert meta(tmp_path) == expected.encode()
