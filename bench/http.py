@@ -372,8 +372,8 @@ def main(argv: list[str] | None = None) -> int:
     elif tool == "wrk" and not shutil.which("wrk"):
         raise SystemExit("wrk is not installed (apt-get install wrk), use --tool builtin")
     results: list[Result] = []
-    work_dir = tempfile.mkdtemp(prefix="nsq-bench-http-wrk-")
     daemons = Daemons()
+    work_dir = tempfile.mkdtemp(prefix="nsq-bench-http-wrk-")
     try:
         print(f"tool: {tool}; {args.duration:g} s per row; load average at start "
               f"{_loadavg():.2f}", flush=True)
