@@ -32,7 +32,8 @@ RUN uv export --frozen --no-dev --no-emit-workspace \
  && python -m venv --without-pip /opt/nsq \
  && uv pip install --python /opt/nsq/bin/python --no-deps --require-hashes -r /tmp/requirements.txt \
  && uv pip install --python /opt/nsq/bin/python --no-deps \
-        ./packages/common ./packages/nsqd ./packages/nsqlookupd ./packages/nsqadmin \
+        ./packages/common ./packages/serving ./packages/nsqd ./packages/nsqlookupd \
+        ./packages/nsqadmin \
  && /opt/nsq/bin/nsqd --version \
  && /opt/nsq/bin/nsqlookupd --version \
  && /opt/nsq/bin/nsqadmin --version

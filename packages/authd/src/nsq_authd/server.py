@@ -1,4 +1,4 @@
-"""``serve(options, store)``: the auth API on Trio through Hypercorn.
+"""``serve(options, store)``: the auth API on Trio through nsq_serving.
 
 The socket is bound before anything is served, so the real address (port 0 included) is
 logged as ``HTTP: listening on HOST:PORT`` first, as NSQ's daemons do.
@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import logging
 import socket
+from functools import partial
 
 import trio
-from hypercorn.config import Config, Sockets
-from hypercorn.trio.run import worker_serve
-from hypercorn.utils import wrap_app
 from nsq_common import listen_tcp
+from nsq_serving import serve_http
 
 from .app import build_app
 from .options import Options
@@ -40,13 +39,6 @@ async def serve(options: Options, store: SecretStore, *,
     sock = bind_socket(options.http_address)
     address = shown_address(sock)
     log.info("HTTP: listening on %s", address)
-    config = Config()
-    config.accesslog = None  # the query string carries the secret: never log it
-    config.errorlog = logging.getLogger("nsq_auth.http")
-    config.errorlog.setLevel(logging.WARNING)
-    app = wrap_app(build_app(store), config.wsgi_max_body_size, "asgi")
-    sockets = Sockets(secure_sockets=[], insecure_sockets=[sock], quic_sockets=[])
     async with trio.open_nursery() as nursery:
-        await nursery.start(lambda task_status: worker_serve(app, config, sockets=sockets,
-                                                             task_status=task_status))
+        await nursery.start(partial(serve_http, build_app(store), [sock]))
         task_status.started(address)

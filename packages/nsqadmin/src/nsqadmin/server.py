@@ -1,4 +1,4 @@
-"""``serve(options)``: nsqadmin on Trio through Hypercorn.
+"""``serve(options)``: nsqadmin on Trio through nsq_serving.
 
 The listening socket is bound first, so the real address (port 0 included) is known and
 logged as ``HTTP: listening on HOST:PORT`` before anything is served, as the Go daemons do.
@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import logging
 import socket
+from functools import partial
 
 import trio
-from hypercorn.config import Config, Sockets
-from hypercorn.trio.run import worker_serve
-from hypercorn.utils import wrap_app
 from nsq_common import listen_tcp
+from nsq_serving import serve_http
 
 from .app import create_app
 from .options import Options
@@ -39,14 +38,6 @@ async def serve(options: Options, *, task_status: trio.TaskStatus[str] = trio.TA
     sock = bind_socket(options.http_address)
     address = shown_address(sock)
     log.info("HTTP: listening on %s", address)
-    config = Config()
-    config.accesslog = None
-    config.errorlog = logging.getLogger("nsqadmin.http")
-    config.errorlog.setLevel(logging.WARNING)
-    config.keep_alive_timeout = 75
-    app = wrap_app(create_app(options), config.wsgi_max_body_size, "asgi")
-    sockets = Sockets(secure_sockets=[], insecure_sockets=[sock], quic_sockets=[])
     async with trio.open_nursery() as nursery:
-        await nursery.start(lambda task_status: worker_serve(app, config, sockets=sockets,
-                                                             task_status=task_status))
+        await nursery.start(partial(serve_http, create_app(options), [sock]))
         task_status.started(address)

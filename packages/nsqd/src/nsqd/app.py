@@ -5,7 +5,7 @@ Task tree::
     serve
     ├── tcp: trio.serve_listeners ── one task per connection ─┬─ reader
     │                                                         └─ writer (output buffer, heartbeats)
-    ├── http: hypercorn worker (Starlette app)
+    ├── http: nsq_serving (Starlette app; hot routes called directly)
     └── broker
         ├── pump: delivers messages for dirty channels
         ├── queue scan: in-flight timeouts and deferred messages, every 100 ms
@@ -23,11 +23,8 @@ import fcntl
 import logging
 import os
 import socket
-import ssl
 
 import trio
-from hypercorn.config import Config, Sockets
-from hypercorn.trio.run import worker_serve
 from nsq_common import ListenError, go_errno_text, listen_tcp
 
 from .broker import Broker
@@ -123,34 +120,19 @@ async def serve(opts: Options, *, task_status: trio.TaskStatus[Broker] = trio.TA
             listener = trio.SocketListener(trio.socket.from_stdlib_socket(tcp_sock))
             nursery.start_soon(serve_tcp, broker, [listener])
             if http_sock is not None or https_sock is not None:
-                await nursery.start(_serve_http, broker, _http_config(opts), http_sock,
-                                    https_sock)
+                await nursery.start(_serve_http, broker, http_sock, https_sock)
             task_status.started(broker)
     finally:
         os.close(lock_fd)
 
 
-def _http_config(opts: Options) -> Config:
-    config = Config()
-    config.accesslog = None
-    config.errorlog = logging.getLogger("nsqd.http")
-    config.errorlog.setLevel(logging.WARNING)
-    config.keep_alive_timeout = 75
-    if opts.tls_cert and opts.tls_key:
-        config.certfile = opts.tls_cert
-        config.keyfile = opts.tls_key
-        if opts.tls_client_auth_policy:
-            config.verify_mode = ssl.CERT_REQUIRED
-            config.ca_certs = opts.tls_root_ca_file or None
-    return config
-
-
-async def _serve_http(broker: Broker, config: Config, http_sock: socket.socket | None,
+async def _serve_http(broker: Broker, http_sock: socket.socket | None,
                       https_sock: socket.socket | None, *,
                       task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-    from hypercorn.utils import wrap_app
+    """The HTTP API on --http-address and, with TLS configured, --https-address (the TCP
+    protocol's TLS settings, as Go's nsqd uses them for both)."""
+    from nsq_serving import serve_http
 
-    app = wrap_app(build_app(broker), config.wsgi_max_body_size, "asgi")
-    sockets = Sockets(secure_sockets=[https_sock] if https_sock else [],
-                      insecure_sockets=[http_sock] if http_sock else [], quic_sockets=[])
-    await worker_serve(app, config, sockets=sockets, task_status=task_status)
+    await serve_http(build_app(broker), [http_sock] if http_sock else [],
+                     tls_sockets=[https_sock] if https_sock else [],
+                     ssl_context=broker.tls_context, task_status=task_status)

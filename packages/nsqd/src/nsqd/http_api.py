@@ -14,6 +14,7 @@ import re
 import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import parse_qsl
 
 from nsq_common import (
     NSQ_LOG_LEVELS,
@@ -25,7 +26,7 @@ from nsq_common import (
 )
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
@@ -58,6 +59,9 @@ def _text(value: str | bytes, status: int = 200) -> Response:
     return Response(value, status, headers=NSQ_HEADERS, media_type="text/plain; charset=utf-8")
 
 
+_OK = _text("OK")  # /pub and /mpub's answer, built once (responses are not changed once made)
+
+
 def _empty() -> Response:
     return Response(b"", 200, headers=NSQ_HEADERS)
 
@@ -69,11 +73,17 @@ def error_response(status: int, message: str) -> Response:
 def _query(request: Request) -> dict[str, str]:
     """Query parameters as Go's url.ParseQuery sees them (first value wins)."""
     raw = request.scope.get("query_string", b"").decode("latin-1")
-    if _BAD_ESCAPE.search(raw) or ";" in raw:
-        raise ApiError(400, "INVALID_REQUEST")
     out: dict[str, str] = {}
-    for key, value in request.query_params.multi_items():
-        out.setdefault(key, value)
+    if "%" in raw or "+" in raw or ";" in raw:
+        if _BAD_ESCAPE.search(raw) or ";" in raw:
+            raise ApiError(400, "INVALID_REQUEST")
+        for key, value in parse_qsl(raw, keep_blank_values=True):
+            out.setdefault(key, value)
+        return out
+    for pair in raw.split("&"):  # nothing to unescape: the common case, parsed by hand
+        if pair:
+            key, _, value = pair.partition("=")
+            out.setdefault(key, value)
     return out
 
 
@@ -83,18 +93,32 @@ def _bool_param(value: str | None, default: bool) -> bool:
     return value in ("true", "1")
 
 
+def _content_length(request: Request) -> int | None:
+    for name, value in request.scope["headers"]:
+        if name == b"content-length":
+            return int(value) if value.isdigit() else None
+    return None
+
+
 async def _read_limited(request: Request, limit: int, too_big: str) -> bytes:
-    length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > limit:
+    """The whole body, refused (413 ``too_big``) by its declared length before a byte of it
+    is read, or as soon as more than ``limit`` bytes arrive."""
+    length = _content_length(request)
+    if length is not None and length > limit:
         raise ApiError(413, too_big)
     chunks = []
     total = 0
-    async for chunk in request.stream():
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+        chunk = message.get("body", b"")
         total += len(chunk)
         if total > limit:
             raise ApiError(413, too_big)
         chunks.append(chunk)
-    return b"".join(chunks)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 class HttpApi:
@@ -106,7 +130,7 @@ class HttpApi:
         topic = q.get("topic")
         if topic is None:
             raise ApiError(400, "MISSING_ARG_TOPIC")
-        if not is_valid_name(topic):
+        if topic not in self.broker.topics and not is_valid_name(topic):  # topics are valid
             raise ApiError(400, invalid)
         return topic
 
@@ -184,12 +208,12 @@ class HttpApi:
                 raise ApiError(400, "INVALID_DEFER")
             defer = ms / 1000
         await self._publish(topic, self.broker.new_messages([body], defer))
-        return _text("OK")
+        return _OK
 
     async def mpub(self, request: Request) -> Response:
         o = self.opts
-        length = request.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > o.max_body_size:
+        length = _content_length(request)
+        if length is not None and length > o.max_body_size:
             raise ApiError(413, "BODY_TOO_BIG")
         q = _query(request)
         topic = self._topic_arg(q)
@@ -207,7 +231,7 @@ class HttpApi:
                 raise ApiError(413, "MSG_TOO_BIG")
         if bodies:
             await self._publish(topic, self.broker.new_messages(bodies))
-        return _text("OK")
+        return _OK
 
     async def stats(self, request: Request) -> Response:
         q = _query(request)

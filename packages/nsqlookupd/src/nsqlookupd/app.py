@@ -3,8 +3,8 @@
 We bind the sockets ourselves, before serving, for three reasons: a bad address fails at
 once with NSQ's ``listen (<addr>) failed - <err>``; port 0 yields the real port for the
 ``TCP: listening on`` / ``HTTP: listening on`` lines and for lookupd's IDENTIFY answer; and
-SO_REUSEADDR lets a restarted nsqlookupd take its ports back right after a crash. hypercorn
-then serves HTTP on the pre-bound socket.
+SO_REUSEADDR lets a restarted nsqlookupd take its ports back right after a crash.
+nsq_serving then serves HTTP on the pre-bound socket.
 """
 
 from __future__ import annotations
@@ -14,10 +14,8 @@ from functools import partial
 
 import attrs
 import trio
-from hypercorn.app_wrappers import ASGIWrapper
-from hypercorn.config import Config, Sockets
-from hypercorn.trio.run import worker_serve
 from nsq_common import NSQ_VERSION, ListenError, LookupdInfo, listen_tcp
+from nsq_serving import serve_http
 
 from .http import create_app
 from .logger import Logger
@@ -73,17 +71,6 @@ def bind_listeners(options: Options) -> Listeners:
         raise
 
 
-def _hypercorn_config(log: Logger) -> Config:
-    config = Config()
-    errors = log.stdlib_logger("nsqlookupd.hypercorn")
-    errors.setLevel("WARNING")  # its "Running on ..." lines would only repeat ours
-    config.errorlog = errors
-    config.accesslog = None  # requests are logged by our router, in NSQ's format
-    config.include_server_header = False  # Go's net/http sends none
-    config.graceful_timeout = 1.0
-    return config
-
-
 async def serve(options: Options, *, log: Logger | None = None,
                 listeners: Listeners | None = None, clock: Clock | None = None,
                 task_status: trio.TaskStatus[Addresses] = trio.TASK_STATUS_IGNORED) -> None:
@@ -113,10 +100,7 @@ async def serve(options: Options, *, log: Logger | None = None,
             listener = trio.SocketListener(trio.socket.from_stdlib_socket(listeners.tcp))
             await nursery.start(tcp.serve, listener)
             log.info(f"TCP: listening on {addresses.tcp}")
-            sockets = Sockets(secure_sockets=[], insecure_sockets=[listeners.http],
-                              quic_sockets=[])
-            app = ASGIWrapper(create_app(db, log))
-            await nursery.start(partial(worker_serve, app, _hypercorn_config(log), sockets=sockets))
+            await nursery.start(partial(serve_http, create_app(db, log), [listeners.http]))
             log.info(f"HTTP: listening on {addresses.http}")
             task_status.started(addresses)
     finally:

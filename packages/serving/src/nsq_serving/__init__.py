@@ -1,0 +1,11 @@
+"""HTTP/1.1 for NSQ's daemons on Trio: ``serve_http(app, sockets)``.
+
+One task per connection reads, parses (httptools) and answers its requests in turn. A
+request for a plain route of a Starlette app calls the route's endpoint directly; every other
+request goes to the ASGI app. nsqd, nsqlookupd, nsqadmin and nsq_auth all serve through it.
+"""
+
+from ._direct import direct_endpoints
+from ._server import KEEP_ALIVE_TIMEOUT, serve_http
+
+__all__ = ["KEEP_ALIVE_TIMEOUT", "direct_endpoints", "serve_http"]

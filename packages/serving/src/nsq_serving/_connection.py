@@ -1,0 +1,371 @@
+"""One HTTP/1.1 connection: read, parse, answer, in the connection's own task.
+
+There is no task, channel, lock or cancel scope per request. Requests are parsed by
+httptools (llhttp, Node's parser) into :class:`_Request` objects as their bytes arrive; each
+is answered in turn, by calling its route's endpoint directly (see ``_direct``) or the ASGI
+app, whose ``receive`` reads the body from the socket only when the app asks for it. So an
+app can refuse a body by its declared length before a byte of it is read, and
+``Expect: 100-continue`` is answered only when the app reads the body.
+
+After an answer the connection stays open unless the client or the app asked otherwise, the
+request was HTTP/1.0, or the app answered without reading the whole body; then the server
+stops sending and drains what the client still sends for a moment before closing, so that
+the client reads the answer instead of a reset.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import unquote
+
+import httptools
+import trio
+from starlette.requests import Request
+from starlette.responses import Response
+
+from ._direct import Endpoints, error_response
+from ._heads import CONTINUE, DateHeader, plain_answer, status_line
+from ._transport import Transport
+
+log = logging.getLogger("nsq_serving")
+
+#: Largest request line plus headers; more is answered with 431 (Go's net/http allows 1 MiB).
+MAX_HEAD_BYTES = 1 << 20
+#: How long a closing connection still reads (and drops) what the client sends.
+LINGER_SECONDS = 2.0
+LINGER_BYTES = 1 << 20
+
+_BAD_REQUEST = plain_answer(400, b"400 Bad Request")
+_HEAD_TOO_LARGE = plain_answer(431, b"431 Request Header Fields Too Large")
+_INTERNAL_ERROR = plain_answer(500, b"Internal Server Error")
+_ASGI = {"version": "3.0", "spec_version": "2.3"}
+_DATE = DateHeader()
+_METHODS = {name.encode(): name for name in ("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH",
+                                             "OPTIONS")}
+
+
+class _Request:
+    """One request as it is parsed: head first, then the body, chunk by chunk."""
+
+    __slots__ = ("body", "body_done", "complete", "disconnected", "expect_continue", "head_done",
+                 "headers", "http_version", "keep_alive", "method", "url")
+
+    def __init__(self) -> None:
+        self.url = b""
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.method = ""
+        self.http_version = "1.1"
+        self.keep_alive = True
+        self.expect_continue = False
+        self.head_done = False
+        self.body: list[bytes] = []
+        self.complete = False  # the parser has seen the end of the body
+        self.body_done = False  # the app has been given the end of the body
+        self.disconnected = False
+
+
+class _Response:
+    """What the app has sent of its answer so far."""
+
+    __slots__ = ("chunked", "close", "head", "started")
+
+    def __init__(self) -> None:
+        self.started = False  # the head is written
+        self.head: tuple[int, list[tuple[bytes, bytes]]] | None = None
+        self.chunked = False
+        self.close = False
+
+
+class Connection:
+    """The HTTP/1.1 protocol over one byte stream (plain TCP or TLS)."""
+
+    def __init__(self, transport: Transport, app: Any, endpoints: Endpoints, *,
+                 scheme: str, server: tuple[str, int] | None, client: tuple[str, int] | None
+                 ) -> None:
+        self.transport = transport
+        # Set while waiting for a request's head; the server's sweeper cancels ``idle`` when
+        # it has been waiting longer than the keep-alive timeout (no timer per request).
+        self.waiting_since: float | None = None
+        self.idle = trio.CancelScope()
+        self.app = app
+        self.endpoints = endpoints
+        self.scheme = scheme
+        self.server = server
+        self.client = client
+        self.parser = httptools.HttpRequestParser(self)
+        self.requests: deque[_Request] = deque()  # parsed, not yet answered; [0] is current
+        self.parsing = _Request()
+        self.broken = b""  # the answer to a request that could not be parsed
+        self.response = _Response()
+        self.out: list[bytes] = []  # answers not yet written (pipelined requests)
+
+    # -- httptools callbacks ---------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        self.parsing = _Request()
+        self.requests.append(self.parsing)
+
+    def on_url(self, url: bytes) -> None:
+        self.parsing.url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        name = name.lower()
+        self.parsing.headers.append((name, value))
+        if name == b"expect" and value.lower() == b"100-continue":
+            self.parsing.expect_continue = True
+
+    def on_headers_complete(self) -> None:
+        request = self.parsing
+        method = self.parser.get_method()
+        request.method = _METHODS.get(method) or method.decode("ascii", "replace")
+        request.http_version = self.parser.get_http_version()
+        # HTTP/1.0 keep-alive is not offered (h11 and Go's ``Connection: close`` habits agree)
+        request.keep_alive = request.http_version == "1.1" and self.parser.should_keep_alive()
+        request.head_done = True
+
+    def on_body(self, body: bytes) -> None:
+        self.parsing.body.append(body)
+
+    def on_message_complete(self) -> None:
+        self.parsing.complete = True
+
+    # -- the loop ----------------------------------------------------------------------------
+    async def serve(self) -> None:
+        try:
+            with self.idle:
+                await self._serve()
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        finally:
+            await self.transport.aclose()
+
+    async def _serve(self) -> None:
+        while True:
+            request = await self._next_request()
+            if request is None:
+                return
+            self.response = _Response()
+            if not await self._answer(request):
+                await self._linger()
+                return
+            self.requests.popleft()
+
+    async def _next_request(self) -> _Request | None:
+        """The next request whose head is parsed, reading as needed; None when the connection
+        ends (the client closed, went idle too long, or sent what cannot be parsed)."""
+        waited = 0  # bytes read while no head is complete: bounds a request's head
+        while not (self.requests and self.requests[0].head_done):
+            if self.broken:
+                await self._write(self.broken)
+                await self._linger()
+                return None
+            if self.out and not self.requests:
+                await self._flush()
+            self.waiting_since = trio.current_time()
+            data = await self.transport.receive()
+            self.waiting_since = None
+            if not data:
+                await self._flush()
+                return None
+            waited += len(data)
+            self._feed(data)
+            if waited > MAX_HEAD_BYTES:  # whatever was parsed meanwhile is not answered
+                self.requests.clear()
+                self.broken = _HEAD_TOO_LARGE
+        return self.requests[0]
+
+    def _feed(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self.parsing.keep_alive = False  # no protocol switch here: answer, then close
+        except httptools.HttpParserError:
+            self._refuse(_BAD_REQUEST)
+
+    def _refuse(self, answer: bytes) -> None:
+        """The request being parsed is broken: answer it (after those before it) and close."""
+        if self.requests and self.requests[-1] is self.parsing and not self.parsing.head_done:
+            self.requests.pop()
+        elif self.parsing.head_done and not self.parsing.complete:
+            self.parsing.disconnected = True  # its app gets http.disconnect for the rest
+        self.broken = answer
+
+    async def _answer(self, request: _Request) -> bool:
+        """Answer ``request``; whether the connection can carry another."""
+        path, _, query = request.url.partition(b"?")
+        if not path.startswith(b"/"):  # absolute form, as proxies send it
+            parsed = httptools.parse_url(request.url)
+            path, query = parsed.path or b"/", parsed.query or b""
+        text_path = path.decode("latin-1")
+        scope: dict[str, Any] = {
+            "type": "http", "asgi": _ASGI, "http_version": request.http_version,
+            "method": request.method, "scheme": self.scheme,
+            "path": unquote(text_path) if "%" in text_path else text_path,
+            "raw_path": path, "query_string": query, "root_path": "",
+            "headers": request.headers, "client": self.client, "server": self.server,
+        }
+        receive = self._receiver(request)
+        methods = self.endpoints.get(scope["path"])
+        endpoint = methods.get(request.method) if methods else None
+        try:
+            if endpoint is not None:
+                scope["app"] = self.app
+                scope["router"] = self.app.router
+                scope["path_params"] = {}
+                await self._call_endpoint(endpoint, scope, receive, request)
+            else:
+                await self.app(scope, receive, self._sender(request))
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            raise
+        except Exception:
+            log.exception("%s %s failed", request.method, scope["path"])
+            if not self.response.started:
+                await self._write(_INTERNAL_ERROR)
+            return False
+        if not self.response.started:  # the app returned without answering
+            await self._write(_INTERNAL_ERROR)
+            return False
+        return request.complete and request.keep_alive and not self.response.close
+
+    async def _call_endpoint(self, endpoint: Callable[[Request], Any], scope: dict[str, Any],
+                             receive: Callable[[], Any], request: _Request) -> None:
+        starlette_request = Request(scope, receive)
+        try:
+            response = await endpoint(starlette_request)
+        except Exception as exc:
+            response = await error_response(self.app, starlette_request, exc)
+        if type(response).__call__ is not Response.__call__ or response.background is not None:
+            await response(scope, receive, self._sender(request))
+            return
+        self._start(request, response.status_code, response.raw_headers, len(response.body))
+        await self._finish(request, b"" if request.method == "HEAD" else response.body)
+
+    # -- the body, for the app ---------------------------------------------------------------
+    def _receiver(self, request: _Request) -> Callable[[], Any]:
+        async def receive() -> dict[str, Any]:
+            while True:
+                if request.disconnected:
+                    return {"type": "http.disconnect"}
+                if request.body:
+                    body = request.body[0] if len(request.body) == 1 else b"".join(request.body)
+                    request.body.clear()
+                    request.body_done = request.complete
+                    return {"type": "http.request", "body": body, "more_body": not request.complete}
+                if request.complete:
+                    if not request.body_done:
+                        request.body_done = True
+                        return {"type": "http.request", "body": b"", "more_body": False}
+                    await trio.sleep_forever()  # nothing more will come but a disconnect
+                if request.expect_continue:
+                    request.expect_continue = False
+                    if not self.response.started:
+                        await self.transport.send_all(CONTINUE)
+                data = await self.transport.receive()
+                if not data:
+                    request.disconnected = True
+                else:
+                    self._feed(data)
+        return receive
+
+    # -- the answer --------------------------------------------------------------------------
+    def _sender(self, request: _Request) -> Callable[[dict[str, Any]], Any]:
+        response = self.response
+
+        async def send(message: dict[str, Any]) -> None:
+            kind = message["type"]
+            if kind == "http.response.start":
+                if response.head is not None:
+                    raise RuntimeError("http.response.start sent twice")
+                response.head = (message["status"], list(message.get("headers", ())))
+            elif kind == "http.response.body":
+                if response.head is None:
+                    raise RuntimeError("http.response.body before http.response.start")
+                body = message.get("body", b"")
+                more = message.get("more_body", False)
+                if not response.started:
+                    status, headers = response.head
+                    self._start(request, status, headers, None if more else len(body))
+                if request.method == "HEAD":
+                    body = b""
+                if more:
+                    if body:
+                        await self._write(b"%x\r\n%s\r\n" % (len(body), body)
+                                          if response.chunked else body)
+                else:
+                    if response.chunked:
+                        body = (b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body) if body
+                                else b"0\r\n\r\n")
+                    await self._finish(request, body)
+        return send
+
+    def _start(self, request: _Request, status: int, headers: list[tuple[bytes, bytes]],
+               length: int | None) -> None:
+        """Put the head of the answer in the output: the app's headers, ``date``, and the
+        framing (``content-length`` of a whole body, else chunked)."""
+        response = self.response
+        response.started = True
+        head = [status_line(status)]
+        has_length = False
+        for name, value in headers:
+            lowered = name.lower()
+            if lowered == b"content-length":
+                has_length = True
+            elif lowered == b"connection" and value.lower() == b"close":
+                response.close = True
+            elif lowered == b"transfer-encoding":
+                response.chunked = True
+            head.append(b"%s: %s\r\n" % (name, value))
+        if not has_length and not response.chunked and status >= 200 and status not in (204, 304):
+            if length is not None:
+                head.append(b"content-length: %d\r\n" % length)
+            elif request.http_version == "1.1":
+                response.chunked = True
+                head.append(b"transfer-encoding: chunked\r\n")
+            else:
+                response.close = True
+        if not (request.keep_alive and request.complete) and not response.close:
+            response.close = True
+            if request.http_version == "1.1":
+                head.append(b"connection: close\r\n")
+        head.append(_DATE.line())
+        head.append(b"\r\n")
+        self.out.append(b"".join(head))
+
+    async def _finish(self, request: _Request, body: bytes) -> None:
+        """The answer is complete: write it now, or with the next one when the client has
+        already sent the next request whole (pipelining)."""
+        if body:
+            self.out.append(body)
+        if len(self.requests) > 1 and self.requests[1].complete and not self.response.close:
+            return
+        await self._flush()
+
+    async def _write(self, data: bytes) -> None:
+        self.out.append(data)
+        await self._flush()
+
+    async def _flush(self) -> None:
+        if self.out:
+            data = self.out[0] if len(self.out) == 1 else b"".join(self.out)
+            self.out.clear()
+            await self.transport.send_all(data)
+
+    async def _linger(self) -> None:
+        """Close gently: stop sending, and read (and drop) what the client still sends for a
+        moment, so that it reads our answer rather than a reset of unread data."""
+        await self._flush()
+        try:
+            if not await self.transport.send_eof():
+                return
+            with trio.move_on_after(LINGER_SECONDS):
+                drained = 0
+                while drained < LINGER_BYTES:
+                    data = await self.transport.receive()
+                    if not data:
+                        break
+                    drained += len(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+

@@ -1,0 +1,102 @@
+"""``serve_http``: an ASGI app on listening sockets, plain and TLS, until cancelled.
+
+Task tree::
+
+    serve_http
+    ├── lifespan: the app's startup and shutdown (shielded: it ends when the server has
+    │   stopped taking requests, not when the cancellation arrives)
+    ├── sweep_idle: closes connections idle past the keep-alive timeout
+    └── one task per listener ── one task per connection (Connection.serve)
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import ssl
+from collections.abc import Sequence
+from functools import partial
+from typing import Any
+
+import trio
+
+from ._connection import Connection
+from ._direct import Endpoints, direct_endpoints
+from ._lifespan import Lifespan
+from ._transport import SocketTransport, StreamTransport, Transport
+
+log = logging.getLogger("nsq_serving")
+
+#: Go's net/http keeps an idle connection until the client closes it; NSQ's Go daemons set
+#: no idle timeout. A bound is kept so that forgotten connections do not pile up.
+KEEP_ALIVE_TIMEOUT = 75.0
+
+
+async def serve_http(app: Any, sockets: Sequence[socket.socket] = (), *,
+                     tls_sockets: Sequence[socket.socket] = (),
+                     ssl_context: ssl.SSLContext | None = None,
+                     endpoints: Endpoints | None = None,
+                     keep_alive_timeout: float = KEEP_ALIVE_TIMEOUT,
+                     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    """Serve ``app`` on listening ``sockets`` (HTTP) and ``tls_sockets`` (HTTPS with
+    ``ssl_context``) until cancelled. ``task_status.started()`` once the app's lifespan has
+    started and requests are being accepted.
+
+    Args:
+        endpoints: routes called directly (see ``direct_endpoints``); by default those of
+            ``app`` when it is a plain Starlette app.
+
+    Raises:
+        RuntimeError: the app's lifespan startup failed.
+    """
+    if tls_sockets and ssl_context is None:
+        raise ValueError("tls_sockets need an ssl_context")
+    table = direct_endpoints(app) if endpoints is None else endpoints
+    listeners = [(trio.SocketListener(trio.socket.from_stdlib_socket(sock)), "http")
+                 for sock in sockets]
+    listeners += [(trio.SocketListener(trio.socket.from_stdlib_socket(sock)), "https")
+                  for sock in tls_sockets]
+
+    async def connection(scheme: str, stream: trio.SocketStream) -> None:
+        sock = stream.socket
+        try:
+            server, client = _address(sock.getsockname()), _address(sock.getpeername())
+        except OSError:
+            await stream.aclose()  # gone before it was served
+            return
+        transport: Transport = SocketTransport(stream)
+        if scheme == "https":
+            assert ssl_context is not None
+            transport = StreamTransport(trio.SSLStream(stream, ssl_context, server_side=True,
+                                                       https_compatible=True))
+        conn = Connection(transport, app, table, scheme=scheme, server=server, client=client)
+        connections.add(conn)
+        try:
+            await conn.serve()
+        except Exception:  # one connection's bug must not stop the server
+            log.exception("HTTP connection from %s failed", client)
+        finally:
+            connections.discard(conn)
+
+    async def sweep_idle() -> None:
+        """Close connections that have waited for a request longer than the timeout."""
+        while True:
+            await trio.sleep(keep_alive_timeout / 8)
+            too_old = trio.current_time() - keep_alive_timeout
+            for conn in connections:
+                if conn.waiting_since is not None and conn.waiting_since < too_old:
+                    conn.idle.cancel()
+
+    connections: set[Connection] = set()
+    async with Lifespan(app), trio.open_nursery() as nursery:
+        nursery.start_soon(sweep_idle)
+        for listener, scheme in listeners:
+            nursery.start_soon(partial(trio.serve_listeners, partial(connection, scheme),
+                                       [listener], handler_nursery=nursery))
+        task_status.started()
+
+
+def _address(sockaddr: Any) -> tuple[str, int] | None:
+    if isinstance(sockaddr, tuple) and len(sockaddr) >= 2:
+        return str(sockaddr[0]), int(sockaddr[1])
+    return None

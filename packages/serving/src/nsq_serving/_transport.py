@@ -1,0 +1,79 @@
+"""The bytes under a connection: a plain TCP socket, or a TLS stream.
+
+A plain connection uses Trio's socket directly (``recv``/``send``): Trio's ``SocketStream``
+adds a conflict detector, a memoryview loop and an exception translation per call, a tenth
+of the cost of a small request. Both kinds raise ``trio.BrokenResourceError`` when the peer
+is gone.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import trio
+
+RECEIVE_SIZE = 65536
+
+
+class SocketTransport:
+    __slots__ = ("fd", "sock")
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.sock = stream.socket
+        self.fd = self.sock.fileno()
+
+    async def receive(self) -> bytes:
+        try:
+            return await self.sock.recv(RECEIVE_SIZE)
+        except OSError as exc:
+            raise trio.BrokenResourceError(exc) from exc
+
+    async def send_all(self, data: bytes) -> None:
+        """Write ``data``. An answer almost always fits in the socket's buffer at once: it is
+        written without a trip through Trio's scheduler (the connection's next receive is
+        the checkpoint); only the rest, if any, waits for the socket to drain."""
+        try:
+            try:
+                sent = os.write(self.fd, data)
+            except BlockingIOError:
+                sent = 0
+            if sent < len(data):
+                view = memoryview(data)
+                while sent < len(data):
+                    sent += await self.sock.send(view[sent:])
+        except OSError as exc:
+            raise trio.BrokenResourceError(exc) from exc
+
+    async def send_eof(self) -> bool:
+        try:
+            self.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            return False
+        return True
+
+    async def aclose(self) -> None:
+        self.sock.close()
+        await trio.lowlevel.checkpoint()
+
+
+class StreamTransport:
+    __slots__ = ("stream",)
+
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        self.stream = stream
+
+    async def receive(self) -> bytes:
+        return await self.stream.receive_some(RECEIVE_SIZE)
+
+    async def send_all(self, data: bytes) -> None:
+        await self.stream.send_all(data)
+
+    async def send_eof(self) -> bool:
+        return False  # TLS has no half-close that every client understands
+
+    async def aclose(self) -> None:
+        await trio.aclose_forcefully(self.stream)
+
+
+Transport = SocketTransport | StreamTransport
