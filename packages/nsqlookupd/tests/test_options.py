@@ -7,7 +7,8 @@ import socket
 from pathlib import Path
 
 import pytest
-from nsq_common import FlagError, split_host_port
+from nsq_common import FlagError
+from nsq_serving import split_host_port
 from nsqlookupd.__main__ import version_string
 from nsqlookupd.app import ListenError, bind
 from nsqlookupd.logger import Logger, LogLevel

@@ -11,8 +11,7 @@ import socket
 from functools import partial
 
 import trio
-from nsq_common import listen_tcp
-from nsq_serving import serve_http
+from nsq_serving import listen_tcp, serve_http
 
 from .app import build_app
 from .options import Options

@@ -39,7 +39,6 @@ if TYPE_CHECKING:  # the names as type checkers see them; at run time see _MODUL
         negotiate,
         response_json,
     )
-    from ._listen import ListenError, go_errno_text, listen_tcp, split_host_port
     from ._logs import NSQ_LOG_LEVELS, PYTHON_LOG_LEVELS, NsqLogFormatter, setup_logging
     from ._lookup import (
         LOOKUP_MAX_IDENTIFY_SIZE,
@@ -114,7 +113,6 @@ __all__ = [
     "FrameTooBig",
     "FrameType",
     "IdentifyRequest",
-    "ListenError",
     "Message",
     "MpubPrefixCheck",
     "Negotiated",
@@ -140,13 +138,11 @@ __all__ = [
     "is_valid_name",
     "is_valid_topic_name",
     "lazy_exports",
-    "listen_tcp",
     "negotiate",
     "parse_bool",
     "parse_go_duration",
     "response_json",
     "setup_logging",
-    "split_host_port",
 ]
 
 # nsqlookupd protocol V1
@@ -168,9 +164,8 @@ _EXPORTS = {
         "FrameDecoder FrameTooBig FrameType encode_error encode_frame encode_response"
     ),
     "_goflags": "Flag FlagError FlagSet exit_with_flag_error parse_bool",
-    "_gostr": "format_go_duration go_json go_quote parse_go_duration",
+    "_gostr": "format_go_duration go_errno_text go_json go_quote parse_go_duration",
     "_identify": "IdentifyRequest Negotiated ServerFeatures decode_identify negotiate response_json",
-    "_listen": "ListenError go_errno_text listen_tcp split_host_port",
     "_logs": "NSQ_LOG_LEVELS PYTHON_LOG_LEVELS NsqLogFormatter setup_logging",
     "_lookup": (
         "LOOKUP_MAX_IDENTIFY_SIZE LOOKUP_MAX_LINE MAGIC_V1 LookupBadMagic LookupCommand "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 _ESCAPES = {
@@ -104,3 +105,12 @@ def format_go_duration(seconds: float) -> str:
 def _trim(value: float) -> str:
     text = f"{value:.9f}".rstrip("0").rstrip(".")
     return text or "0"
+
+
+def go_errno_text(exc: OSError) -> str:
+    """The text Go's ``syscall.Errno`` gives for ``exc``: the C library's, starting lower case
+    (``address already in use``, ``no such file or directory``)."""
+    if exc.errno is None:
+        return str(exc)
+    text = os.strerror(exc.errno)
+    return text[:1].lower() + text[1:]

@@ -25,7 +25,8 @@ import os
 import socket
 
 import trio
-from nsq_common import ListenError, go_errno_text, listen_tcp
+from nsq_common import go_errno_text
+from nsq_serving import ListenError, listen_tcp
 
 from .broker import Broker
 from .http_api import build_app

@@ -14,8 +14,8 @@ from functools import partial
 
 import attrs
 import trio
-from nsq_common import NSQ_VERSION, ListenError, LookupdInfo, listen_tcp
-from nsq_serving import serve_http
+from nsq_common import NSQ_VERSION, LookupdInfo
+from nsq_serving import ListenError, listen_tcp, serve_http
 
 from .http import create_app
 from .logger import Logger

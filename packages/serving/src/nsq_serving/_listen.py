@@ -10,21 +10,13 @@ The daemon puts its own ``failed to instantiate <daemon> - `` in front, as Go's 
 
 from __future__ import annotations
 
-import os
 import socket
+
+from nsq_common import go_errno_text
 
 
 class ListenError(OSError):
     """An address that cannot be listened on; ``str()`` is Go's whole ``listen (...)`` text."""
-
-
-def go_errno_text(exc: OSError) -> str:
-    """The text Go's ``syscall.Errno`` gives for ``exc``: the C library's, starting lower case
-    (``address already in use``, ``no such file or directory``)."""
-    if exc.errno is None:
-        return str(exc)
-    text = os.strerror(exc.errno)
-    return text[:1].lower() + text[1:]
 
 
 def split_host_port(address: str) -> tuple[str, str]:

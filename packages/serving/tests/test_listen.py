@@ -3,7 +3,8 @@
 import socket
 
 import pytest
-from nsq_common import ListenError, go_errno_text, listen_tcp, split_host_port
+from nsq_common import go_errno_text
+from nsq_serving import ListenError, listen_tcp, split_host_port
 
 
 @pytest.fixture
