@@ -100,7 +100,9 @@ async def serve(options: Options, *, log: Logger | None = None,
             listener = trio.SocketListener(trio.socket.from_stdlib_socket(listeners.tcp))
             await nursery.start(tcp.serve, listener)
             log.info(f"TCP: listening on {addresses.tcp}")
-            await nursery.start(partial(serve_http, create_app(db, log), [listeners.http]))
+            app = create_app(db, log)
+            await nursery.start(partial(serve_http, app, [listeners.http],
+                                        endpoints=app.state.endpoints))
             log.info(f"HTTP: listening on {addresses.http}")
             task_status.started(addresses)
     finally:

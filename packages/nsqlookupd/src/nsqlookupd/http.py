@@ -151,5 +151,11 @@ def create_router(db: RegistrationDB, log: Logger) -> Router:
 
 
 def create_app(db: RegistrationDB, log: Logger) -> Starlette:
-    """The ASGI app: Starlette for the ASGI plumbing (lifespan), our router for every path."""
-    return Starlette(routes=[Route("/{path:path}", endpoint=create_router(db, log))])
+    """The ASGI app: Starlette for the ASGI plumbing (lifespan), our router for every path.
+
+    ``app.state.endpoints`` has the router's routes for a server to call directly (the same
+    handlers, errors and log lines as through the app)."""
+    router = create_router(db, log)
+    app = Starlette(routes=[Route("/{path:path}", endpoint=router)])
+    app.state.endpoints = router.endpoints()
+    return app

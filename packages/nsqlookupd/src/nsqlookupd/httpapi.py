@@ -19,6 +19,7 @@ from __future__ import annotations
 import html
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
 from typing import Any
 
 import attrs
@@ -139,6 +140,13 @@ class Router:
         self._routes.setdefault(path, {})[method] = handler
         if logged:
             self._logged.add(handler)
+
+    def endpoints(self) -> dict[str, dict[str, Callable[[Request], Awaitable[Response]]]]:
+        """Every route as a server may call it directly (``nsq_serving``): path -> method ->
+        ``endpoint(request)``, with the errors and the log line of ``__call__``."""
+        return {path: {method: partial(self._run, handler=handler, logged=handler in self._logged)
+                       for method, handler in methods.items()}
+                for path, methods in self._routes.items()}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         assert scope["type"] == "http"
