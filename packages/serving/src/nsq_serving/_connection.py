@@ -212,7 +212,7 @@ class Connection:
         try:
             if endpoint is not None:
                 scope["app"] = self.app
-                scope["router"] = self.app.router
+                scope["router"] = getattr(self.app, "router", None)
                 scope["path_params"] = {}
                 await self._call_endpoint(endpoint, scope, receive, request)
             else:
