@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from typing import Any
 
 _ESCAPES = {
@@ -35,11 +36,17 @@ def go_quote(value: str | bytes) -> str:
     return "".join(out)
 
 
+_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+_GO_ESCAPED = re.compile("[<>&\u2028\u2029]")
+_GO_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028",
+               "\u2029": "\\u2029"}
+
+
 def go_json(value: Any) -> bytes:
     """Compact JSON as Go's encoding/json writes it (``<``, ``>``, ``&`` escaped)."""
-    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-    text = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-    text = text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+    text = _JSON.encode(value)
+    if _GO_ESCAPED.search(text) is not None:
+        text = _GO_ESCAPED.sub(lambda match: _GO_ESCAPES[match.group()], text)
     return text.encode()
 
 
@@ -89,9 +96,12 @@ def format_go_duration(seconds: float) -> str:
     sign = "-" if ns < 0 else ""
     ns = abs(ns)
     if ns < 1_000_000_000:
-        for unit, size in (("ms", 1_000_000), ("\u00b5s", 1_000), ("ns", 1)):
+        for unit, size, digits in (("ms", 1_000_000, 6), ("\u00b5s", 1_000, 3), ("ns", 1, 0)):
             if ns >= size:
-                return sign + _trim(ns / size) + unit
+                whole, fraction = divmod(ns, size)
+                if fraction:
+                    return f"{sign}{whole}.{fraction:0{digits}d}".rstrip("0") + unit
+                return f"{sign}{whole}{unit}"
     hours, rest = divmod(ns, 3_600_000_000_000)
     minutes, rest = divmod(rest, 60_000_000_000)
     secs = _trim(rest / 1e9) + "s"

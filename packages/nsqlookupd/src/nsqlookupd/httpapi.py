@@ -183,8 +183,8 @@ class Router:
             response = v1_error(500, "INTERNAL_ERROR")
         if logged:
             elapsed = format_go_duration(time.perf_counter() - start)
-            client = request.client
-            remote = f"{client.host}:{client.port}" if client else "-"
+            client = request.scope.get("client")
+            remote = f"{client[0]}:{client[1]}" if client else "-"
             uri = _request_uri(request.scope)
             self.log.info(f"{response.status_code} {request.method} {uri} ({remote}) {elapsed}")
         return response

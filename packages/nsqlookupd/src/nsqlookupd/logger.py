@@ -8,10 +8,10 @@ the message). Messages below ``--log-level`` are dropped.
 
 from __future__ import annotations
 
-import datetime
 import enum
 import logging
 import sys
+import time
 from typing import TextIO
 
 import attrs
@@ -26,7 +26,7 @@ class LogLevel(enum.IntEnum):
 
     @property
     def label(self) -> str:
-        return "WARNING" if self is LogLevel.WARN else self.name
+        return _LABELS[self]
 
     @classmethod
     def parse(cls, text: str) -> LogLevel:
@@ -42,17 +42,27 @@ class LogLevel(enum.IntEnum):
                 f"invalid log level '{text}' (debug, info, warn, error, fatal)") from None
 
 
+_LABELS = {level: "WARNING" if level is LogLevel.WARN else level.name for level in LogLevel}
+
+
 @attrs.define
 class Logger:
     prefix: str = "[nsqlookupd] "
     level: LogLevel = LogLevel.INFO
     stream: TextIO | None = None
+    _second: int = attrs.field(default=-1, init=False, repr=False)
+    _stamp: str = attrs.field(default="", init=False, repr=False)
 
     def log(self, level: LogLevel, message: str) -> None:
         if level < self.level:
             return
-        stamp = datetime.datetime.now().strftime("%Y/%m/%d %H:%M:%S.%f")
-        line = f"{self.prefix}{stamp} {level.label}: {message}\n"
+        now = time.time()
+        second = int(now)
+        if second != self._second:  # the date and time change once a second: format them then
+            self._second = second
+            self._stamp = time.strftime("%Y/%m/%d %H:%M:%S", time.localtime(second))
+        line = (f"{self.prefix}{self._stamp}.{int((now - second) * 1e6):06d} "
+                f"{level.label}: {message}\n")
         stream = self.stream if self.stream is not None else sys.stderr
         try:
             stream.write(line)
