@@ -196,10 +196,10 @@ async def test_both_paths_give_the_same_bytes():
     seen = []
     for middleware in (False, True):
         async with running(make_app(middleware=middleware)) as address, connect(address) as c:
-            await c.send(GET_PING + post("/echo", b"x") + b"GET /boom HTTP/1.1\r\n\r\n"
-                         + b"GET /stream HTTP/1.1\r\n\r\n")
+            await c.send(GET_PING + post("/echo", b"x") + b"GET /boom HTTP/1.1\r\nHost: x\r\n\r\n"
+                         + b"GET /stream HTTP/1.1\r\nHost: x\r\n\r\n")
             seen.append([await c.answer() for _ in range(4)])
-            await c.send(b"GET /missing HTTP/1.1\r\n\r\nPOST /ping HTTP/1.1\r\n\r\n")
+            await c.send(b"GET /missing HTTP/1.1\r\nHost: x\r\n\r\nPOST /ping HTTP/1.1\r\nHost: x\r\n\r\n")
             seen[-1] += [await c.answer() for _ in range(2)]
     for answers in seen:
         for _, headers, _ in answers:
@@ -213,7 +213,7 @@ async def test_both_paths_give_the_same_bytes():
 
 async def test_chunked_request_body():
     async with running(make_app()) as address, connect(address) as client:
-        await client.send(b"POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+        await client.send(b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
                           b"3\r\nabc\r\n4\r\ndefg\r\n0\r\n\r\n" + GET_PING)
         assert (await client.answer())[2].startswith(b'{"body":"abcdefg"')
         assert (await client.answer())[2] == b"OK"
@@ -221,7 +221,7 @@ async def test_chunked_request_body():
 
 async def test_expect_continue_is_answered_when_the_app_reads_the_body():
     async with running(make_app()) as address, connect(address) as client:
-        await client.send(b"POST /echo HTTP/1.1\r\nContent-Length: 5\r\n"
+        await client.send(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
                           b"Expect: 100-continue\r\n\r\n")
         status, _, _ = await client.answer()
         assert status == 100
@@ -232,7 +232,7 @@ async def test_expect_continue_is_answered_when_the_app_reads_the_body():
 
 async def test_a_body_refused_by_its_length_is_never_read_and_the_connection_closes():
     async with running(make_app()) as address, connect(address) as client:
-        await client.send(b"POST /echo HTTP/1.1\r\nContent-Length: 1000000\r\n"
+        await client.send(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n"
                           b"Expect: 100-continue\r\n\r\n")
         status, headers, body = await client.answer()  # no 100 Continue before it
         assert (status, body) == (413, b'{"message":"MSG_TOO_BIG"}')
@@ -242,7 +242,7 @@ async def test_a_body_refused_by_its_length_is_never_read_and_the_connection_clo
 
 async def test_head_has_the_headers_of_get_and_no_body():
     async with running(make_app()) as address, connect(address) as client:
-        await client.send(b"HEAD /ping HTTP/1.1\r\n\r\n" + GET_PING)
+        await client.send(b"HEAD /ping HTTP/1.1\r\nHost: x\r\n\r\n" + GET_PING)
         status, headers, _ = await client.answer(head=True)
         assert (status, headers["content-length"]) == (200, "2")
         status, get_headers, body = await client.answer()
@@ -250,11 +250,19 @@ async def test_head_has_the_headers_of_get_and_no_body():
         assert {**get_headers, "date": ""} == {**headers, "date": ""}
 
 
+async def test_an_http11_request_without_host_gets_go_s_400():
+    async with running(make_app()) as address, connect(address) as client:
+        await client.send(b"GET /ping HTTP/1.1\r\n\r\n")
+        status, _, body = await client.answer()
+        assert (status, body) == (400, b"400 Bad Request: missing required Host header")
+        assert await client.closed()
+
+
 @pytest.mark.parametrize("request_bytes", [
     b"GARBAGE\r\n\r\n",
-    b"GET /ping HTTP/1.1\r\nbad header line\r\n\r\n",
-    b"POST /echo HTTP/1.1\r\nContent-Length: x\r\n\r\n",
-    b"POST /echo HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab",
+    b"GET /ping HTTP/1.1\r\nHost: x\r\nbad header line\r\n\r\n",
+    b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: x\r\n\r\n",
+    b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab",
 ], ids=["request-line", "header", "length", "two-lengths"])
 async def test_a_request_that_cannot_be_parsed_gets_400_and_the_server_goes_on(request_bytes):
     async with running(make_app()) as address:
@@ -280,7 +288,7 @@ async def test_a_pipelined_request_after_a_broken_one_is_not_answered_but_those_
 
 async def test_a_head_too_large_gets_431():
     async with running(make_app()) as address, connect(address) as client:
-        await client.send(b"GET /ping HTTP/1.1\r\n" + b"X-Big: " + b"a" * (1 << 20) + b"\r\n\r\n")
+        await client.send(b"GET /ping HTTP/1.1\r\nHost: x\r\n" + b"X-Big: " + b"a" * (1 << 20) + b"\r\n\r\n")
         assert (await client.answer())[0] == 431
         assert await client.closed()
 
@@ -288,7 +296,7 @@ async def test_a_head_too_large_gets_431():
 @pytest.mark.parametrize(("request_bytes", "connection"), [
     (b"GET /ping HTTP/1.0\r\n\r\n", None),
     (b"GET /ping HTTP/1.0\r\nConnection: keep-alive\r\n\r\n", None),
-    (b"GET /ping HTTP/1.1\r\nConnection: close\r\n\r\n", "close"),
+    (b"GET /ping HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", "close"),
 ], ids=["http1.0", "http1.0-keep-alive", "connection-close"])
 async def test_the_connection_closes_after_the_answer_when_asked(request_bytes, connection):
     async with running(make_app()) as address, connect(address) as client:
@@ -302,7 +310,7 @@ async def test_the_connection_closes_after_the_answer_when_asked(request_bytes, 
 async def test_a_client_gone_mid_body_leaves_the_server_serving():
     async with running(make_app()) as address:
         async with connect(address) as client:
-            await client.send(b"POST /echo HTTP/1.1\r\nContent-Length: 50\r\n\r\nonly-ten..")
+            await client.send(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\nonly-ten..")
         async with connect(address) as client:
             await client.send(GET_PING)
             assert (await client.answer())[2] == b"OK"
@@ -326,7 +334,7 @@ async def test_a_request_in_progress_is_not_cut_by_the_keep_alive_timeout(autoju
     app = Starlette(routes=[Route("/slow", slow)])
     async with running(app, keep_alive_timeout=75) as address, \
             connect(address, deadline=1000) as client:
-        await client.send(b"GET /slow HTTP/1.1\r\n\r\n")
+        await client.send(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
         assert (await client.answer())[2] == b"late"
 
 

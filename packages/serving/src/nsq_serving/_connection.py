@@ -39,6 +39,7 @@ LINGER_SECONDS = 2.0
 LINGER_BYTES = 1 << 20
 
 _BAD_REQUEST = plain_answer(400, b"400 Bad Request")
+_NO_HOST = plain_answer(400, b"400 Bad Request: missing required Host header")
 _HEAD_TOO_LARGE = plain_answer(431, b"431 Request Header Fields Too Large")
 _INTERNAL_ERROR = plain_answer(500, b"Internal Server Error")
 _ASGI = {"version": "3.0", "spec_version": "2.3"}
@@ -50,8 +51,8 @@ _METHODS = {name.encode(): name for name in ("GET", "HEAD", "POST", "PUT", "DELE
 class _Request:
     """One request as it is parsed: head first, then the body, chunk by chunk."""
 
-    __slots__ = ("body", "body_done", "complete", "disconnected", "expect_continue", "head_done",
-                 "headers", "http_version", "keep_alive", "method", "url")
+    __slots__ = ("body", "body_done", "complete", "disconnected", "expect_continue", "has_host",
+                 "head_done", "headers", "http_version", "keep_alive", "method", "url")
 
     def __init__(self) -> None:
         self.url = b""
@@ -60,6 +61,7 @@ class _Request:
         self.http_version = "1.1"
         self.keep_alive = True
         self.expect_continue = False
+        self.has_host = False
         self.head_done = False
         self.body: list[bytes] = []
         self.complete = False  # the parser has seen the end of the body
@@ -113,7 +115,9 @@ class Connection:
     def on_header(self, name: bytes, value: bytes) -> None:
         name = name.lower()
         self.parsing.headers.append((name, value))
-        if name == b"expect" and value.lower() == b"100-continue":
+        if name == b"host":
+            self.parsing.has_host = True
+        elif name == b"expect" and value.lower() == b"100-continue":
             self.parsing.expect_continue = True
 
     def on_headers_complete(self) -> None:
@@ -194,6 +198,9 @@ class Connection:
 
     async def _answer(self, request: _Request) -> bool:
         """Answer ``request``; whether the connection can carry another."""
+        if not request.has_host and request.http_version == "1.1":
+            await self._write(_NO_HOST)  # HTTP/1.1 requires it; Go's net/http refuses too
+            return False
         path, _, query = request.url.partition(b"?")
         if not path.startswith(b"/"):  # absolute form, as proxies send it
             parsed = httptools.parse_url(request.url)
