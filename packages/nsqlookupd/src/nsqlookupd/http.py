@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from nsq_common import NSQ_VERSION, is_valid_name
+from nsq_common import NSQ_VERSION, go_json, is_valid_name
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -26,6 +26,7 @@ class LookupAPI:
     def __init__(self, db: RegistrationDB, log: Logger) -> None:
         self.db = db
         self.log = log
+        self._answers: dict[tuple[object, ...], bytes] = {}
 
     async def ping(self, request: Request) -> Response:
         return plain_text("OK")
@@ -46,7 +47,17 @@ class LookupAPI:
         if found is None:
             raise HTTPError(404, "TOPIC_NOT_FOUND")
         channels, peers = found
-        return v1_response({"channels": channels, "producers": [p.to_json() for p in peers]})
+        # Consumers poll /lookup; its answer changes only when the registry does, so the
+        # encoded body is kept by what it is made of (peers by identity: a PeerInfo is fixed
+        # once its IDENTIFY is in; only last_update moves, which the answer does not show).
+        key = (topic, tuple(channels), tuple(peers))
+        body = self._answers.get(key)
+        if body is None:
+            if len(self._answers) >= 1024:
+                self._answers.clear()
+            body = go_json({"channels": channels, "producers": [p.to_json() for p in peers]})
+            self._answers[key] = body
+        return v1_response(body, json=True)
 
     async def nodes(self, request: Request) -> Response:
         producers = [peer.to_json() | {"tombstones": tombstones, "topics": topics}

@@ -46,13 +46,14 @@ class HTTPError(Exception):
         self.text = text
 
 
-def v1_response(data: Any = None, status: int = 200) -> Response:
-    """A V1 answer: None is an empty body, bytes/str go raw, anything else as JSON."""
+def v1_response(data: Any = None, status: int = 200, *, json: bool = False) -> Response:
+    """A V1 answer: None is an empty body, bytes/str go raw (as JSON already encoded with
+    ``json=True``), anything else as JSON."""
     headers = dict([NSQ_CONTENT_TYPE])
     if data is None:
         return Response(b"", status, headers)
     if isinstance(data, bytes | str):
-        return Response(data, status, headers, media_type=TEXT_TYPE)
+        return Response(data, status, headers, media_type=JSON_TYPE if json else TEXT_TYPE)
     return Response(go_json(data), status, headers, media_type=JSON_TYPE)
 
 
@@ -92,6 +93,8 @@ _HEX = b"0123456789abcdefABCDEF"
 
 
 def _unescape(text: bytes) -> str:
+    if b"%" not in text and b"+" not in text:  # nothing to unescape: the common case
+        return text.decode("utf-8", "surrogateescape")
     out = bytearray()
     i = 0
     while i < len(text):
