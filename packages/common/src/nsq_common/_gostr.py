@@ -95,13 +95,13 @@ def format_go_duration(seconds: float) -> str:
         return "0s"
     sign = "-" if ns < 0 else ""
     ns = abs(ns)
-    if ns < 1_000_000_000:
-        for unit, size, digits in (("ms", 1_000_000, 6), ("\u00b5s", 1_000, 3), ("ns", 1, 0)):
-            if ns >= size:
-                whole, fraction = divmod(ns, size)
-                if fraction:
-                    return f"{sign}{whole}.{fraction:0{digits}d}".rstrip("0") + unit
-                return f"{sign}{whole}{unit}"
+    if ns < 1_000_000_000:  # as a decimal of ms, µs or ns, cut from the digits of ns
+        if ns < 1_000:
+            return f"{sign}{ns}ns"
+        digits, unit = (6, "ms") if ns >= 1_000_000 else (3, "\u00b5s")
+        text = str(ns)
+        fraction = text[-digits:].rstrip("0")
+        return f"{sign}{text[:-digits]}{'.' if fraction else ''}{fraction}{unit}"
     hours, rest = divmod(ns, 3_600_000_000_000)
     minutes, rest = divmod(rest, 60_000_000_000)
     secs = _trim(rest / 1e9) + "s"
