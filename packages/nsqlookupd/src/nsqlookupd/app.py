@@ -100,6 +100,7 @@ async def serve(options: Options, *, log: Logger | None = None,
             listener = trio.SocketListener(trio.socket.from_stdlib_socket(listeners.tcp))
             await nursery.start(tcp.serve, listener)
             log.info(f"TCP: listening on {addresses.tcp}")
+            log.stdlib_logger("nsq_serving").setLevel("WARNING")  # its errors in NSQ's format
             app = create_app(db, log)
             await nursery.start(partial(serve_http, app, [listeners.http],
                                         endpoints=app.state.endpoints))

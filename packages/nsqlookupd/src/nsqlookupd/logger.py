@@ -86,7 +86,7 @@ class Logger:
         self.log(LogLevel.FATAL, message)
 
     def stdlib_logger(self, name: str) -> logging.Logger:
-        """A ``logging.Logger`` (for libraries such as hypercorn) that writes through this one."""
+        """A ``logging.Logger`` (for libraries such as nsq_serving) that writes through this one."""
         logger = logging.getLogger(name)
         logger.handlers = [_Forward(self)]
         logger.propagate = False
