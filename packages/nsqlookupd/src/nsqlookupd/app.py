@@ -97,6 +97,7 @@ async def serve(options: Options, *, log: Logger | None = None,
     tcp = TCPServer(db, info, log)
     try:
         async with trio.open_nursery() as nursery:
+            nursery.start_soon(log.write_batched)
             listener = trio.SocketListener(trio.socket.from_stdlib_socket(listeners.tcp))
             await nursery.start(tcp.serve, listener)
             log.info(f"TCP: listening on {addresses.tcp}")
