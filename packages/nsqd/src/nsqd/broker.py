@@ -246,6 +246,7 @@ class Broker:
     def _remove_channel(self, topic: Topic, name: str) -> None:
         channel = topic.channels.pop(name)
         channel.deleted = True
+        channel.wake_pullers()  # they find it deleted and answer
         self._dirty.discard(channel)
         self._stop(channel)
         for client in list(channel.clients.values()):

@@ -15,6 +15,7 @@ import random
 import time
 from typing import TYPE_CHECKING, Protocol
 
+import trio
 from nsq_common import is_ephemeral
 
 from .backlog import Backlog
@@ -25,6 +26,10 @@ if TYPE_CHECKING:
     from .diskqueue import DiskQueue
     from .e2e import LatencyStream
     from .message import Message
+
+
+#: The owner (``client_id``) of messages in flight to HTTP pullers (client ids start at 1).
+PULLER = -1
 
 
 class Owner(Protocol):
@@ -75,6 +80,10 @@ class Channel:
         self.requeue_count = 0
         self.timeout_count = 0
         self._rotation = 0
+        # HTTP pulling: the ttr of each message pulled and still in flight, and the event
+        # that pullers waiting for messages sleep on (made by the first of them)
+        self._pulled_ttr: dict[bytes, float] = {}
+        self._pullers_wakeup: trio.Event | None = None
 
     # -- stats ---------------------------------------------------------------------------
     @property
@@ -85,12 +94,23 @@ class Channel:
     def backend_depth(self) -> int:
         return self.backlog.disk_depth
 
-    def _disk_readable(self) -> None:
+    def _changed(self) -> None:
+        """Messages may be deliverable now: the broker pumps the channel, waiting HTTP
+        pullers look again."""
         self.owner.mark_dirty(self)
+        self.wake_pullers()
+
+    def wake_pullers(self) -> None:
+        if self._pullers_wakeup is not None:
+            self._pullers_wakeup.set()
+            self._pullers_wakeup = None
+
+    def _disk_readable(self) -> None:
+        self._changed()
 
     def _requeue(self, msgs: list[Message]) -> None:
         self.backlog.put_back(msgs)
-        self.owner.mark_dirty(self)
+        self._changed()
 
     # -- arrivals ------------------------------------------------------------------------
     async def put(self, msgs: list[Message], now: float) -> None:
@@ -111,7 +131,7 @@ class Channel:
                     undeferred.append(msg)
             msgs = undeferred
         if msgs:
-            self.owner.mark_dirty(self)
+            self._changed()
             await self.backlog.put(msgs)
 
     # -- delivery ------------------------------------------------------------------------
@@ -167,6 +187,73 @@ class Channel:
         client.message_count += len(batch)
         client.send_messages(batch)
 
+    # -- HTTP pulling ------------------------------------------------------------------------
+    def pull(self, n: int, ttr: float, now: float) -> list[Message]:
+        """Up to ``n`` waiting messages, in flight for ``ttr`` seconds, owned by HTTP pullers
+        (``PULLER``): they count in ``in_flight`` and time out like any delivery."""
+        if self.paused or self.deleted or not self.backlog.has_ready():
+            return []
+        msgs = self.backlog.take(n)
+        deadline = now + ttr
+        add = self.in_flight.add
+        for msg in msgs:
+            if msg.attempts < 65535:
+                msg.attempts += 1
+            msg.client_id = PULLER
+            msg.delivered = now
+            msg.deadline = deadline
+            add(msg)
+            self._pulled_ttr[msg.id] = ttr
+        return msgs
+
+    async def wait_pullable(self) -> None:
+        """Return once messages may be there to pull (a publish, a requeue, a timeout...)."""
+        if self._pullers_wakeup is None:
+            self._pullers_wakeup = trio.Event()
+        await self._pullers_wakeup.wait()
+
+    def _take_pulled(self, message_id: bytes) -> Message | None:
+        msg = self.in_flight.get(message_id)
+        if msg is None or msg.client_id != PULLER:
+            return None
+        self.in_flight.remove(message_id)
+        del self._pulled_ttr[message_id]
+        return msg
+
+    def finish_pulled(self, message_id: bytes) -> bool:
+        """FIN of a pulled message; False when it is not in flight for a puller."""
+        msg = self._take_pulled(message_id)
+        if msg is None:
+            return False
+        self.backlog.ack(message_id)
+        if self.e2e is not None:
+            self.e2e.observe(time.time_ns() - msg.timestamp)
+        return True
+
+    def requeue_pulled(self, message_id: bytes, delay: float, now: float) -> bool:
+        """REQ of a pulled message, now or after ``delay`` seconds."""
+        msg = self._take_pulled(message_id)
+        if msg is None:
+            return False
+        self.requeue_count += 1
+        if delay > 0:
+            msg.deadline = now + delay
+            self.deferred.add(msg)
+        else:
+            self._requeue([msg])
+        return True
+
+    def touch_pulled(self, message_id: bytes, now: float) -> bool:
+        """TOUCH: its ttr again from now, never past delivery + max-msg-timeout."""
+        msg = self.in_flight.get(message_id)
+        if msg is None or msg.client_id != PULLER:
+            return False
+        self.in_flight.remove(message_id)
+        msg.deadline = min(now + self._pulled_ttr[message_id],
+                           msg.delivered + self.max_msg_timeout)
+        self.in_flight.add(msg)
+        return True
+
     # -- answers from clients --------------------------------------------------------------
     def _take_in_flight(self, client: Client, message_id: bytes) -> Message | str:
         msg = self.in_flight.get(message_id)
@@ -176,7 +263,7 @@ class Channel:
             return "client does not own message"
         self.in_flight.remove(message_id)
         client.in_flight -= 1
-        self.owner.mark_dirty(self)
+        self._changed()
         return msg
 
     def finish(self, client: Client, message_id: bytes) -> str | None:
@@ -227,6 +314,8 @@ class Channel:
             client = self.clients.get(msg.client_id)
             if client is not None:
                 client.in_flight -= 1
+            elif msg.client_id == PULLER:
+                del self._pulled_ttr[msg.id]
         self.timeout_count += len(expired)
         self._requeue(expired + due)
         return True
@@ -258,7 +347,7 @@ class Channel:
 
     def unpause(self) -> None:
         self.paused = False
-        self.owner.mark_dirty(self)
+        self._changed()
 
     def empty(self) -> None:
         """Drop queued, in-flight and deferred messages (NSQ's channel empty); the disk
@@ -266,7 +355,8 @@ class Channel:
         self.backlog.clear_memory()
         self.backlog.ack_all()
         self.in_flight.clear()
+        self._pulled_ttr.clear()
         self.deferred.clear()
         for client in self.clients.values():
             client.in_flight = 0
-        self.owner.mark_dirty(self)
+        self._changed()

@@ -8,6 +8,7 @@ Query parameters come from the URL only and, as in Go, the first of repeated key
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import re
@@ -16,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qsl
 
+import trio
 from nsq_common import (
     NSQ_LOG_LEVELS,
     PYTHON_LOG_LEVELS,
@@ -293,6 +295,85 @@ class HttpApi:
         self.broker.metadata_changed()
         return _empty()
 
+    # -- HTTP pulling: consume and answer over HTTP -----------------------------------------
+    def _seconds(self, q: dict[str, str], key: str, default: float, *, low: float,
+                 high: float, error: str) -> float:
+        """A duration in (decimal) seconds from the query, within [low, high]."""
+        text = q.get(key)
+        if text is None:
+            return default
+        try:
+            value = float(text)
+        except ValueError:
+            raise ApiError(400, error) from None
+        if not low <= value <= high:  # NaN fails this too
+            raise ApiError(400, error)
+        return value
+
+    async def channel_consume(self, request: Request) -> Response:
+        """Up to n waiting messages (long-polling up to ``wait`` seconds), each in flight for
+        ``ttr`` seconds until ``/message/fin``, ``/message/req`` or its timeout."""
+        q = _query(request)
+        channel = self._existing_channel(q)[1]
+        o = self.opts
+        try:
+            n = int(q.get("n", "1"), 10)
+        except ValueError:
+            raise ApiError(400, "INVALID_N") from None
+        if not 1 <= n <= o.max_rdy_count:
+            raise ApiError(400, "INVALID_N")
+        wait = self._seconds(q, "wait", 0.0, low=0.0, high=o.max_msg_timeout, error="INVALID_WAIT")
+        ttr = self._seconds(q, "ttr", o.msg_timeout, low=0.001, high=o.max_msg_timeout,
+                            error="INVALID_TTR")
+        msgs = channel.pull(n, ttr, self.broker.now())
+        with trio.move_on_after(wait):
+            while not msgs and not channel.deleted:
+                await channel.wait_pullable()
+                msgs = channel.pull(n, ttr, self.broker.now())
+        return _json({"messages": [message_json(m) for m in msgs]})
+
+    def _pulled(self, request: Request) -> tuple[Channel, dict[str, str], list[bytes]]:
+        """The channel and the message ids of a /message/* request (``id`` in the query, or
+        one per line of the body for /message/fin's list)."""
+        q = _query(request)
+        channel = self._existing_channel(q)[1]
+        raw = request.scope.get("query_string", b"").decode("latin-1")
+        ids = [value for key, value in parse_qsl(raw, keep_blank_values=True) if key == "id"]
+        return channel, q, [i.encode() for i in ids]
+
+    @staticmethod
+    def _check_ids(ids: list[bytes]) -> None:
+        if not ids:
+            raise ApiError(400, "MISSING_ARG_ID")
+        if any(len(i) != 16 for i in ids):
+            raise ApiError(400, "INVALID_ID")
+
+    async def message_fin(self, request: Request) -> Response:
+        channel, _, ids = self._pulled(request)
+        body = await _read_limited(request, self.opts.max_body_size, "BODY_TOO_BIG")
+        ids += [line.strip() for line in body.split(b"\n") if line.strip()]
+        self._check_ids(ids)
+        finished = [channel.finish_pulled(i) for i in ids]
+        if not all(finished):
+            raise ApiError(404, "MESSAGE_NOT_IN_FLIGHT")
+        return _empty()
+
+    async def message_req(self, request: Request) -> Response:
+        channel, q, ids = self._pulled(request)
+        self._check_ids(ids[:1])
+        delay = self._seconds(q, "delay", 0.0, low=0.0, high=self.opts.max_req_timeout,
+                              error="INVALID_DELAY")
+        if not channel.requeue_pulled(ids[0], delay, self.broker.now()):
+            raise ApiError(404, "MESSAGE_NOT_IN_FLIGHT")
+        return _empty()
+
+    async def message_touch(self, request: Request) -> Response:
+        channel, _, ids = self._pulled(request)
+        self._check_ids(ids[:1])
+        if not channel.touch_pulled(ids[0], self.broker.now()):
+            raise ApiError(404, "MESSAGE_NOT_IN_FLIGHT")
+        return _empty()
+
     async def config(self, request: Request) -> Response:
         opt = request.path_params["opt"]
         values = self.opts.values
@@ -320,6 +401,18 @@ class HttpApi:
             else:
                 raise ApiError(400, "INVALID_OPTION")
         return _json(_config_value(opt, values[opt]))
+
+
+def message_json(msg: Message) -> dict[str, Any]:
+    """A message as the HTTP API shows it: its body in base64, and as text when it is UTF-8."""
+    out: dict[str, Any] = {"id": msg.id.decode("latin-1"), "attempts": msg.attempts,
+                           "timestamp": msg.timestamp,
+                           "body": base64.b64encode(msg.body).decode("ascii")}
+    try:
+        out["text"] = msg.body.decode("utf-8")
+    except UnicodeDecodeError:
+        pass
+    return out
 
 
 def _config_value(opt: str, value: Any) -> Any:
@@ -362,6 +455,10 @@ def build_app(broker: Broker) -> Starlette:
         Route("/channel/empty", wrap(api.channel_empty), methods=["POST"]),
         Route("/channel/pause", wrap(api.channel_pause), methods=["POST"]),
         Route("/channel/unpause", wrap(api.channel_pause), methods=["POST"]),
+        Route("/channel/consume", wrap(api.channel_consume), methods=["POST"]),
+        Route("/message/fin", wrap(api.message_fin), methods=["POST"]),
+        Route("/message/req", wrap(api.message_req), methods=["POST"]),
+        Route("/message/touch", wrap(api.message_touch), methods=["POST"]),
         Route("/config/{opt}", wrap(api.config), methods=["GET", "PUT"]),
     ]
 

@@ -1,0 +1,90 @@
+"""HTTP pulling on a channel, with explicit times: no sockets, memory queues only."""
+
+import trio
+import trio.testing
+from nsqd.channel import PULLER, Channel
+from nsqd.client import STATE_SUBSCRIBED, Client
+from nsqd.message import Message
+
+
+class Owner:
+    def __init__(self):
+        self.dirty = set()
+
+    def mark_dirty(self, channel):
+        self.dirty.add(channel)
+
+    def channel_emptied_of_clients(self, channel):
+        pass
+
+
+def messages(n: int) -> list[Message]:
+    return [Message(b"%016x" % i, b"body%d" % i, 0) for i in range(n)]
+
+
+async def test_pulled_messages_are_in_flight_for_their_ttr_then_come_back():
+    ch = Channel("t", "c", Owner(), max_msg_timeout=900)
+    await ch.put(messages(3), now=0.0)
+    pulled = ch.pull(2, ttr=30.0, now=10.0)
+    assert [m.body for m in pulled] == [b"body0", b"body1"]
+    assert all(m.client_id == PULLER and m.attempts == 1 and m.deadline == 40.0 for m in pulled)
+    assert (ch.depth, len(ch.in_flight)) == (1, 2)
+    assert not ch.scan(39.9)
+    assert ch.scan(40.0)  # the ttr passed: both back, counted as timed out
+    assert (ch.depth, len(ch.in_flight), ch.timeout_count) == (3, 0, 2)
+    again = ch.pull(3, ttr=30.0, now=41.0)
+    assert sorted(m.attempts for m in again) == [1, 2, 2]
+
+
+async def test_fin_req_touch_of_pulled_messages():
+    ch = Channel("t", "c", Owner(), max_msg_timeout=100)
+    await ch.put(messages(3), now=0.0)
+    a, b, c = ch.pull(3, ttr=10.0, now=0.0)
+    assert ch.finish_pulled(a.id)
+    assert not ch.finish_pulled(a.id)  # no longer in flight
+    assert not ch.finish_pulled(b"0123456789abcdef")
+    assert ch.requeue_pulled(b.id, 0.0, now=1.0) and ch.depth == 1
+    assert ch.requeue_pulled(c.id, 5.0, now=1.0) and len(ch.deferred) == 1
+    assert ch.requeue_count == 2 and len(ch.in_flight) == 0
+    (d,) = ch.pull(1, ttr=10.0, now=2.0)
+    assert ch.touch_pulled(d.id, now=8.0) and d.deadline == 18.0
+    assert ch.touch_pulled(d.id, now=95.0) and d.deadline == 102.0  # delivered + max (100)
+
+
+async def test_a_tcp_delivery_is_not_answered_over_http():
+    ch = Channel("t", "c", Owner(), max_msg_timeout=900)
+    client = Client(1, "127.0.0.1:1001", msg_timeout=60.0, heartbeat_interval=30,
+                    output_buffer_size=16384, output_buffer_timeout=0.25, clock=lambda: 0.0)
+    client.state, client.rdy = STATE_SUBSCRIBED, 1
+    ch.add_client(client)
+    await ch.put(messages(1), now=0.0)
+    ch.pump(0.0)
+    (msg,) = ch.in_flight
+    assert not ch.finish_pulled(msg.id) and not ch.touch_pulled(msg.id, 1.0)
+    assert len(ch.in_flight) == 1
+
+
+async def test_a_waiting_puller_wakes_when_a_message_arrives():
+    ch = Channel("t", "c", Owner(), max_msg_timeout=900)
+    got = []
+
+    async def puller():
+        while not (msgs := ch.pull(1, 30.0, 0.0)):
+            await ch.wait_pullable()
+        got.extend(msgs)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(puller)
+        await trio.testing.wait_all_tasks_blocked()
+        assert got == []
+        await ch.put(messages(1), now=0.0)
+    assert [m.body for m in got] == [b"body0"]
+
+
+async def test_a_paused_channel_gives_nothing_to_pull():
+    ch = Channel("t", "c", Owner(), max_msg_timeout=900)
+    await ch.put(messages(2), now=0.0)
+    ch.pause()
+    assert ch.pull(2, 30.0, 0.0) == []
+    ch.unpause()
+    assert len(ch.pull(2, 30.0, 0.0)) == 2
