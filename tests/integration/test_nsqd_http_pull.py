@@ -96,6 +96,31 @@ async def test_req_and_touch(http):
     assert (stats["deferred_count"], stats["requeue_count"]) == (1, 2)
 
 
+@pytest.mark.parametrize("mem_queue_size", ["10000", "0"], ids=["memory", "disk"])
+async def test_peek_then_consume_gives_the_same_messages(run_daemon, mem_queue_size):
+    nsqd = run_daemon("nsqd", f"--mem-queue-size={mem_queue_size}")
+    async with httpx.AsyncClient(base_url=f"http://{nsqd.http_address}",
+                                 timeout=DEADLINE) as http:
+        await make_channel(http, "pull_peek")
+        await http.post("/mpub", params={"topic": "pull_peek"},
+                        content=b"\n".join(b"m%d" % i for i in range(5)))
+        await until(lambda: _peek(http, 5), what="all five messages to peek")
+        seen = await _peek(http, 3)
+        assert [m["text"] for m in seen] == ["m0", "m1", "m2"]
+        assert [m["attempts"] for m in seen] == [0, 0, 0]
+        stats = await channel_stats(http, "pull_peek")
+        assert (stats["depth"], stats["in_flight_count"]) == (5, 0)
+        taken = await consume(http, "pull_peek", n=3)
+        assert [m["id"] for m in taken] == [m["id"] for m in seen]
+
+
+async def _peek(http, n):
+    r = await http.get("/channel/peek", params={"topic": "pull_peek", "channel": "c", "n": n})
+    assert r.status_code == 200
+    messages = r.json()["messages"]
+    return messages if len(messages) == n else None
+
+
 @pytest.mark.parametrize(("path", "params", "status", "message"), [
     ("/channel/consume", {"topic": "nope", "channel": "c"}, 404, "TOPIC_NOT_FOUND"),
     ("/channel/consume", {"topic": "pull_bad", "channel": "nope"}, 404, "CHANNEL_NOT_FOUND"),
@@ -110,6 +135,8 @@ async def test_req_and_touch(http):
     ("/channel/consume", {"topic": "pull_bad", "channel": "c", "ttr": "0"}, 400, "INVALID_TTR"),
     ("/channel/consume", {"topic": "pull_bad", "channel": "c", "ttr": "100000"}, 400,
      "INVALID_TTR"),
+    ("/channel/peek", {"topic": "pull_bad", "channel": "c", "n": "-1"}, 400, "INVALID_N"),
+    ("/channel/peek", {"topic": "pull_bad", "channel": "x"}, 404, "CHANNEL_NOT_FOUND"),
     ("/message/fin", {"topic": "pull_bad", "channel": "c"}, 400, "MISSING_ARG_ID"),
     ("/message/fin", {"topic": "pull_bad", "channel": "c", "id": "short"}, 400, "INVALID_ID"),
     ("/message/fin", {"topic": "pull_bad", "channel": "c", "id": "é" * 16}, 400, "INVALID_ID"),
@@ -120,7 +147,7 @@ async def test_req_and_touch(http):
 ])
 async def test_bad_input_gets_nsq_errors(http, path, params, status, message):
     await make_channel(http, "pull_bad")
-    r = await http.post(path, params=params)
+    r = await http.request("GET" if path == "/channel/peek" else "POST", path, params=params)
     assert (r.status_code, r.json()) == (status, {"message": message})
 
 

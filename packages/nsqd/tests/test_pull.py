@@ -88,3 +88,15 @@ async def test_a_paused_channel_gives_nothing_to_pull():
     assert ch.pull(2, 30.0, 0.0) == []
     ch.unpause()
     assert len(ch.pull(2, 30.0, 0.0)) == 2
+
+
+async def test_peek_shows_what_would_be_delivered_and_takes_nothing():
+    ch = Channel("t", "c", Owner(), max_msg_timeout=900)
+    await ch.put(messages(3), now=0.0)
+    (first,) = ch.pull(1, ttr=5.0, now=0.0)
+    assert ch.requeue_pulled(first.id, 10.0, now=0.0)  # deferred until 10
+    assert [m.body for m in ch.peek(5, now=9.0)] == [b"body1", b"body2"]
+    assert [m.body for m in ch.peek(5, now=10.0)] == [b"body1", b"body2", b"body0"]  # due
+    assert [m.body for m in ch.peek(1, now=10.0)] == [b"body1"]
+    assert (ch.depth, len(ch.in_flight), len(ch.deferred)) == (2, 0, 1)
+    assert [m.body for m in ch.pull(2, 5.0, now=10.0)] == [b"body1", b"body2"]

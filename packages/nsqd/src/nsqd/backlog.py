@@ -20,6 +20,7 @@ longest acknowledged prefix.
 
 from __future__ import annotations
 
+import itertools
 import struct
 from collections import deque
 from collections.abc import Callable
@@ -94,6 +95,14 @@ class Backlog:
             return
         if msgs:
             await self.disk.put([encode_record(m) for m in msgs])
+
+    def peek(self, n: int) -> list[Message]:
+        """The next ``n`` messages ``take`` would hand out (memory, then what the disk queue
+        has read ahead), left in place; the disk ones are decoded copies."""
+        out = list(itertools.islice(self.memory, n))
+        if self.disk is not None and len(out) < n:
+            out += [decode_record(record) for record in self.disk.peek(n - len(out))]
+        return out
 
     def take(self, n: int) -> list[Message]:
         """Up to ``n`` messages, memory first, then what the disk queue has read ahead."""

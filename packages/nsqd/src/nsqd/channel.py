@@ -187,6 +187,16 @@ class Channel:
         client.message_count += len(batch)
         client.send_messages(batch)
 
+    def peek(self, n: int, now: float) -> list[Message]:
+        """The next ``n`` messages the channel would deliver (waiting in memory, then on disk,
+        then deferred ones already due), taking nothing and counting nothing."""
+        out = self.backlog.peek(n)
+        if len(out) < n and self.deferred:
+            due = sorted((m for m in self.deferred if m.deadline <= now),
+                         key=lambda m: m.deadline)
+            out += due[:n - len(out)]
+        return out
+
     # -- HTTP pulling ------------------------------------------------------------------------
     def pull(self, n: int, ttr: float, now: float) -> list[Message]:
         """Up to ``n`` waiting messages, in flight for ``ttr`` seconds, owned by HTTP pullers

@@ -38,6 +38,7 @@ Errors: a failed operation raises ``DiskQueueError`` (bad arguments to the const
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections import deque
 from collections.abc import Callable
@@ -170,6 +171,12 @@ class DiskQueue:
                 self._pending.remove(request)
         if request.error is not None:
             raise DiskQueueError(request.error)
+
+    def peek(self, max_records: int) -> list[bytes]:
+        """Up to ``max_records`` of the read-ahead payloads, oldest first, left in place."""
+        if self._closed:
+            return []
+        return [payload for payload, _ in itertools.islice(self._buffer, max_records)]
 
     def pop(self, max_records: int) -> list[bytes]:
         """Take up to ``max_records`` read-ahead payloads, oldest first; never blocks."""

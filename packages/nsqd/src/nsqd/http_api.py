@@ -316,12 +316,7 @@ class HttpApi:
         q = _query(request)
         channel = self._existing_channel(q)[1]
         o = self.opts
-        try:
-            n = int(q.get("n", "1"), 10)
-        except ValueError:
-            raise ApiError(400, "INVALID_N") from None
-        if not 1 <= n <= o.max_rdy_count:
-            raise ApiError(400, "INVALID_N")
+        n = self._count(q)
         wait = self._seconds(q, "wait", 0.0, low=0.0, high=o.max_msg_timeout, error="INVALID_WAIT")
         ttr = self._seconds(q, "ttr", o.msg_timeout, low=0.001, high=o.max_msg_timeout,
                             error="INVALID_TTR")
@@ -331,6 +326,23 @@ class HttpApi:
                 await channel.wait_pullable()
                 msgs = channel.pull(n, ttr, self.broker.now())
         return _json({"messages": [message_json(m) for m in msgs]})
+
+    async def channel_peek(self, request: Request) -> Response:
+        """The next n messages the channel would deliver, left where they are."""
+        q = _query(request)
+        channel = self._existing_channel(q)[1]
+        n = self._count(q)
+        return _json({"messages": [message_json(m) for m in channel.peek(n, self.broker.now())]})
+
+    def _count(self, q: dict[str, str]) -> int:
+        """``n``: 1 (absent) to --max-rdy-count."""
+        try:
+            n = int(q.get("n", "1"), 10)
+        except ValueError:
+            raise ApiError(400, "INVALID_N") from None
+        if not 1 <= n <= self.opts.max_rdy_count:
+            raise ApiError(400, "INVALID_N")
+        return n
 
     def _pulled(self, request: Request) -> tuple[Channel, dict[str, str], list[bytes]]:
         """The channel and the message ids of a /message/* request (``id`` in the query, or
@@ -455,6 +467,7 @@ def build_app(broker: Broker) -> Starlette:
         Route("/channel/empty", wrap(api.channel_empty), methods=["POST"]),
         Route("/channel/pause", wrap(api.channel_pause), methods=["POST"]),
         Route("/channel/unpause", wrap(api.channel_pause), methods=["POST"]),
+        Route("/channel/peek", wrap(api.channel_peek), methods=["GET"]),
         Route("/channel/consume", wrap(api.channel_consume), methods=["POST"]),
         Route("/message/fin", wrap(api.message_fin), methods=["POST"]),
         Route("/message/req", wrap(api.message_req), methods=["POST"]),
