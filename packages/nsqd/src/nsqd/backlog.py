@@ -31,15 +31,34 @@ from .diskqueue import DiskQueue, Pos
 from .message import Message
 
 _HEADER = struct.Struct(">qH")
+_EXPIRES = struct.Struct(">Bq")
+#: In the attempts field of a record: an extension (our job fields) follows the id.
+EXTENDED = 0x8000
+#: Most bytes an extension adds to a record (its length byte and up to 255 bytes).
+MAX_EXTENSION = 256
 
 
 def encode_record(msg: Message) -> bytes:
-    """The disk record: NSQ's 26-byte message header and the body."""
+    """The disk record: NSQ's 26-byte message header and the body, as Go's nsqd writes it.
+
+    A message with an expiry (beyond NSQ) is written with the top bit of the attempts field
+    set and, after the id, one byte giving the extension's length and the extension: the
+    expiry as 8 bytes (ns since the epoch). Only such records differ from Go's format, so a
+    data directory that never held one stays readable by Go's nsqd.
+    """
+    if msg.expires:
+        return (_HEADER.pack(msg.timestamp, min(msg.attempts, EXTENDED - 1) | EXTENDED) + msg.id
+                + _EXPIRES.pack(8, msg.expires) + msg.body)
     return _HEADER.pack(msg.timestamp, msg.attempts) + msg.id + msg.body
 
 
 def decode_record(record: bytes) -> Message:
     timestamp, attempts = _HEADER.unpack_from(record)
+    if attempts & EXTENDED:
+        size = record[26]
+        expires = _EXPIRES.unpack_from(record, 26)[1] if size >= 8 else 0
+        return Message(record[10:26], record[27 + size:], timestamp, attempts & ~EXTENDED,
+                       expires=expires)
     return Message(record[10:26], record[26:], timestamp, attempts)
 
 
@@ -56,6 +75,9 @@ class Backlog:
         self._explicit = disk is not None and disk.explicit_commit
         self._unacked: deque[tuple[bytes, Pos]] = deque()
         self._pending: set[bytes] = set()
+        # Some message here may have an expiry: whoever takes messages must check them.
+        # False for a queue that never held one, so that costs nothing there.
+        self.expiring = False
 
     def __len__(self) -> int:
         return len(self.memory) + (self.disk.depth() if self.disk is not None else 0)
@@ -112,6 +134,14 @@ class Backlog:
         out = list(memory)
         memory.clear()
         if self.disk is not None and len(out) < n:
+            first_from_disk = len(out)
+            self._take_from_disk(out, n)
+            if not self.expiring:  # saved before a restart, or published while held
+                self.expiring = any(m.expires for m in out[first_from_disk:])
+        return out
+
+    def _take_from_disk(self, out: list[Message], n: int) -> None:
+        if self.disk is not None:
             if self._explicit:
                 read = self.disk.pop_with_positions(n - len(out))
                 for record, pos in read:
@@ -126,7 +156,6 @@ class Backlog:
                 if records:
                     out.extend([decode_record(r) for r in records])
                     self._taken.set()
-        return out
 
     def ack(self, message_id: bytes) -> None:
         """This message is done with; commit the disk queue over every acknowledged record."""

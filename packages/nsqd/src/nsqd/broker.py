@@ -25,7 +25,7 @@ import trio
 from nsq_common import NSQ_VERSION, ServerFeatures
 
 from . import deferred_store, metadata
-from .backlog import Backlog, encode_record
+from .backlog import MAX_EXTENSION, Backlog, encode_record
 from .channel import Channel
 from .client import Client
 from .diskqueue import DiskQueue, DiskQueueError
@@ -143,6 +143,7 @@ class Broker:
         for meta in topics:
             topic = self.get_topic(meta.name)
             topic.paused = meta.paused
+            topic.message_ttl = meta.message_ttl
             for cmeta in meta.channels:
                 channel = self.get_channel(topic, cmeta.name)
                 channel.paused = cmeta.paused
@@ -170,7 +171,7 @@ class Broker:
     def _disk_queue(self, name: str) -> DiskQueue:
         o = self.opts
         return DiskQueue(name, o.data_path or ".", max_bytes_per_file=o.max_bytes_per_file,
-                         min_msg_size=26, max_msg_size=o.max_msg_size + 26,
+                         min_msg_size=26, max_msg_size=o.max_msg_size + 26 + MAX_EXTENSION,
                          sync_every=o.sync_every, sync_timeout=o.sync_timeout, logger=log,
                          explicit_commit=o.sync_every == 1)
 
@@ -277,14 +278,18 @@ class Broker:
             self.delete_channel(topic, channel.name)
 
     # -- publishing and subscribing -------------------------------------------------------
-    def new_messages(self, bodies: list[bytes], defer: float = 0.0) -> list[Message]:
-        """Messages for ``bodies``: consecutive ids, one timestamp (one clock read per batch)."""
+    def new_messages(self, bodies: list[bytes], defer: float = 0.0, ttl: int = 0
+                     ) -> list[Message]:
+        """Messages for ``bodies``: consecutive ids, one timestamp (one clock read per batch),
+        expiring ``ttl`` seconds after it when ``ttl`` is given."""
         ts = time.time_ns()
         first = self.guid.take(len(bodies))
-        return [Message(b"%016x" % (first + i), body, ts, 0, defer)
+        expires = ts + ttl * 1_000_000_000 if ttl else 0
+        return [Message(b"%016x" % (first + i), body, ts, 0, defer, expires)
                 for i, body in enumerate(bodies)]
 
-    async def publish(self, topic_name: str, msgs: list[Message]) -> None:
+    async def publish(self, topic_name: str, msgs: list[Message], *, expiring: bool = False
+                      ) -> None:
         """Store ``msgs`` in a topic (created if needed).
 
         Raises:
@@ -293,7 +298,7 @@ class Broker:
         if self.exiting:
             raise RuntimeError("exiting")
         try:
-            await self.get_topic(topic_name).put(msgs)
+            await self.get_topic(topic_name).put(msgs, expiring=expiring)
         except DiskQueueError as exc:
             self.health = f"NOK - {exc}"
             log.error("TOPIC(%s): failed to store messages - %s", topic_name, exc)
@@ -372,7 +377,7 @@ class Broker:
         return [
             metadata.TopicMeta(t.name, t.paused, tuple(
                 metadata.ChannelMeta(c.name, c.paused) for c in t.channels.values()
-                if not c.ephemeral))
+                if not c.ephemeral), t.message_ttl)
             for t in self.topics.values() if not t.ephemeral
         ]
 
@@ -406,6 +411,8 @@ class Broker:
             else:
                 msg.defer = max(delay, 1e-9)
                 owner.backlog.put_back([msg])
+        if any(msg.expires for _, msg in entries):
+            owner.backlog.expiring = True
         log.info("%s: restored %d deferred messages", queue_name, len(entries))
 
     # -- shutdown --------------------------------------------------------------------------

@@ -79,6 +79,7 @@ class Channel:
         self.message_count = 0
         self.requeue_count = 0
         self.timeout_count = 0
+        self.expired_count = 0
         self._rotation = 0
         # HTTP pulling: the ttr of each message pulled and still in flight, and the event
         # that pullers waiting for messages sleep on (made by the first of them)
@@ -149,6 +150,10 @@ class Channel:
         while ready:
             slots = [c.ready_slots() for c in ready]
             msgs = backlog.take(sum(slots))
+            if backlog.expiring:
+                msgs = self._drop_expired(msgs)
+                if not msgs and backlog.has_ready():
+                    continue  # all of them had expired: take again
             if not msgs:
                 return  # the disk queue wakes the channel again once it has read ahead
             pos = 0
@@ -159,6 +164,17 @@ class Channel:
             # Everything taken went out, so a client still ready here is one the backlog ran
             # short for, or one whose sampled-out messages did not count: take again.
             ready = [c for c in ready if c.ready_slots() > 0]
+
+    def _drop_expired(self, msgs: list[Message]) -> list[Message]:
+        """``msgs`` without those past their expiry, which are dropped and counted."""
+        now_ns = time.time_ns()
+        kept = [m for m in msgs if not m.expires or m.expires > now_ns]
+        if len(kept) < len(msgs):
+            for msg in msgs:
+                if msg.expires and msg.expires <= now_ns:
+                    self.backlog.ack(msg.id)
+            self.expired_count += len(msgs) - len(kept)
+        return kept
 
     def _deliver(self, client: Client, batch: list[Message], now: float) -> None:
         if client.sample_rate:
@@ -195,15 +211,21 @@ class Channel:
             due = sorted((m for m in self.deferred if m.deadline <= now),
                          key=lambda m: m.deadline)
             out += due[:n - len(out)]
-        return out
+        now_ns = time.time_ns()  # expired ones would be dropped, not delivered
+        return [m for m in out if not m.expires or m.expires > now_ns]
 
     # -- HTTP pulling ------------------------------------------------------------------------
     def pull(self, n: int, ttr: float, now: float) -> list[Message]:
         """Up to ``n`` waiting messages, in flight for ``ttr`` seconds, owned by HTTP pullers
         (``PULLER``): they count in ``in_flight`` and time out like any delivery."""
-        if self.paused or self.deleted or not self.backlog.has_ready():
-            return []
-        msgs = self.backlog.take(n)
+        backlog = self.backlog
+        msgs: list[Message] = []
+        while not msgs:
+            if self.paused or self.deleted or not backlog.has_ready():
+                return []
+            msgs = backlog.take(n)
+            if backlog.expiring:
+                msgs = self._drop_expired(msgs)
         deadline = now + ttr
         add = self.in_flight.add
         for msg in msgs:

@@ -89,6 +89,19 @@ def _query(request: Request) -> dict[str, str]:
     return out
 
 
+MAX_TTL = 2**32 - 1  # seconds, as lmstfy bounds it
+
+
+def _ttl(q: dict[str, str], key: str) -> int:
+    """A TTL in whole seconds (0 when absent: none of its own). Raises 400 INVALID_TTL."""
+    text = q.get(key)
+    if text is None:
+        return 0
+    if not text.isdigit() or int(text) > MAX_TTL:  # isdigit: no sign, no spaces
+        raise ApiError(400, "INVALID_TTL")
+    return int(text)
+
+
 def _bool_param(value: str | None, default: bool) -> bool:
     if value is None:
         return default
@@ -184,9 +197,10 @@ class HttpApi:
             "max_deflate_level": o.max_deflate_level,
         })
 
-    async def _publish(self, topic: str, msgs: list[Message]) -> None:
+    async def _publish(self, topic: str, msgs: list[Message], *, expiring: bool = False
+                       ) -> None:
         try:
-            await self.broker.publish(topic, msgs)
+            await self.broker.publish(topic, msgs, expiring=expiring)
         except Exception as exc:
             log.error("PUB to %s failed: %s", topic, exc)
             raise ApiError(500 if "exiting" not in str(exc) else 503,
@@ -209,7 +223,9 @@ class HttpApi:
             if ms < 0 or ms > self.opts.max_req_timeout * 1000:
                 raise ApiError(400, "INVALID_DEFER")
             defer = ms / 1000
-        await self._publish(topic, self.broker.new_messages([body], defer))
+        ttl = _ttl(q, "ttl")
+        await self._publish(topic, self.broker.new_messages([body], defer, ttl),
+                            expiring=bool(ttl))
         return _OK
 
     async def mpub(self, request: Request) -> Response:
@@ -220,6 +236,7 @@ class HttpApi:
         q = _query(request)
         topic = self._topic_arg(q)
         self.broker.get_topic(topic)
+        ttl = _ttl(q, "ttl")
         binary = q.get("binary")
         body = await _read_limited(request, o.max_body_size, "BODY_TOO_BIG")
         if binary is not None and binary not in ("false", "0"):
@@ -232,7 +249,8 @@ class HttpApi:
             if any(len(b) > o.max_msg_size for b in bodies):
                 raise ApiError(413, "MSG_TOO_BIG")
         if bodies:
-            await self._publish(topic, self.broker.new_messages(bodies))
+            await self._publish(topic, self.broker.new_messages(bodies, ttl=ttl),
+                                expiring=bool(ttl))
         return _OK
 
     async def stats(self, request: Request) -> Response:
@@ -247,7 +265,13 @@ class HttpApi:
         return _text(stats_text(doc))
 
     async def topic_create(self, request: Request) -> Response:
-        self.broker.get_topic(self._topic_arg(_query(request)))
+        q = _query(request)
+        name = self._topic_arg(q)
+        ttl = _ttl(q, "message_ttl")
+        topic = self.broker.get_topic(name)
+        if "message_ttl" in q and topic.message_ttl != ttl:
+            topic.message_ttl = ttl
+            self.broker.metadata_changed()
         return _empty()
 
     async def topic_delete(self, request: Request) -> Response:

@@ -12,11 +12,11 @@ _pack_prefix = MESSAGE_FRAME_PREFIX.pack
 
 
 class Message:
-    __slots__ = ("attempts", "body", "client_id", "deadline", "defer", "delivered", "id",
-                 "timestamp")
+    __slots__ = ("attempts", "body", "client_id", "deadline", "defer", "delivered", "expires",
+                 "id", "timestamp")
 
     def __init__(self, id: bytes, body: bytes, timestamp: int, attempts: int = 0,
-                 defer: float = 0.0) -> None:
+                 defer: float = 0.0, expires: int = 0) -> None:
         self.id = id
         self.body = body
         self.timestamp = timestamp  # ns since the epoch, set at publish
@@ -25,10 +25,11 @@ class Message:
         self.client_id = 0  # owner while in flight
         self.deadline = 0.0  # in-flight timeout or deferred due time (trio clock)
         self.delivered = 0.0  # when it went in flight; TOUCH cannot extend past + max-msg-timeout
+        self.expires = expires  # ns since the epoch after which it is never delivered; 0: never
 
     def copy(self) -> Message:
-        """A fresh copy for another channel: same id, body, timestamp and deferral."""
-        return Message(self.id, self.body, self.timestamp, 0, self.defer)
+        """A fresh copy for another channel: same id, body, timestamp, deferral and expiry."""
+        return Message(self.id, self.body, self.timestamp, 0, self.defer, self.expires)
 
     def frame_parts(self) -> tuple[bytes, bytes, bytes]:
         """The message frame as three parts for ``b"".join``: prefix, id, body."""

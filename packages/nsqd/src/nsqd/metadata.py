@@ -30,6 +30,7 @@ class TopicMeta:
     name: str
     paused: bool = False
     channels: tuple[ChannelMeta, ...] = ()
+    message_ttl: int = 0  # beyond NSQ; written only when set (Go's nsqd ignores the key)
 
 
 def metadata_path(data_path: str) -> Path:
@@ -38,14 +39,21 @@ def metadata_path(data_path: str) -> Path:
 
 def encode(topics: list[TopicMeta]) -> bytes:
     doc = {
-        "topics": [{
-            "name": t.name,
-            "paused": t.paused,
-            "channels": [{"name": c.name, "paused": c.paused} for c in t.channels] or None,
-        } for t in topics] or None,
+        "topics": [_topic_doc(t) for t in topics] or None,
         "version": NSQ_VERSION,
     }
     return go_json(doc)
+
+
+def _topic_doc(topic: TopicMeta) -> dict[str, object]:
+    doc: dict[str, object] = {
+        "name": topic.name,
+        "paused": topic.paused,
+        "channels": [{"name": c.name, "paused": c.paused} for c in topic.channels] or None,
+    }
+    if topic.message_ttl:
+        doc["message_ttl"] = topic.message_ttl
+    return doc
 
 
 def decode(data: bytes) -> tuple[list[TopicMeta], list[str]]:
@@ -71,7 +79,11 @@ def decode(data: bytes) -> tuple[list[TopicMeta], list[str]]:
                 warnings.append(f"skipping creation of invalid channel {cname}")
                 continue
             channels.append(ChannelMeta(cname, bool(c.get("paused", False))))
-        topics.append(TopicMeta(name, bool(t.get("paused", False)), tuple(channels)))
+        ttl = t.get("message_ttl", 0)
+        if not isinstance(ttl, int) or isinstance(ttl, bool) or ttl < 0:
+            warnings.append(f"ignoring invalid message_ttl {ttl!r} of topic {name}")
+            ttl = 0
+        topics.append(TopicMeta(name, bool(t.get("paused", False)), tuple(channels), ttl))
     return topics, warnings
 
 

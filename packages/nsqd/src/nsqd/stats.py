@@ -81,6 +81,8 @@ def channel_stats(channel: Channel, include_clients: bool) -> dict[str, Any]:
         "clients": clients,
         "paused": channel.paused,
         "e2e_processing_latency": _e2e([channel]),
+        # beyond NSQ, after Go's keys
+        "expired_count": channel.expired_count,
     }
 
 

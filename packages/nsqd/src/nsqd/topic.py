@@ -40,6 +40,7 @@ class Topic:
         self.started = True
         self.message_count = 0
         self.message_bytes = 0
+        self.message_ttl = 0  # seconds; messages published without a TTL of their own get it
         self._wake = trio.Event()
 
     @property
@@ -54,14 +55,22 @@ class Topic:
         """Something may flow to the channels now (a new channel, an unpause, disk data)."""
         self._wake.set()
 
-    async def put(self, msgs: list[Message]) -> None:
-        """Publish: straight to the channels, or held in the backlog.
+    async def put(self, msgs: list[Message], *, expiring: bool = False) -> None:
+        """Publish: straight to the channels, or held in the backlog. ``expiring``: some of
+        ``msgs`` have an expiry of their own.
 
         Raises:
             DiskQueueError: the messages could not be stored.
         """
         self.message_count += len(msgs)
         self.message_bytes += sum([len(m.body) for m in msgs])
+        if self.message_ttl:
+            ttl_ns = self.message_ttl * 1_000_000_000
+            for msg in msgs:
+                if not msg.expires:
+                    msg.expires = msg.timestamp + ttl_ns
+        if self.message_ttl or expiring:
+            self.backlog.expiring = True
         if self.paused or not self.channels or not self.started:
             await self.backlog.put(msgs)
         else:
@@ -70,6 +79,9 @@ class Topic:
     async def _fan_out(self, msgs: list[Message]) -> None:
         channels = list(self.channels.values())
         now = self.now()
+        if self.backlog.expiring:  # the channels must look at expiries from now on
+            for channel in channels:
+                channel.backlog.expiring = True
         for channel in channels[1:]:
             await channel.put([m.copy() for m in msgs], now)
         await channels[0].put(msgs, now)
