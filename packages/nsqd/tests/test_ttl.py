@@ -41,7 +41,7 @@ def expiring(n: int, expires: int) -> list[Message]:
 async def test_expired_messages_are_dropped_and_counted_not_delivered():
     ch = Channel("t", "c", Owner(), max_msg_timeout=900)
     past, future = time.time_ns() - 1, time.time_ns() + 10**12
-    await ch.put(expiring(2, past) + [Message(b"f" * 16, b"fresh", 0, expires=future)], now=0.0)
+    await ch.put([*expiring(2, past), Message(b"f" * 16, b"fresh", 0, expires=future)], now=0.0)
     assert not ch.backlog.expiring  # nothing told it yet: the topic does (see below)
     ch.backlog.expiring = True
     assert [m.body for m in ch.peek(5, now=0.0)] == [b"fresh"]
