@@ -133,7 +133,7 @@ async def test_stats_shapes_and_filters(http, shared_nsqd):
     assert list(channel) == ["channel_name", "depth", "backend_depth", "in_flight_count",
                              "deferred_count", "message_count", "requeue_count", "timeout_count",
                              "client_count", "clients", "paused", "e2e_processing_latency",
-                             "expired_count"]  # Go's keys in Go's order, then ours
+                             "expired_count", "dead_letter_count"]  # Go's keys, then ours
     client = channel["clients"][0]
     assert (client["client_id"], client["hostname"], client["user_agent"]) == ("cid", "hn", "ua/1")
     assert list(client)[:5] == ["client_id", "hostname", "version", "remote_address", "state"]

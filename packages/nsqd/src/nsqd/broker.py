@@ -19,6 +19,7 @@ import logging
 import ssl
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import trio
@@ -28,6 +29,8 @@ from . import deferred_store, metadata
 from .backlog import MAX_EXTENSION, Backlog, encode_record
 from .channel import Channel
 from .client import Client
+from .deadletters import SUFFIX as DEAD_LETTER_SUFFIX
+from .deadletters import DeadLetters
 from .diskqueue import DiskQueue, DiskQueueError
 from .e2e import LatencyStream
 from .guid import GuidFactory
@@ -147,6 +150,7 @@ class Broker:
             for cmeta in meta.channels:
                 channel = self.get_channel(topic, cmeta.name)
                 channel.paused = cmeta.paused
+                channel.max_attempts = cmeta.max_attempts
         if topics:
             log.info("loaded metadata: %d topics", len(topics))
         self._loaded = True
@@ -205,9 +209,12 @@ class Broker:
                           e2e=LatencyStream(percentiles,
                                             self.opts.e2e_processing_latency_window_time,
                                             self.now) if percentiles else None)
+        channel.default_max_attempts = self.opts.max_attempts
         self._restore_deferred(queue_name, channel)
         topic.add_channel(channel)
         self._spawn(channel, channel.backlog.run)
+        if durable and self._dead_letter_meta(channel).exists():
+            channel.dead_letters  # noqa: B018 - stored ones are counted from the start
         self.metadata_changed()
         log.info("TOPIC(%s): new channel(%s)", topic.name, name)
         self.lookup.changed("register", topic.name, name)
@@ -255,6 +262,35 @@ class Broker:
         channel.clients.clear()
         channel.empty()
         self._drop_files(channel.backlog.disk, f"{topic.name}:{name}")
+        dead = channel.dead_letters_if_any
+        if dead is not None:
+            self._stop(dead)
+            self._drop_files(dead.backlog.disk, self._dead_letter_name(channel))
+
+    def dead_letters_for(self, channel: Channel) -> DeadLetters:
+        """The dead-letter queue of ``channel``, made when it first needs one (or at start
+        when it has one on disk); in memory only for an ephemeral channel."""
+        durable = channel.backlog.disk is not None
+        disk = self._disk_queue(self._dead_letter_name(channel)) if durable else None
+        dead = DeadLetters(Backlog(0 if durable else 1 << 62, disk, lambda: None))
+        self._spawn(dead, dead.backlog.run)
+        return dead
+
+    @staticmethod
+    def _dead_letter_name(channel: Channel) -> str:
+        return f"{channel.topic_name}:{channel.name}{DEAD_LETTER_SUFFIX}"
+
+    def _dead_letter_meta(self, channel: Channel) -> Path:
+        return Path(self.opts.data_path or ".") / (
+            f"{self._dead_letter_name(channel)}.diskqueue.meta.dat")
+
+    async def store_dead_letters(self, channel: Channel) -> None:
+        try:
+            await channel.store_dead_letters()
+        except DiskQueueError as exc:
+            self.health = f"NOK - {exc}"
+            log.error("%s: failed to store dead letters - %s", self._dead_letter_name(channel),
+                      exc)
 
     def _drop_files(self, disk: DiskQueue | None, queue_name: str) -> None:
         deferred_store.deferred_path(self.opts.data_path, queue_name).unlink(missing_ok=True)
@@ -359,6 +395,9 @@ class Broker:
             for channel in dirty:
                 if not channel.deleted:
                     channel.pump(now)
+            for channel in dirty:
+                if channel.dead_letters_pending and not channel.deleted:
+                    await self.store_dead_letters(channel)
             await trio.lowlevel.checkpoint()
 
     async def _queue_scan_loop(self) -> None:
@@ -376,7 +415,7 @@ class Broker:
     def _metadata(self) -> list[metadata.TopicMeta]:
         return [
             metadata.TopicMeta(t.name, t.paused, tuple(
-                metadata.ChannelMeta(c.name, c.paused) for c in t.channels.values()
+                metadata.ChannelMeta(c.name, c.paused, c.max_attempts) for c in t.channels.values()
                 if not c.ephemeral), t.message_ttl)
             for t in self.topics.values() if not t.ephemeral
         ]
@@ -434,6 +473,7 @@ class Broker:
         wall, now = time.time_ns(), self.now()
         for topic in list(self.topics.values()):
             for channel in list(topic.channels.values()):
+                await self.store_dead_letters(channel)
                 msgs = channel.backlog.clear_memory() + channel.in_flight.clear()
                 deferred = [(wall + int(max(0.0, m.deadline - now) * 1e9), m)
                             for m in channel.deferred.clear()]

@@ -23,6 +23,7 @@ from .inflight import DeferredQueue, InFlightQueue
 
 if TYPE_CHECKING:
     from .client import Client
+    from .deadletters import DeadLetters
     from .diskqueue import DiskQueue
     from .e2e import LatencyStream
     from .message import Message
@@ -38,6 +39,8 @@ class Owner(Protocol):
     def mark_dirty(self, channel: Channel) -> None: ...
 
     def channel_emptied_of_clients(self, channel: Channel) -> None: ...
+
+    def dead_letters_for(self, channel: Channel) -> DeadLetters: ...
 
 
 def spread(total: int, slots: list[int]) -> list[int]:
@@ -81,6 +84,10 @@ class Channel:
         self.timeout_count = 0
         self.expired_count = 0
         self._rotation = 0
+        # Attempt limits (beyond NSQ): this channel's own (0: none), else nsqd's --max-attempts.
+        self.max_attempts = 0
+        self.default_max_attempts = 0
+        self._dead_letters: DeadLetters | None = None  # made with the first dead letter
         # HTTP pulling: the ttr of each message pulled and still in flight, and the event
         # that pullers waiting for messages sleep on (made by the first of them)
         self._pulled_ttr: dict[bytes, float] = {}
@@ -149,11 +156,9 @@ class Channel:
         ready = ready[start:] + ready[:start]
         while ready:
             slots = [c.ready_slots() for c in ready]
-            msgs = backlog.take(sum(slots))
-            if backlog.expiring:
-                msgs = self._drop_expired(msgs)
-                if not msgs and backlog.has_ready():
-                    continue  # all of them had expired: take again
+            msgs = self._deliverable(backlog.take(sum(slots)))
+            if not msgs and backlog.has_ready():
+                continue  # all of them had expired or used up their attempts: take again
             if not msgs:
                 return  # the disk queue wakes the channel again once it has read ahead
             pos = 0
@@ -164,6 +169,69 @@ class Channel:
             # Everything taken went out, so a client still ready here is one the backlog ran
             # short for, or one whose sampled-out messages did not count: take again.
             ready = [c for c in ready if c.ready_slots() > 0]
+
+    def _deliverable(self, msgs: list[Message]) -> list[Message]:
+        """``msgs`` without the expired (dropped) and those whose attempts are used up (to
+        the dead letters); neither check runs on a channel that never needs it."""
+        if self.backlog.expiring:
+            msgs = self._drop_expired(msgs)
+        limit = self.max_attempts or self.default_max_attempts
+        if limit and msgs:
+            spent = [m for m in msgs if m.attempts >= limit]
+            if spent:
+                self.dead_letters.pending.extend(spent)
+                self.owner.mark_dirty(self)  # the broker stores them after this pump
+                msgs = [m for m in msgs if m.attempts < limit]
+        return msgs
+
+    @property
+    def dead_letters(self) -> DeadLetters:
+        if self._dead_letters is None:
+            self._dead_letters = self.owner.dead_letters_for(self)
+        return self._dead_letters
+
+    @property
+    def dead_letters_if_any(self) -> DeadLetters | None:
+        return self._dead_letters
+
+    @property
+    def dead_letters_pending(self) -> bool:
+        return self._dead_letters is not None and bool(self._dead_letters.pending)
+
+    @property
+    def dead_letter_count(self) -> int:
+        return len(self._dead_letters) if self._dead_letters is not None else 0
+
+    async def store_dead_letters(self) -> None:
+        """Write the dead letters decided since the last call, then let their originals go
+        from the channel's own queue.
+
+        Raises:
+            DiskQueueError: they could not be written (they stay pending).
+        """
+        if self._dead_letters is not None and self._dead_letters.pending:
+            for msg in await self._dead_letters.store():
+                self.backlog.ack(msg.id)
+
+    def dead_letter_pulled(self, message_id: bytes) -> bool:
+        """A pulled message its consumer gives up on: to the dead letters at once."""
+        msg = self._take_pulled(message_id)
+        if msg is None:
+            return False
+        self.dead_letters.pending.append(msg)
+        self.owner.mark_dirty(self)
+        return True
+
+    def respawn(self, n: int) -> int:
+        """Up to ``n`` stored dead letters back to the queue, attempts reset; how many."""
+        if self._dead_letters is None:
+            return 0
+        msgs = self._dead_letters.take(n)
+        for msg in msgs:
+            msg.attempts = 0
+        if msgs:
+            self._requeue(msgs)
+        return len(msgs)
 
     def _drop_expired(self, msgs: list[Message]) -> list[Message]:
         """``msgs`` without those past their expiry, which are dropped and counted."""
@@ -223,9 +291,7 @@ class Channel:
         while not msgs:
             if self.paused or self.deleted or not backlog.has_ready():
                 return []
-            msgs = backlog.take(n)
-            if backlog.expiring:
-                msgs = self._drop_expired(msgs)
+            msgs = self._deliverable(backlog.take(n))
         deadline = now + ttr
         add = self.in_flight.add
         for msg in msgs:

@@ -89,6 +89,16 @@ def _query(request: Request) -> dict[str, str]:
     return out
 
 
+def _max_attempts(q: dict[str, str]) -> int | None:
+    """``max_attempts`` (0 to 65535; 0: nsqd's --max-attempts), or None when absent."""
+    text = q.get("max_attempts")
+    if text is None:
+        return None
+    if not text.isdigit() or int(text) > 65535:
+        raise ApiError(400, "INVALID_MAX_ATTEMPTS")
+    return int(text)
+
+
 MAX_TTL = 2**32 - 1  # seconds, as lmstfy bounds it
 
 
@@ -297,8 +307,68 @@ class HttpApi:
         return _empty()
 
     async def channel_create(self, request: Request) -> Response:
-        topic, name = self._channel_args(_query(request))
-        self.broker.get_channel(topic, name)
+        q = _query(request)
+        topic, name = self._channel_args(q)
+        attempts = _max_attempts(q)
+        channel = self.broker.get_channel(topic, name)
+        if attempts is not None:
+            self._set_max_attempts(channel, attempts)
+        return _empty()
+
+    async def channel_update(self, request: Request) -> Response:
+        """Settings of an existing channel (beyond NSQ): ``max_attempts``."""
+        q = _query(request)
+        channel = self._existing_channel(q)[1]
+        attempts = _max_attempts(q)
+        if attempts is None:
+            raise ApiError(400, "MISSING_ARG_MAX_ATTEMPTS")
+        self._set_max_attempts(channel, attempts)
+        return _empty()
+
+    def _set_max_attempts(self, channel: Channel, attempts: int) -> None:
+        if channel.max_attempts != attempts:
+            channel.max_attempts = attempts
+            self.broker.metadata_changed()
+            self.broker.mark_dirty(channel)  # messages over the new limit go at the next pump
+
+    # -- dead letters ------------------------------------------------------------------------
+    async def deadletter_peek(self, request: Request) -> Response:
+        q = _query(request)
+        channel = self._existing_channel(q)[1]
+        n = self._count(q)
+        msgs = channel.dead_letters.peek(n) if channel.dead_letter_count else []
+        return _json({"messages": [message_json(m) for m in msgs]})
+
+    async def deadletter_respawn(self, request: Request) -> Response:
+        q = _query(request)
+        channel = self._existing_channel(q)[1]
+        n = self._count(q)
+        await self.broker.store_dead_letters(channel)
+        return _json({"count": channel.respawn(n)})
+
+    async def deadletter_empty(self, request: Request) -> Response:
+        q = _query(request)
+        channel = self._existing_channel(q)[1]
+        n = self._count(q) if "n" in q else None
+        await self.broker.store_dead_letters(channel)
+        dead = channel.dead_letters_if_any
+        if dead is None:
+            return _json({"count": 0})
+        if n is not None:
+            return _json({"count": len(dead.take(n))})
+        count = len(dead)
+        dead.backlog.clear_memory()
+        dead.backlog.ack_all()
+        if dead.backlog.disk is not None:
+            await dead.backlog.disk.empty()
+        return _json({"count": count})
+
+    async def message_deadletter(self, request: Request) -> Response:
+        channel, _, ids = self._pulled(request)
+        self._check_ids(ids[:1])
+        if not channel.dead_letter_pulled(ids[0]):
+            raise ApiError(404, "MESSAGE_NOT_IN_FLIGHT")
+        await self.broker.store_dead_letters(channel)
         return _empty()
 
     async def channel_delete(self, request: Request) -> Response:
@@ -491,6 +561,11 @@ def build_app(broker: Broker) -> Starlette:
         Route("/channel/empty", wrap(api.channel_empty), methods=["POST"]),
         Route("/channel/pause", wrap(api.channel_pause), methods=["POST"]),
         Route("/channel/unpause", wrap(api.channel_pause), methods=["POST"]),
+        Route("/channel/update", wrap(api.channel_update), methods=["POST"]),
+        Route("/channel/deadletter", wrap(api.deadletter_peek), methods=["GET"]),
+        Route("/channel/deadletter/respawn", wrap(api.deadletter_respawn), methods=["POST"]),
+        Route("/channel/deadletter/empty", wrap(api.deadletter_empty), methods=["POST"]),
+        Route("/message/deadletter", wrap(api.message_deadletter), methods=["POST"]),
         Route("/channel/peek", wrap(api.channel_peek), methods=["GET"]),
         Route("/channel/consume", wrap(api.channel_consume), methods=["POST"]),
         Route("/message/fin", wrap(api.message_fin), methods=["POST"]),

@@ -23,6 +23,7 @@ FILE_NAME = "nsqd.dat"
 class ChannelMeta:
     name: str
     paused: bool = False
+    max_attempts: int = 0  # beyond NSQ; written only when set (Go's nsqd ignores the key)
 
 
 @attrs.frozen
@@ -45,11 +46,25 @@ def encode(topics: list[TopicMeta]) -> bytes:
     return go_json(doc)
 
 
+def _channel_doc(channel: ChannelMeta) -> dict[str, object]:
+    doc: dict[str, object] = {"name": channel.name, "paused": channel.paused}
+    if channel.max_attempts:
+        doc["max_attempts"] = channel.max_attempts
+    return doc
+
+
+def _count(value: object) -> int | None:
+    """A non-negative JSON integer, or None."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
+
+
 def _topic_doc(topic: TopicMeta) -> dict[str, object]:
     doc: dict[str, object] = {
         "name": topic.name,
         "paused": topic.paused,
-        "channels": [{"name": c.name, "paused": c.paused} for c in topic.channels] or None,
+        "channels": [_channel_doc(c) for c in topic.channels] or None,
     }
     if topic.message_ttl:
         doc["message_ttl"] = topic.message_ttl
@@ -78,12 +93,14 @@ def decode(data: bytes) -> tuple[list[TopicMeta], list[str]]:
             if not is_valid_name(cname):
                 warnings.append(f"skipping creation of invalid channel {cname}")
                 continue
-            channels.append(ChannelMeta(cname, bool(c.get("paused", False))))
-        ttl = t.get("message_ttl", 0)
-        if not isinstance(ttl, int) or isinstance(ttl, bool) or ttl < 0:
-            warnings.append(f"ignoring invalid message_ttl {ttl!r} of topic {name}")
-            ttl = 0
-        topics.append(TopicMeta(name, bool(t.get("paused", False)), tuple(channels), ttl))
+            attempts = _count(c.get("max_attempts", 0))
+            if attempts is None:
+                warnings.append(f"ignoring invalid max_attempts of channel {cname}")
+            channels.append(ChannelMeta(cname, bool(c.get("paused", False)), attempts or 0))
+        ttl = _count(t.get("message_ttl", 0))
+        if ttl is None:
+            warnings.append(f"ignoring invalid message_ttl of topic {name}")
+        topics.append(TopicMeta(name, bool(t.get("paused", False)), tuple(channels), ttl or 0))
     return topics, warnings
 
 

@@ -62,6 +62,9 @@ def build_flagset() -> FlagSet:
     add("max-heartbeat-interval", "duration", 60.0,
         "maximum client configurable duration of time between client heartbeats")
     add("max-rdy-count", "int", 2500, "maximum RDY count for a client")
+    add("max-attempts", "int", 0, "deliveries of a message on a channel before it goes to the "
+        "channel's dead-letter queue, for channels without their own max_attempts (0: unlimited, "
+        "as in NSQ)")
     add("max-output-buffer-size", "int", 65536,
         "maximum client configurable size (in bytes) for a client output buffer")
     add("max-output-buffer-timeout", "duration", 30.0, "maximum client configurable duration of "

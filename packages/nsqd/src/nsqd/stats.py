@@ -83,6 +83,7 @@ def channel_stats(channel: Channel, include_clients: bool) -> dict[str, Any]:
         "e2e_processing_latency": _e2e([channel]),
         # beyond NSQ, after Go's keys
         "expired_count": channel.expired_count,
+        "dead_letter_count": channel.dead_letter_count,
     }
 
 

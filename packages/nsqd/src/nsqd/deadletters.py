@@ -1,0 +1,51 @@
+"""A channel's dead-letter queue: messages that used up their attempts, or that a consumer
+gave up on, kept aside until someone respawns or empties them.
+
+It is a backlog without memory: every dead letter is written to its own disk queue
+(``<topic>:<channel>#dead``, a name no channel can have), so it is as durable as the
+channel's own messages under ``--sync-every``. Dead letters are decided in the channel's
+pump, which cannot wait for a disk, so they wait in ``pending`` until the broker stores them
+right after the pump; only then are the originals acknowledged on the channel's queue.
+"""
+
+from __future__ import annotations
+
+from .backlog import Backlog
+from .message import Message
+
+SUFFIX = "#dead"
+
+
+class DeadLetters:
+    def __init__(self, backlog: Backlog) -> None:
+        self.backlog = backlog
+        self.pending: list[Message] = []
+
+    def __len__(self) -> int:
+        return len(self.backlog) + len(self.pending)
+
+    async def store(self) -> list[Message]:
+        """Write the pending dead letters; the ones written.
+
+        Raises:
+            DiskQueueError: they could not be written (they stay pending).
+        """
+        msgs, self.pending = self.pending, []
+        if not msgs:
+            return []
+        try:
+            await self.backlog.put(msgs)
+        except BaseException:
+            self.pending[:0] = msgs  # before any that came meanwhile
+            raise
+        return msgs
+
+    def peek(self, n: int) -> list[Message]:
+        return (self.backlog.peek(n) + self.pending)[:n]
+
+    def take(self, n: int) -> list[Message]:
+        """Up to ``n`` of the oldest stored dead letters, acknowledged off their queue."""
+        msgs = self.backlog.take(n)
+        for msg in msgs:
+            self.backlog.ack(msg.id)
+        return msgs
