@@ -81,3 +81,25 @@ def test_a_topic_default_ttl_survives_a_restart_and_applies_to_tcp_publishes(run
 def test_a_bad_ttl_is_refused(nsqd, path, params):
     r = post(nsqd, path, b"x", **params)
     assert (r.status_code, r.json()) == (400, {"message": "INVALID_TTL"})
+
+
+def test_expired_messages_go_to_the_dead_letters_when_the_channel_says_so(run_daemon):
+    nsqd = run_daemon("nsqd")
+    assert post(nsqd, "/topic/create", topic="ttl_dead").status_code == 200
+    assert post(nsqd, "/channel/create", topic="ttl_dead", channel="c",
+                dead_letter_expired="true").status_code == 200
+    assert post(nsqd, "/channel/pause", topic="ttl_dead", channel="c").status_code == 200
+    assert post(nsqd, "/pub", b"stale", topic="ttl_dead", ttl="1").text == "OK"
+    published = time.time_ns()
+    wait_until(lambda: past(published + 1_000_000_000), what="the message's TTL to pass")
+    assert post(nsqd, "/channel/unpause", topic="ttl_dead", channel="c").status_code == 200
+    r = post(nsqd, "/channel/consume", topic="ttl_dead", channel="c")
+    assert r.json() == {"messages": []}
+    stats = wait_until(lambda: (s := channel_stats(nsqd, "ttl_dead"))["dead_letter_count"] and s,
+                       what="the expired message among the dead letters")
+    assert (stats["expired_count"], stats["depth"]) == (1, 0)
+    r = httpx.get(f"http://{nsqd.http_address}/channel/deadletter",
+                  params={"topic": "ttl_dead", "channel": "c"}, timeout=DEADLINE)
+    assert [m["text"] for m in r.json()["messages"]] == ["stale"]
+    r = post(nsqd, "/channel/update", topic="ttl_dead", channel="c", dead_letter_expired="maybe")
+    assert (r.status_code, r.json()) == (400, {"message": "INVALID_DEAD_LETTER_EXPIRED"})

@@ -151,6 +151,7 @@ class Broker:
                 channel = self.get_channel(topic, cmeta.name)
                 channel.paused = cmeta.paused
                 channel.max_attempts = cmeta.max_attempts
+                channel.dead_letter_expired = cmeta.dead_letter_expired
         if topics:
             log.info("loaded metadata: %d topics", len(topics))
         self._loaded = True
@@ -415,7 +416,8 @@ class Broker:
     def _metadata(self) -> list[metadata.TopicMeta]:
         return [
             metadata.TopicMeta(t.name, t.paused, tuple(
-                metadata.ChannelMeta(c.name, c.paused, c.max_attempts) for c in t.channels.values()
+                metadata.ChannelMeta(c.name, c.paused, c.max_attempts, c.dead_letter_expired)
+                for c in t.channels.values()
                 if not c.ephemeral), t.message_ttl)
             for t in self.topics.values() if not t.ephemeral
         ]

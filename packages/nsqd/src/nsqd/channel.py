@@ -87,6 +87,7 @@ class Channel:
         # Attempt limits (beyond NSQ): this channel's own (0: none), else nsqd's --max-attempts.
         self.max_attempts = 0
         self.default_max_attempts = 0
+        self.dead_letter_expired = False  # expired messages to the dead letters, not dropped
         self._dead_letters: DeadLetters | None = None  # made with the first dead letter
         # HTTP pulling: the ttr of each message pulled and still in flight, and the event
         # that pullers waiting for messages sleep on (made by the first of them)
@@ -234,14 +235,19 @@ class Channel:
         return len(msgs)
 
     def _drop_expired(self, msgs: list[Message]) -> list[Message]:
-        """``msgs`` without those past their expiry, which are dropped and counted."""
+        """``msgs`` without those past their expiry, which are counted and dropped (or kept
+        as dead letters with ``dead_letter_expired``)."""
         now_ns = time.time_ns()
         kept = [m for m in msgs if not m.expires or m.expires > now_ns]
         if len(kept) < len(msgs):
-            for msg in msgs:
-                if msg.expires and msg.expires <= now_ns:
+            expired = [m for m in msgs if m.expires and m.expires <= now_ns]
+            self.expired_count += len(expired)
+            if self.dead_letter_expired:
+                self.dead_letters.pending.extend(expired)  # acknowledged once stored
+                self.owner.mark_dirty(self)
+            else:
+                for msg in expired:
                     self.backlog.ack(msg.id)
-            self.expired_count += len(msgs) - len(kept)
         return kept
 
     def _deliver(self, client: Client, batch: list[Message], now: float) -> None:

@@ -99,6 +99,16 @@ def _max_attempts(q: dict[str, str]) -> int | None:
     return int(text)
 
 
+def _flag(q: dict[str, str], key: str) -> bool | None:
+    """``true``/``1`` or ``false``/``0``, or None when absent. Raises 400 INVALID_<KEY>."""
+    text = q.get(key)
+    if text is None:
+        return None
+    if text not in ("true", "1", "false", "0"):
+        raise ApiError(400, f"INVALID_{key.upper()}")
+    return text in ("true", "1")
+
+
 MAX_TTL = 2**32 - 1  # seconds, as lmstfy bounds it
 
 
@@ -310,26 +320,35 @@ class HttpApi:
         q = _query(request)
         topic, name = self._channel_args(q)
         attempts = _max_attempts(q)
+        dead_expired = _flag(q, "dead_letter_expired")
         channel = self.broker.get_channel(topic, name)
-        if attempts is not None:
-            self._set_max_attempts(channel, attempts)
+        self._configure(channel, attempts, dead_expired)
         return _empty()
 
     async def channel_update(self, request: Request) -> Response:
-        """Settings of an existing channel (beyond NSQ): ``max_attempts``."""
+        """Settings of an existing channel (beyond NSQ): ``max_attempts``,
+        ``dead_letter_expired``."""
         q = _query(request)
         channel = self._existing_channel(q)[1]
         attempts = _max_attempts(q)
-        if attempts is None:
+        dead_expired = _flag(q, "dead_letter_expired")
+        if attempts is None and dead_expired is None:
             raise ApiError(400, "MISSING_ARG_MAX_ATTEMPTS")
-        self._set_max_attempts(channel, attempts)
+        self._configure(channel, attempts, dead_expired)
         return _empty()
 
-    def _set_max_attempts(self, channel: Channel, attempts: int) -> None:
-        if channel.max_attempts != attempts:
+    def _configure(self, channel: Channel, attempts: int | None, dead_expired: bool | None
+                   ) -> None:
+        changed = False
+        if attempts is not None and channel.max_attempts != attempts:
             channel.max_attempts = attempts
+            changed = True
+        if dead_expired is not None and channel.dead_letter_expired != dead_expired:
+            channel.dead_letter_expired = dead_expired
+            changed = True
+        if changed:
             self.broker.metadata_changed()
-            self.broker.mark_dirty(channel)  # messages over the new limit go at the next pump
+            self.broker.mark_dirty(channel)  # messages over a new limit go at the next pump
 
     # -- dead letters ------------------------------------------------------------------------
     async def deadletter_peek(self, request: Request) -> Response:

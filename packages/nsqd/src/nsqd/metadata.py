@@ -24,6 +24,7 @@ class ChannelMeta:
     name: str
     paused: bool = False
     max_attempts: int = 0  # beyond NSQ; written only when set (Go's nsqd ignores the key)
+    dead_letter_expired: bool = False  # beyond NSQ; written only when set
 
 
 @attrs.frozen
@@ -50,6 +51,8 @@ def _channel_doc(channel: ChannelMeta) -> dict[str, object]:
     doc: dict[str, object] = {"name": channel.name, "paused": channel.paused}
     if channel.max_attempts:
         doc["max_attempts"] = channel.max_attempts
+    if channel.dead_letter_expired:
+        doc["dead_letter_expired"] = True
     return doc
 
 
@@ -96,7 +99,8 @@ def decode(data: bytes) -> tuple[list[TopicMeta], list[str]]:
             attempts = _count(c.get("max_attempts", 0))
             if attempts is None:
                 warnings.append(f"ignoring invalid max_attempts of channel {cname}")
-            channels.append(ChannelMeta(cname, bool(c.get("paused", False)), attempts or 0))
+            channels.append(ChannelMeta(cname, bool(c.get("paused", False)), attempts or 0,
+                                        c.get("dead_letter_expired") is True))
         ttl = _count(t.get("message_ttl", 0))
         if ttl is None:
             warnings.append(f"ignoring invalid message_ttl of topic {name}")
