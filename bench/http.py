@@ -1,6 +1,6 @@
 """HTTP API throughput: requests/s of nsqd and nsqlookupd routes over keep-alive connections.
 
-    python -m bench.http [--duration 5] [--connections 1,8] [--routes ping,pub,mpub,lookup]
+    python -m bench.http [--duration 5] [--connections 1,8] [--routes ping,pub,pubttl,mpub,lookup]
                          [--tool auto|wrk|builtin] [--json FILE]
 
 Starts its own nsqlookupd and an nsqd registered with it (127.0.0.1, kernel-chosen ports,
@@ -10,6 +10,7 @@ every route and every connection count drives the route for ``--duration`` secon
 
 * ``ping``: nsqd ``GET /ping``;
 * ``pub``: nsqd ``POST /pub?topic=...`` with a 100-byte body;
+* ``pubttl``: the same with ``&ttl=3600`` (messages with an expiry);
 * ``mpub``: nsqd ``POST /mpub?topic=...`` with 100 newline-separated 100-byte messages;
 * ``lookup``: nsqlookupd ``GET /lookup?topic=...`` (the topic has one producer).
 
@@ -74,6 +75,7 @@ class Route:
 ROUTES = {
     "ping": Route("nsqd", "GET", "/ping", None, 0),
     "pub": Route("nsqd", "POST", f"/pub?topic={PUB_TOPIC}", MESSAGE, 1),
+    "pubttl": Route("nsqd", "POST", f"/pub?topic={PUB_TOPIC}&ttl=3600", MESSAGE, 1),
     "mpub": Route("nsqd", "POST", f"/mpub?topic={PUB_TOPIC}", MPUB_BODY, 100),
     "lookup": Route("nsqlookupd", "GET", f"/lookup?topic={LOOKUP_TOPIC}", None, 0),
 }

@@ -53,13 +53,24 @@ def test_http_routes_with_the_builtin_client(tmp_path: Path) -> None:
     done = run_module("bench.http", "--duration", "0.3", "--connections", "1,2", "--tool",
                       "builtin", "--json", str(out))
     assert done.returncode == 0, done.stdout + done.stderr
-    rows = [line.split() for line in done.stdout.splitlines()[2:] if line.split()[0] in
-            ("ping", "pub", "mpub", "lookup")]
+    routes = ("ping", "pub", "pubttl", "mpub", "lookup")
+    rows = [line.split() for line in done.stdout.splitlines()[2:] if line.split()[0] in routes]
     assert [(row[0], row[2]) for row in rows] == [
-        (route, conns) for route in ("ping", "pub", "mpub", "lookup") for conns in ("1", "2")]
+        (route, conns) for route in routes for conns in ("1", "2")]
     for row in rows:
         assert float(row[3].replace(",", "")) > 0  # req/s
     results = json.loads(out.read_text())["results"]
-    assert len(results) == 8
+    assert len(results) == 10
     assert all(r["requests"] > 0 and r["errors"] == 0 for r in results)
     assert all(r["messages_per_s"] > 0 for r in results if r["route"] == "mpub")
+
+
+def test_http_pulling(tmp_path: Path) -> None:
+    out = tmp_path / "pull.json"
+    done = run_module("bench.pull", "--count", "2000", "--runs", "1", "--pullers", "1,2",
+                      "--json", str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    runs = json.loads(out.read_text())["runs"]
+    assert [r["pullers"] for r in runs] == [1, 2]
+    assert all(r["messages_per_s"] > 0 and r["problems"] == [] for r in runs)
+
