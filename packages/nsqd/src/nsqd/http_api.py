@@ -33,6 +33,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from . import openapi
 from .broker import Broker
 from .channel import Channel
 from .message import Message
@@ -554,6 +555,10 @@ def _hostname() -> str:
 
 def build_app(broker: Broker) -> Starlette:
     api = HttpApi(broker)
+    description = go_json(openapi.document())
+
+    async def openapi_json(request: Request) -> Response:
+        return Response(description, media_type="application/json")
 
     def wrap(handler: Callable[[Request], Awaitable[Response]]
              ) -> Callable[[Request], Awaitable[Response]]:
@@ -591,6 +596,7 @@ def build_app(broker: Broker) -> Starlette:
         Route("/message/req", wrap(api.message_req), methods=["POST"]),
         Route("/message/touch", wrap(api.message_touch), methods=["POST"]),
         Route("/config/{opt}", wrap(api.config), methods=["GET", "PUT"]),
+        Route("/openapi.json", openapi_json, methods=["GET"]),
     ]
 
     async def http_error(request: Request, exc: Exception) -> Response:
