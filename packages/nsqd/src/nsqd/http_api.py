@@ -66,7 +66,10 @@ _OK = _text("OK")  # /pub and /mpub's answer, built once (responses are not chan
 
 
 def _empty() -> Response:
-    return Response(b"", 200, headers=NSQ_HEADERS)
+    return _EMPTY
+
+
+_EMPTY = Response(b"", 200, headers=NSQ_HEADERS)  # built once, as _OK
 
 
 def error_response(status: int, message: str) -> Response:
@@ -182,9 +185,9 @@ class HttpApi:
         channel = q.get("channel")
         if channel is None:
             raise ApiError(400, "MISSING_ARG_CHANNEL")
-        if not is_valid_name(channel):
-            raise ApiError(400, "INVALID_ARG_CHANNEL")
         topic = self.broker.topics.get(topic_name)
+        if not (topic is not None and channel in topic.channels) and not is_valid_name(channel):
+            raise ApiError(400, "INVALID_ARG_CHANNEL")  # (a channel that exists is valid)
         if topic is None:
             raise ApiError(404, "TOPIC_NOT_FOUND")
         return topic, channel
@@ -435,10 +438,11 @@ class HttpApi:
         ttr = self._seconds(q, "ttr", o.msg_timeout, low=0.001, high=o.max_msg_timeout,
                             error="INVALID_TTR")
         msgs = channel.pull(n, ttr, self.broker.now())
-        with trio.move_on_after(wait):
-            while not msgs and not channel.deleted:
-                await channel.wait_pullable()
-                msgs = channel.pull(n, ttr, self.broker.now())
+        if not msgs and wait > 0:
+            with trio.move_on_after(wait):
+                while not msgs and not channel.deleted:
+                    await channel.wait_pullable()
+                    msgs = channel.pull(n, ttr, self.broker.now())
         return _json({"messages": [message_json(m) for m in msgs]})
 
     async def channel_peek(self, request: Request) -> Response:
@@ -464,8 +468,11 @@ class HttpApi:
         q = _query(request)
         channel = self._existing_channel(q)[1]
         raw = request.scope.get("query_string", b"").decode("latin-1")
-        ids = [value for key, value in parse_qsl(raw, keep_blank_values=True) if key == "id"]
-        return channel, q, [i.encode() for i in ids]
+        if "%" in raw or "+" in raw:
+            pairs = parse_qsl(raw, keep_blank_values=True)
+        else:  # nothing to unescape (_query refused ";" already)
+            pairs = [pair.partition("=")[::2] for pair in raw.split("&")]
+        return channel, q, [value.encode() for key, value in pairs if key == "id"]
 
     @staticmethod
     def _check_ids(ids: list[bytes]) -> None:
@@ -476,8 +483,9 @@ class HttpApi:
 
     async def message_fin(self, request: Request) -> Response:
         channel, _, ids = self._pulled(request)
-        body = await _read_limited(request, self.opts.max_body_size, "BODY_TOO_BIG")
-        ids += [line.strip() for line in body.split(b"\n") if line.strip()]
+        if _content_length(request) != 0:  # ids in the body too
+            body = await _read_limited(request, self.opts.max_body_size, "BODY_TOO_BIG")
+            ids += [line.strip() for line in body.split(b"\n") if line.strip()]
         self._check_ids(ids)
         finished = [channel.finish_pulled(i) for i in ids]
         if not all(finished):
