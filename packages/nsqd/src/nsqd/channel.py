@@ -263,19 +263,22 @@ class Channel:
             batch = kept
             if not batch:
                 return
-        deadline = now + client.msg_timeout
-        cid = client.id
-        add = self.in_flight.add
-        for msg in batch:
-            if msg.attempts < 65535:
-                msg.attempts += 1
-            msg.client_id = cid
-            msg.delivered = now
-            msg.deadline = deadline
-            add(msg)
+        self._put_in_flight(batch, client.id, now, now + client.msg_timeout)
         client.in_flight += len(batch)
         client.message_count += len(batch)
         client.send_messages(batch)
+
+    def _put_in_flight(self, msgs: list[Message], owner: int, now: float, deadline: float
+                       ) -> None:
+        """One more delivery of each of ``msgs``, in flight to ``owner`` until ``deadline``."""
+        add = self.in_flight.add
+        for msg in msgs:
+            if msg.attempts < 65535:
+                msg.attempts += 1
+            msg.client_id = owner
+            msg.delivered = now
+            msg.deadline = deadline
+            add(msg)
 
     def peek(self, n: int, now: float) -> list[Message]:
         """The next ``n`` messages the channel would deliver (waiting in memory, then on disk,
@@ -298,16 +301,8 @@ class Channel:
             if self.paused or self.deleted or not backlog.has_ready():
                 return []
             msgs = self._deliverable(backlog.take(n))
-        deadline = now + ttr
-        add = self.in_flight.add
-        for msg in msgs:
-            if msg.attempts < 65535:
-                msg.attempts += 1
-            msg.client_id = PULLER
-            msg.delivered = now
-            msg.deadline = deadline
-            add(msg)
-            self._pulled_ttr[msg.id] = ttr
+        self._put_in_flight(msgs, PULLER, now, now + ttr)
+        self._pulled_ttr.update((msg.id, ttr) for msg in msgs)
         return msgs
 
     async def wait_pullable(self) -> None:
