@@ -484,3 +484,26 @@ async def test_ephemeral_names_survive_urls(admin, nsqds):
     swapped = await admin.post("/topics/adm_eph/tmp%23ephemeral", data={"action": "unpause"},
                                headers=HTMX)
     assert swapped.text.lstrip().startswith('<section id="live"')
+
+
+async def test_job_features_show_where_they_are_used(admin, nsqds):
+    """Dead letters and expired counts on the channel page, the TTL on the topic page; none
+    of it on the pages of topics that do not use them."""
+    a, _ = nsqds
+    await seed(nsqds, "adm_plain")
+    assert "Dead letters" not in (await admin.get("/topics/adm_plain/work")).text
+    assert "Message TTL" not in (await admin.get("/topics/adm_plain")).text
+    await nsqd_post(a, "/topic/create", topic="adm_jobs", message_ttl="3600")
+    await nsqd_post(a, "/channel/create", topic="adm_jobs", channel="work", max_attempts="1")
+    await nsqd_post(a, "/pub", topic="adm_jobs", body=b"poison")
+    async with httpx.AsyncClient(timeout=DEADLINE) as http:
+        base = f"http://{a.http_address}"
+        params = {"topic": "adm_jobs", "channel": "work"}
+        (msg,) = (await http.post(f"{base}/channel/consume", params=params)).json()["messages"]
+        r = await http.post(f"{base}/message/deadletter", params={**params, "id": msg["id"]})
+        assert r.status_code == 200
+    page = (await admin.get("/topics/adm_jobs/work")).text
+    assert "Dead letters: <strong>1</strong>" in page and "Expired: <strong>0</strong>" in page
+    assert "Message TTL: <strong>3,600 s</strong>" in (await admin.get("/topics/adm_jobs")).text
+    api = (await admin.get("/api/topics/adm_jobs/work")).json()
+    assert api["dead_letter_count"] == 1

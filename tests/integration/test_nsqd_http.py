@@ -128,7 +128,8 @@ async def test_stats_shapes_and_filters(http, shared_nsqd):
     assert list(doc) == ["version", "health", "start_time", "topics", "memory", "producers"]
     topic = doc["topics"][0]
     assert list(topic) == ["topic_name", "channels", "depth", "backend_depth", "message_count",
-                           "message_bytes", "paused", "e2e_processing_latency"]
+                           "message_bytes", "paused", "e2e_processing_latency",
+                           "message_ttl"]  # Go's keys in Go's order, then ours
     channel = topic["channels"][0]
     assert list(channel) == ["channel_name", "depth", "backend_depth", "in_flight_count",
                              "deferred_count", "message_count", "requeue_count", "timeout_count",

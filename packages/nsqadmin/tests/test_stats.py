@@ -66,11 +66,13 @@ def test_json_field_order_matches_go():
         topic("t", 1, 0, 1, [channel("c", 1, [client("x")])]), "n:1", "h")])
     assert list(total.to_json()) == [
         "node", "hostname", "topic_name", "depth", "memory_depth", "backend_depth",
-        "message_count", "nodes", "channels", "paused", "e2e_processing_latency"]
+        "message_count", "nodes", "channels", "paused", "e2e_processing_latency",
+        "message_ttl"]  # Go's keys in Go's order, then the job features' (beyond NSQ)
     assert list(total.channels[0].to_json()) == [
         "node", "hostname", "topic_name", "channel_name", "depth", "memory_depth",
         "backend_depth", "in_flight_count", "deferred_count", "requeue_count", "timeout_count",
-        "message_count", "client_count", "nodes", "clients", "paused", "e2e_processing_latency"]
+        "message_count", "client_count", "nodes", "clients", "paused", "e2e_processing_latency",
+        "expired_count", "dead_letter_count"]
     assert list(total.channels[0].clients[0].to_json())[:8] == [
         "node", "remote_address", "version", "client_id", "hostname", "user_agent",
         "connect_ts", "connected"]

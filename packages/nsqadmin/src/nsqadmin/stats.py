@@ -155,6 +155,9 @@ class ChannelStats:
     clients: tuple[ClientStats, ...] | None = None
     paused: bool = False
     e2e_processing_latency: Latency = attrs.field(factory=Latency)
+    # beyond NSQ (an nsqd with the job features; 0 from any other)
+    expired_count: int = 0
+    dead_letter_count: int = 0
 
     @classmethod
     def parse(cls, raw: dict[str, Any], node: str, hostname: str, topic: str,
@@ -175,6 +178,8 @@ class ChannelStats:
                 ClientStats.parse(c, node, now) for c in clients),
             paused=bool(raw.get("paused")),
             e2e_processing_latency=Latency.parse(raw.get("e2e_processing_latency")),
+            expired_count=int(raw.get("expired_count", 0)),
+            dead_letter_count=int(raw.get("dead_letter_count", 0)),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -189,6 +194,7 @@ class ChannelStats:
             "clients": None if self.clients is None else [c.to_json() for c in self.clients],
             "paused": self.paused,
             "e2e_processing_latency": self.e2e_processing_latency.to_json(),
+            "expired_count": self.expired_count, "dead_letter_count": self.dead_letter_count,
         }
 
 
@@ -208,7 +214,8 @@ def aggregate_channel(topic: str, channel: str, parts: Sequence[ChannelStats]) -
         timeout_count=_sum(parts, "timeout_count"), message_count=_sum(parts, "message_count"),
         client_count=_sum(parts, "client_count"), nodes=_by_host(parts),
         clients=tuple(clients) or None, paused=any(p.paused for p in parts),
-        e2e_processing_latency=latency,
+        e2e_processing_latency=latency, expired_count=_sum(parts, "expired_count"),
+        dead_letter_count=_sum(parts, "dead_letter_count"),
     )
 
 
@@ -225,6 +232,7 @@ class TopicStats:
     channels: tuple[ChannelStats, ...] | None = None
     paused: bool = False
     e2e_processing_latency: Latency | None = None
+    message_ttl: int = 0  # seconds; beyond NSQ (0 from any other nsqd)
 
     @classmethod
     def parse(cls, raw: dict[str, Any], node: str, hostname: str,
@@ -239,6 +247,7 @@ class TopicStats:
             message_count=int(raw.get("message_count", 0)), channels=channels,
             paused=bool(raw.get("paused")),
             e2e_processing_latency=Latency.parse(raw.get("e2e_processing_latency")),
+            message_ttl=int(raw.get("message_ttl", 0)),
         )
 
     @property
@@ -258,6 +267,7 @@ class TopicStats:
             "channels": None if self.channels is None else [c.to_json() for c in self.channels],
             "paused": self.paused,
             "e2e_processing_latency": None if latency is None else latency.to_json(),
+            "message_ttl": self.message_ttl,
         }
 
 
@@ -279,6 +289,7 @@ def aggregate_topic(topic: str, parts: Sequence[TopicStats]) -> TopicStats:
         memory_depth=_sum(parts, "memory_depth"), backend_depth=_sum(parts, "backend_depth"),
         message_count=_sum(parts, "message_count"), nodes=_by_host(parts), channels=channels,
         paused=any(p.paused for p in parts), e2e_processing_latency=latency,
+        message_ttl=max(p.message_ttl for p in parts),
     )
 
 

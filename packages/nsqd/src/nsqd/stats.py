@@ -100,6 +100,8 @@ def topic_stats(topic: Topic, channel_filter: str | None, include_clients: bool
         "message_bytes": topic.message_bytes,
         "paused": topic.paused,
         "e2e_processing_latency": _e2e(list(topic.channels.values())),
+        # beyond NSQ, after Go's keys
+        "message_ttl": topic.message_ttl,
     }
 
 
