@@ -507,3 +507,55 @@ async def test_job_features_show_where_they_are_used(admin, nsqds):
     assert "Message TTL: <strong>3,600 s</strong>" in (await admin.get("/topics/adm_jobs")).text
     api = (await admin.get("/api/topics/adm_jobs/work")).json()
     assert api["dead_letter_count"] == 1
+
+
+async def test_dead_letters_listed_respawned_and_emptied(admin, nsqds):
+    """The channel page lists the first dead letters with Respawn and Empty (which asks
+    first); the peek page shows the next messages and takes none."""
+    a, _ = nsqds
+    params = {"topic": "adm_dead", "channel": "work"}
+    await nsqd_post(a, "/topic/create", topic="adm_dead")
+    await nsqd_post(a, "/channel/create", **params)
+    await nsqd_post(a, "/channel/pause", **params)
+    for body in (b"first", b"\xff\xfe binary"):
+        await nsqd_post(a, "/pub", topic="adm_dead", body=body)
+    peek = await admin.get("/topics/adm_dead/work/peek")
+    assert peek.status_code == 200
+    first = next(row for row in Rows(peek.text).rows if row and row[-1] == "first")
+    assert len(first[1]) == 16 and first[2] == "0"  # id, attempts so far
+    assert "binary, 9 bytes" in peek.text
+    assert (await nsqd_topic(a, "adm_dead"))["channels"][0]["depth"] == 2  # nothing taken
+    assert "Dead letters" not in (await admin.get("/topics/adm_dead/work")).text
+
+    await nsqd_post(a, "/channel/unpause", **params)
+    async with httpx.AsyncClient(timeout=DEADLINE) as http:
+        base = f"http://{a.http_address}"
+        taken = (await http.post(f"{base}/channel/consume", params={**params, "n": "2"})).json()
+        for msg in taken["messages"]:
+            r = await http.post(f"{base}/message/deadletter", params={**params, "id": msg["id"]})
+            assert r.status_code == 200
+    page = await admin.get("/topics/adm_dead/work")
+    assert "<h2>Dead letters</h2>" in page.text and "Respawn dead letters" in page.text
+    assert "The first dead letters on each nsqd (of 2)" in page.text
+    assert ">first</code>" in page.text
+
+    ask = await admin.post("/topics/adm_dead/work", data={"action": "empty_dead_letters"})
+    assert "Are you sure?" in ask.text and "Delete every dead letter of channel work" in ask.text
+    respawn = await admin.post("/topics/adm_dead/work", headers=HTMX,
+                               data={"action": "respawn_dead_letters"})
+    assert "Respawned the dead letters of adm_dead/work on 1 daemon." in respawn.text
+    channel = (await nsqd_topic(a, "adm_dead"))["channels"][0]
+    assert channel["dead_letter_count"] == 0 and channel["depth"] == 2
+
+    async with httpx.AsyncClient(timeout=DEADLINE) as http:
+        taken = (await http.post(f"{base}/channel/consume", params={**params, "n": "2"})).json()
+        assert [m["attempts"] for m in taken["messages"]] == [1, 1]  # reset by the respawn
+        for msg in taken["messages"]:
+            await http.post(f"{base}/message/deadletter", params={**params, "id": msg["id"]})
+    emptied = await admin.post("/topics/adm_dead/work",
+                               data={"action": "empty_dead_letters", "confirm": "yes"})
+    assert emptied.status_code == 303
+    channel = (await nsqd_topic(a, "adm_dead"))["channels"][0]
+    assert channel["dead_letter_count"] == 0 and channel["depth"] == 0
+    assert "Emptied the dead letters of adm_dead/work on 1 daemon." in (
+        await admin.get("/topics/adm_dead/work")).text

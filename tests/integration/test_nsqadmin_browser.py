@@ -168,3 +168,58 @@ def test_lookupd_mode_with_a_dead_lookupd(run_daemon, browser):
     page.goto(base + "/")
     expect(page.get_by_role("link", name="signups")).to_be_visible()
     shoot(page, "topics-degraded")
+
+
+def test_dead_letters_and_peek_by_clicking(run_daemon, browser):
+    """A channel with a dead letter: the channel page lists it, Respawn puts it back, the
+    peek view shows it next in line and takes nothing; Empty asks first."""
+    nsqd = run_daemon("nsqd", "--broadcast-address=127.0.0.1")
+    api = f"http://{nsqd.http_address}"
+    params = {"topic": "invoices", "channel": "mailer"}
+    httpx.post(f"{api}/topic/create", params={"topic": "invoices"})
+    httpx.post(f"{api}/channel/create", params={**params, "max_attempts": "2"})
+    for n in range(2):
+        httpx.post(f"{api}/pub", params={"topic": "invoices"}, content=b"invoice %d" % n)
+    taken = httpx.post(f"{api}/channel/consume", params={**params, "n": "2"}).json()
+    for msg in taken["messages"]:
+        httpx.post(f"{api}/message/deadletter", params={**params, "id": msg["id"]})
+    admin = run_daemon("nsqadmin", f"--nsqd-http-address={nsqd.http_address}",
+                       "--http-address=127.0.0.1:0", expect=("HTTP",))
+    base = f"http://{admin.http_address}"
+    expect = sync_api.expect
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.set_default_timeout(DEADLINE * 1000)
+    page.goto(base + "/topics/invoices/mailer")
+    expect(page.get_by_role("heading", name="Dead letters")).to_be_visible()
+    dead = page.locator("table.messages")
+    expect(dead.locator("tbody tr")).to_have_count(2)
+    expect(dead).to_contain_text("invoice 0")
+    page.wait_for_function("() => window.htmx !== undefined")
+    shoot(page, "dead-letters")
+
+    page.get_by_role("button", name="Respawn dead letters").click()
+    expect(page.locator("#report")).to_contain_text(
+        "Respawned the dead letters of invoices/mailer on 1 daemon.")
+    expect(page.get_by_role("heading", name="Dead letters")).to_have_count(0)
+    stats = channel_stats(nsqd, "invoices", "mailer")
+    assert stats["dead_letter_count"] == 0 and stats["depth"] == 2
+
+    page.get_by_role("link", name="Peek at the next messages").click()
+    expect(page.get_by_role("heading", name="Peek mailer")).to_be_visible()
+    rows = page.locator("table.messages tbody tr")
+    expect(rows).to_have_count(2)
+    expect(rows.nth(0)).to_contain_text("invoice 0")
+    expect(rows.nth(1)).to_contain_text("invoice 1")
+    shoot(page, "peek")
+    assert channel_stats(nsqd, "invoices", "mailer")["depth"] == 2  # peeking took nothing
+
+    taken = httpx.post(f"{api}/channel/consume", params={**params, "n": "1"}).json()
+    httpx.post(f"{api}/message/deadletter",
+               params={**params, "id": taken["messages"][0]["id"]})
+    page.goto(base + "/topics/invoices/mailer")
+    page.wait_for_function("() => window.htmx !== undefined")
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Empty dead letters").click()
+    expect(page.locator("#report")).to_contain_text(
+        "Emptied the dead letters of invoices/mailer on 1 daemon.")
+    assert channel_stats(nsqd, "invoices", "mailer")["dead_letter_count"] == 0

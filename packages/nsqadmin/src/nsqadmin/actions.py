@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
 FLASH_COOKIE = "nsqadmin_flash"
 MAX_FORM = 16 * 1024
-DESTRUCTIVE = {"empty", "delete", "tombstone"}
+DESTRUCTIVE = {"empty", "delete", "tombstone", "empty_dead_letters"}
 PHRASES = {
     "create_topic": "Created topic", "create_channel": "Created channel",
     "delete_topic": "Deleted topic", "delete_channel": "Deleted channel",
@@ -48,7 +48,9 @@ PHRASES = {
     "pause_channel": "Paused channel", "unpause_channel": "Unpaused channel",
     "empty_topic": "Emptied topic", "empty_channel": "Emptied channel",
     "tombstone_topic_producer": "Tombstoned topic",
+    "respawn_dead_letters": "Respawned", "empty_dead_letters": "Emptied",
 }
+DEAD_LETTER_VERBS = {"respawn_dead_letters", "empty_dead_letters"}  # beyond NSQ
 
 
 @attrs.frozen
@@ -147,7 +149,7 @@ async def read_form(request: Request) -> dict[str, str]:
 
 @attrs.frozen
 class Plan:
-    verb: str  # create, pause, unpause, empty, delete, tombstone
+    verb: str  # create, pause, unpause, empty, delete, tombstone, or a DEAD_LETTER_VERB
     topic: str
     channel: str = ""
     node: str = ""
@@ -156,7 +158,18 @@ class Plan:
     @property
     def subject(self) -> str:
         name = f"{self.topic}/{self.channel}" if self.channel else self.topic
+        if self.verb in DEAD_LETTER_VERBS:
+            return f"the dead letters of {name}"
         return f"{name} on {self.node}" if self.node else name
+
+    @property
+    def action(self) -> str:
+        """The action's name in reports and notifications."""
+        if self.verb in DEAD_LETTER_VERBS:
+            return self.verb
+        if self.verb == "tombstone":
+            return "tombstone_topic_producer"
+        return f"{self.verb}_{'channel' if self.channel else 'topic'}"
 
     @property
     def question(self) -> str:
@@ -167,6 +180,8 @@ class Plan:
                     "listing this node for the topic and the topic is deleted there.")
         if self.verb == "empty":
             return f"Empty {what}? Every message queued in it is lost."
+        if self.verb == "empty_dead_letters":
+            return f"Delete every dead letter of {what}? They are lost."
         return f"Delete {what} on every node? Its messages are lost."
 
 
@@ -179,7 +194,8 @@ def plan_action(admin: Admin, page: str, params: dict[str, str], form: dict[str,
     here = admin.path(page_path(page, params))
     allowed = {"topics": {"create"}, "lookup": {"create", "delete"},
                "topic": {"pause", "unpause", "empty", "delete", "tombstone"},
-               "channel": {"pause", "unpause", "empty", "delete"}, "node": {"tombstone"}}
+               "channel": {"pause", "unpause", "empty", "delete", *DEAD_LETTER_VERBS},
+               "node": {"tombstone"}}
     if verb not in allowed.get(page, set()):
         return f"Unknown action {verb!r}."
     if not is_valid_topic_name(topic):
@@ -202,6 +218,9 @@ def page_path(page: str, params: dict[str, str]) -> str:
         return f"/topics/{path_segment(params['topic'])}"
     if page == "channel":
         return f"/topics/{path_segment(params['topic'])}/{path_segment(params['channel'])}"
+    if page == "peek":
+        return (f"/topics/{path_segment(params['topic'])}/{path_segment(params['channel'])}"
+                "/peek")
     if page == "node":
         return f"/nodes/{path_segment(params['node'])}"
     return {"topics": "/", "lookup": "/lookup", "nodes": "/nodes", "counter": "/counter"}[page]
@@ -222,6 +241,9 @@ async def perform(admin: Admin, plan: Plan, request: Request) -> ActionResult:
     elif plan.verb == "tombstone":
         result = await cluster.tombstone_topic_producer(topic, plan.node)
         notify(result.action, topic, "", plan.node, request)
+    elif plan.verb in DEAD_LETTER_VERBS:
+        result = await cluster.dead_letter_action(plan.verb.split("_", 1)[0], topic, channel)
+        notify(result.action, topic, channel, "", request)
     else:
         result = await cluster.topic_action(plan.verb, topic, channel)
         notify(result.action, topic, channel, "", request)
@@ -255,8 +277,7 @@ async def handle(request: Request, page: str, reload: Callable[[], Awaitable[dic
     try:
         result = await perform(admin, plan, request)
     except ClusterError as exc:
-        result = ActionResult(f"{plan.verb}_{'channel' if plan.channel else 'topic'}",
-                              errors=exc.errors)
+        result = ActionResult(plan.action, errors=exc.errors)
     return await _respond(request, page, Report.of(result, plan.subject), plan.landing, here,
                           reload)
 

@@ -26,6 +26,7 @@ from .stats import (
     ChannelStats,
     Node,
     NodeTopic,
+    QueuedMessage,
     TopicStats,
     aggregate_channel,
     mark_out_of_date,
@@ -33,6 +34,7 @@ from .stats import (
 from .upstream import ClusterError, Partial, Upstream, UpstreamError
 
 log = logging.getLogger("nsqadmin")
+RESPAWN_BATCH = 100  # dead letters respawned on each nsqd per action
 A = TypeVar("A")
 R = TypeVar("R")
 
@@ -309,6 +311,31 @@ class ClusterInfo:
                     for key, ps in parts.items()}
         return Partial(Stats(tuple(topics), channels, health), tuple(errors))
 
+    async def channel_messages(self, topic: str, channel: str, which: str, n: int
+                               ) -> Partial[list[QueuedMessage]]:
+        """Up to ``n`` messages from each of the topic's producers, node by node, without
+        taking them: the next ones the channel would deliver (``which="peek"``) or its first
+        dead letters (``"deadletter"``). A producer without the channel, or without these
+        routes (any other nsqd), has none."""
+        if which not in ("peek", "deadletter"):
+            raise ValueError(which)
+        producers = await self.topic_producers(topic)
+        params = {"topic": topic, "channel": channel, "n": str(n)}
+
+        async def ask(node: Node) -> list[QueuedMessage]:
+            try:
+                body = await self.upstream.get_json(node.address, f"/channel/{which}", params)
+            except UpstreamError as exc:
+                if exc.status == 404:
+                    return []
+                raise
+            return [QueuedMessage.parse(raw, node.http_address, node.hostname)
+                    for raw in body.get("messages") or () if isinstance(raw, dict)]
+
+        answers, errors = await fan_out(producers.value, ask)
+        found = [m for _, messages in answers for m in messages]
+        return Partial(found, (*producers.errors, *errors))
+
     # --- actions -----------------------------------------------------------------------
 
     async def _post_all(self, addresses: Sequence[str], path: str, params: dict[str, str]
@@ -384,6 +411,17 @@ class ClusterInfo:
         params = {"topic": topic, **({"channel": channel} if channel else {})}
         return await self._producers_then(f"{verb}_{kind}", topic, [(f"/{kind}/{verb}", False)],
                                           params)
+
+    async def dead_letter_action(self, verb: str, topic: str, channel: str) -> ActionResult:
+        """``respawn`` (up to ``RESPAWN_BATCH`` on each) or ``empty`` (all) the channel's dead
+        letters on every producer."""
+        if verb not in ("respawn", "empty"):
+            raise ValueError(verb)
+        params = {"topic": topic, "channel": channel}
+        if verb == "respawn":
+            params["n"] = str(RESPAWN_BATCH)
+        return await self._producers_then(f"{verb}_dead_letters", topic,
+                                          [(f"/channel/deadletter/{verb}", False)], params)
 
     async def tombstone_topic_producer(self, topic: str, node: str) -> ActionResult:
         """Tombstone ``node`` for ``topic`` on every lookupd, then delete the topic there."""

@@ -357,3 +357,26 @@ def mark_out_of_date(nodes: Sequence[Node]) -> list[Node]:
         return []
     newest = max(version_key(n.version) for n in nodes)
     return [attrs.evolve(n, out_of_date=version_key(n.version) < newest) for n in nodes]
+
+
+@attrs.frozen
+class QueuedMessage:
+    """One message as an nsqd with the job features shows it without taking it
+    (``/channel/peek``, ``/channel/deadletter``): beyond NSQ."""
+
+    node: str
+    hostname: str
+    id: str
+    attempts: int
+    timestamp: int  # ns since the epoch, at publish
+    size: int  # bytes of the body
+    text: str | None  # the body, when it is UTF-8
+
+    @classmethod
+    def parse(cls, raw: dict[str, Any], node: str, hostname: str) -> QueuedMessage:
+        body = str(raw.get("body") or "")
+        text = raw.get("text")
+        return cls(node=node, hostname=hostname, id=str(raw.get("id", "")),
+                   attempts=int(raw.get("attempts", 0)), timestamp=int(raw.get("timestamp", 0)),
+                   size=len(body) * 3 // 4 - body[-2:].count("="),
+                   text=text if isinstance(text, str) else None)

@@ -1,4 +1,5 @@
-"""The HTML pages: topics, a topic, a channel, nodes, a node, counter, lookup.
+"""The HTML pages: topics, a topic, a channel (and a peek at its next messages), nodes, a
+node, counter, lookup.
 
 Each page has a loader (cluster queries -> template context) and one template pair:
 ``pages/<name>.html`` for a normal request and ``partials/<name>.html`` (the ``#live``
@@ -19,8 +20,9 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from . import actions
+from .cluster import RESPAWN_BATCH
 from .history import sparkline
-from .stats import Node, TopicStats, aggregate_topic
+from .stats import Node, QueuedMessage, TopicStats, aggregate_topic
 from .upstream import ClusterError, UpstreamError
 
 if TYPE_CHECKING:
@@ -28,6 +30,8 @@ if TYPE_CHECKING:
     from .cluster import Stats
 
 Context = dict[str, Any]
+DEAD_LETTERS_SHOWN = 10  # per node, on the channel page
+PEEK_SHOWN, PEEK_MOST = 20, 100  # per node, on the peek page (``?n=``)
 
 
 def admin_of(request: Request) -> Admin:
@@ -206,8 +210,34 @@ async def load_channel(request: Request) -> Context:
                 "stats": None, "unreachable": []}
     record_history(admin, per_node)
     unreachable = [p for p in producers if p.address in warnings]
-    return {"topic": topic, "channel": channel, "stats": stats.channels.get(channel),
-            "unreachable": unreachable, "warnings": warnings}
+    totals = stats.channels.get(channel)
+    dead_letters: list[QueuedMessage] = []
+    if totals is not None and totals.dead_letter_count:
+        found = await admin.cluster.channel_messages(topic, channel, "deadletter",
+                                                     DEAD_LETTERS_SHOWN)
+        warnings.add(found.errors)
+        dead_letters = found.value
+    return {"topic": topic, "channel": channel, "stats": totals, "dead_letters": dead_letters,
+            "respawn_batch": RESPAWN_BATCH, "unreachable": unreachable, "warnings": warnings}
+
+
+async def load_peek(request: Request) -> Context:
+    """The next messages of a channel on each of its nodes, taken from none (beyond NSQ)."""
+    admin = admin_of(request)
+    topic, channel = request.path_params["topic"], request.path_params["channel"]
+    raw = request.query_params.get("n", "")
+    n = int(raw) if raw.isdigit() and 0 < int(raw) <= PEEK_MOST else PEEK_SHOWN
+    warnings = Warnings()
+    try:
+        found = await admin.cluster.channel_messages(topic, channel, "peek", n)
+    except ClusterError as exc:
+        warnings.add(exc.errors)
+        return {"fatal": exc.kind, "warnings": warnings, "topic": topic, "channel": channel,
+                "n": n, "messages": []}
+    warnings.add(found.errors)
+    here = actions.page_path("peek", dict(request.path_params))
+    return {"topic": topic, "channel": channel, "n": n, "messages": found.value,
+            "warnings": warnings, "live_url": admin.path(f"{here}?n={n}")}
 
 
 async def load_nodes(request: Request) -> Context:
@@ -296,6 +326,7 @@ async def load_lookup(request: Request) -> Context:
 topics_page = page("topics", load_topics)
 topic_page = page("topic", load_topic)
 channel_page = page("channel", load_channel)
+peek_page = page("peek", load_peek)
 nodes_page = page("nodes", load_nodes)
 node_page = page("node", load_node)
 counter_page = page("counter", load_counter)
@@ -309,6 +340,7 @@ def routes() -> list[Route]:
         Route("/topics", topics_page, methods=both),
         Route("/topics/{topic}", topic_page, methods=both),
         Route("/topics/{topic}/{channel}", channel_page, methods=both),
+        Route("/topics/{topic}/{channel}/peek", peek_page, methods=["GET"]),
         Route("/nodes", nodes_page, methods=["GET"]),
         Route("/nodes/{node}", node_page, methods=both),
         Route("/counter", counter_page, methods=["GET"]),
