@@ -42,8 +42,8 @@ async def test_expired_messages_are_dropped_and_counted_not_delivered():
     ch = Channel("t", "c", Owner(), max_msg_timeout=900)
     past, future = time.time_ns() - 1, time.time_ns() + 10**12
     await ch.put([*expiring(2, past), Message(b"f" * 16, b"fresh", 0, expires=future)], now=0.0)
-    assert not ch.backlog.expiring  # nothing told it yet: the topic does (see below)
-    ch.backlog.expiring = True
+    assert not ch.backlog.extended  # nothing told it yet: the topic does (see below)
+    ch.backlog.extended = True
     assert [m.body for m in ch.peek(5, now=0.0)] == [b"fresh"]
     assert ch.expired_count == 0  # peek counts nothing
     assert [m.body for m in ch.pull(5, 30.0, now=0.0)] == [b"fresh"]
@@ -56,12 +56,12 @@ async def test_a_topic_default_ttl_reaches_every_message_and_tells_the_channels(
     topic.add_channel(ch)
     plain = Message(b"0" * 16, b"a", 1_000)
     await topic.put([plain])
-    assert plain.expires == 0 and not ch.backlog.expiring  # no TTL: nothing to check, ever
+    assert plain.expires == 0 and not ch.backlog.extended  # no TTL: nothing to check, ever
     topic.message_ttl = 5
     msgs = [Message(b"1" * 16, b"b", 1_000), Message(b"2" * 16, b"c", 1_000, expires=7)]
     await topic.put(msgs)
     assert [m.expires for m in msgs] == [1_000 + 5 * 10**9, 7]  # its own TTL wins
-    assert ch.backlog.expiring
+    assert ch.backlog.extended
 
 
 def test_the_topic_ttl_is_kept_in_the_metadata_only_when_set():

@@ -6,6 +6,7 @@ Task tree::
     ├── tcp: trio.serve_listeners ── one task per connection ─┬─ reader
     │                                                         └─ writer (output buffer, heartbeats)
     ├── http: nsq_serving (Starlette app; hot routes called directly)
+    ├── lmstfy (with --lmstfy-http-address / --lmstfy-admin-http-address): its two APIs
     └── broker
         ├── pump: delivers messages for dirty channels
         ├── queue scan: in-flight timeouts and deferred messages, every 100 ms
@@ -23,6 +24,7 @@ import fcntl
 import logging
 import os
 import socket
+from typing import TYPE_CHECKING
 
 import trio
 from nsq_common import go_errno_text
@@ -32,6 +34,9 @@ from .broker import Broker
 from .http_api import build_app
 from .options import Options
 from .tcp import serve_tcp
+
+if TYPE_CHECKING:
+    from .lmstfy.state import State
 
 log = logging.getLogger("nsqd")
 
@@ -100,11 +105,18 @@ async def serve(opts: Options, *, task_status: trio.TaskStatus[Broker] = trio.TA
             bound.append(http_sock)
         https_sock = (bind_socket(opts.https_address)
                       if broker.tls_context is not None and opts.https_address else None)
+        if https_sock is not None:
+            bound.append(https_sock)
+        lmstfy_socks: list[socket.socket | None] = []
+        for address in (opts.lmstfy_http_address, opts.lmstfy_admin_http_address):
+            lmstfy_socks.append(bind_socket(address) if address else None)
+            bound += lmstfy_socks[-1:] if address else []
+        lmstfy_state = _lmstfy_state(opts) if any(lmstfy_socks) else None
     except BaseException as exc:
         for sock in bound:
             sock.close()
         os.close(lock_fd)
-        if isinstance(exc, ListenError):
+        if isinstance(exc, (ListenError, StartError)):
             raise StartError(f"failed to instantiate nsqd - {exc}") from None
         raise
     broker.tcp_port = tcp_sock.getsockname()[1]
@@ -115,6 +127,9 @@ async def serve(opts: Options, *, task_status: trio.TaskStatus[Broker] = trio.TA
     if https_sock is not None:
         broker.https_port = https_sock.getsockname()[1]
         log.info("HTTPS: listening on %s", _shown(https_sock))
+    for sock, what in zip(lmstfy_socks, ("LMSTFY", "LMSTFY_ADMIN"), strict=True):
+        if sock is not None:
+            log.info("%s: listening on %s", what, _shown(sock))
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(broker.run)  # metadata and saved messages load before clients
@@ -122,9 +137,30 @@ async def serve(opts: Options, *, task_status: trio.TaskStatus[Broker] = trio.TA
             nursery.start_soon(serve_tcp, broker, [listener])
             if http_sock is not None or https_sock is not None:
                 await nursery.start(_serve_http, broker, http_sock, https_sock)
+            if lmstfy_state is not None:
+                from .lmstfy import serve_lmstfy
+
+                accounts = dict(a.split(":", 1) for a in opts.lmstfy_admin_accounts)
+                await nursery.start(serve_lmstfy, broker, lmstfy_state, *lmstfy_socks, accounts)
             task_status.started(broker)
     finally:
         os.close(lock_fd)
+
+
+def _lmstfy_state(opts: Options) -> State:
+    """lmstfy's tokens, limits and queue list (only nsqds that serve its API load it).
+
+    Raises:
+        StartError: they cannot be read.
+    """
+    from .lmstfy.state import State
+
+    state = State(opts.data_path)
+    try:
+        state.load()
+    except ValueError as exc:
+        raise StartError(str(exc)) from None
+    return state
 
 
 async def _serve_http(broker: Broker, http_sock: socket.socket | None,

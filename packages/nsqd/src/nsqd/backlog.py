@@ -28,36 +28,60 @@ from collections.abc import Callable
 import trio
 
 from .diskqueue import DiskQueue, Pos
-from .message import Message
+from .message import Job, Message
 
 _HEADER = struct.Struct(">qH")
 _EXPIRES = struct.Struct(">Bq")
+_JOB = struct.Struct(">qHIqH")  # expires, tries, delay, due, attributes' length
 #: In the attempts field of a record: an extension (our job fields) follows the id.
 EXTENDED = 0x8000
-#: Most bytes an extension adds to a record (its length byte and up to 255 bytes).
-MAX_EXTENSION = 256
+#: Most bytes an extension adds to a record: its length byte, the fixed fields, and a job's
+#: attributes (lmstfy allows 16 of 32-byte keys and 128-byte values).
+MAX_EXTENSION = 1 + _JOB.size + 8192
 
 
 def encode_record(msg: Message) -> bytes:
     """The disk record: NSQ's 26-byte message header and the body, as Go's nsqd writes it.
 
-    A message with an expiry (beyond NSQ) is written with the top bit of the attempts field
-    set and, after the id, one byte giving the extension's length and the extension: the
-    expiry as 8 bytes (ns since the epoch). Only such records differ from Go's format, so a
-    data directory that never held one stays readable by Go's nsqd.
+    A message with an expiry, or a job (beyond NSQ), is written with the top bit of the
+    attempts field set and, after the id, an extension: one byte giving the length of its fixed
+    fields, the fields, then for a job its attributes. A message's only field is its expiry
+    (8 bytes, ns since the epoch); a job's are its expiry, tries, delay, due time and the
+    length of its attributes. Only such records differ from Go's format, so a data directory
+    that never held one stays readable by Go's nsqd.
     """
+    if msg.is_job:
+        return _encode_job(msg)  # type: ignore[arg-type]
     if msg.expires:
         return (_HEADER.pack(msg.timestamp, min(msg.attempts, EXTENDED - 1) | EXTENDED) + msg.id
                 + _EXPIRES.pack(8, msg.expires) + msg.body)
     return _HEADER.pack(msg.timestamp, msg.attempts) + msg.id + msg.body
 
 
+def _encode_job(job: Job) -> bytes:
+    attributes = job.attributes
+    extra = b"" if attributes is None else attributes
+    # a job without attributes and one with none: the length is 0 or 1 + the JSON's
+    fields = _JOB.pack(job.expires, job.tries, job.delay, job.due,
+                       0 if attributes is None else len(extra) + 1)
+    return (_HEADER.pack(job.timestamp, min(job.attempts, EXTENDED - 1) | EXTENDED) + job.id
+            + bytes((len(fields),)) + fields + extra + job.body)
+
+
 def decode_record(record: bytes) -> Message:
     timestamp, attempts = _HEADER.unpack_from(record)
     if attempts & EXTENDED:
         size = record[26]
+        attempts &= ~EXTENDED
+        if size >= _JOB.size:
+            expires, tries, delay, due, length = _JOB.unpack_from(record, 27)
+            start = 27 + size
+            attributes = bytes(record[start:start + length - 1]) if length else None
+            return Job(record[10:26], record[start + max(length - 1, 0):], timestamp, attempts,
+                       expires=expires, tries=tries, delay=delay, due=due,
+                       attributes=attributes)
         expires = _EXPIRES.unpack_from(record, 26)[1] if size >= 8 else 0
-        return Message(record[10:26], record[27 + size:], timestamp, attempts & ~EXTENDED,
+        return Message(record[10:26], record[27 + size:], timestamp, attempts,
                        expires=expires)
     return Message(record[10:26], record[26:], timestamp, attempts)
 
@@ -75,12 +99,17 @@ class Backlog:
         self._explicit = disk is not None and disk.explicit_commit
         self._unacked: deque[tuple[bytes, Pos]] = deque()
         self._pending: set[bytes] = set()
-        # Some message here may have an expiry: whoever takes messages must check them.
-        # False for a queue that never held one, so that costs nothing there.
-        self.expiring = False
+        # Some message here may have an expiry or be a job: whoever takes messages must check
+        # them. False for a queue that never held one, so that costs nothing there.
+        self.extended = False
 
     def __len__(self) -> int:
         return len(self.memory) + (self.disk.depth() if self.disk is not None else 0)
+
+    @property
+    def explicit_commit(self) -> bool:
+        """Records read from disk stay there until acknowledged (``--sync-every 1``)."""
+        return self._explicit
 
     @property
     def disk_depth(self) -> int:
@@ -136,8 +165,8 @@ class Backlog:
         if self.disk is not None and len(out) < n:
             first_from_disk = len(out)
             self._take_from_disk(out, n)
-            if not self.expiring:  # saved before a restart, or published while held
-                self.expiring = any(m.expires for m in out[first_from_disk:])
+            if not self.extended:  # saved before a restart, or published while held
+                self.extended = any(m.expires or m.is_job for m in out[first_from_disk:])
         return out
 
     def _take_from_disk(self, out: list[Message], n: int) -> None:

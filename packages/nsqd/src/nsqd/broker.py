@@ -325,7 +325,7 @@ class Broker:
         return [Message(b"%016x" % (first + i), body, ts, 0, defer, expires)
                 for i, body in enumerate(bodies)]
 
-    async def publish(self, topic_name: str, msgs: list[Message], *, expiring: bool = False
+    async def publish(self, topic_name: str, msgs: list[Message], *, extended: bool = False
                       ) -> None:
         """Store ``msgs`` in a topic (created if needed).
 
@@ -335,7 +335,7 @@ class Broker:
         if self.exiting:
             raise RuntimeError("exiting")
         try:
-            await self.get_topic(topic_name).put(msgs, expiring=expiring)
+            await self.get_topic(topic_name).put(msgs, extended=extended)
         except DiskQueueError as exc:
             self.health = f"NOK - {exc}"
             log.error("TOPIC(%s): failed to store messages - %s", topic_name, exc)
@@ -452,8 +452,8 @@ class Broker:
             else:
                 msg.defer = max(delay, 1e-9)
                 owner.backlog.put_back([msg])
-        if any(msg.expires for _, msg in entries):
-            owner.backlog.expiring = True
+        if any(msg.expires or msg.is_job for _, msg in entries):
+            owner.backlog.extended = True
         log.info("%s: restored %d deferred messages", queue_name, len(entries))
 
     # -- shutdown --------------------------------------------------------------------------
@@ -501,6 +501,9 @@ class Broker:
             deferred_path = deferred_store.deferred_path(self.opts.data_path, queue_name)
             await trio.to_thread.run_sync(deferred_store.save, deferred_path, deferred)
             backlog.ack_all()  # every message read from disk is written back (or done)
+            # The queue's run() has stopped (cancelled): only close() persists that commit;
+            # without it a restart would deliver the records just written back a second time.
+            await disk.close()
         except (DiskQueueError, OSError) as exc:
             log.error("%s: failed to save messages at shutdown - %s", queue_name, exc)
         else:

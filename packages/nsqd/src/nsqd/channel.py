@@ -89,6 +89,7 @@ class Channel:
         self.default_max_attempts = 0
         self.dead_letter_expired = False  # expired messages to the dead letters, not dropped
         self._dead_letters: DeadLetters | None = None  # made with the first dead letter
+        self._cancelled: set[bytes] = set()  # jobs deleted before they were reached
         # HTTP pulling: the ttr of each message pulled and still in flight, and the event
         # that pullers waiting for messages sleep on (made by the first of them)
         self._pulled_ttr: dict[bytes, float] = {}
@@ -129,6 +130,8 @@ class Channel:
             DiskQueueError: the overflow could not be written to disk.
         """
         self.message_count += len(msgs)
+        if self.backlog.extended and not self.backlog.explicit_commit:
+            msgs = self._defer_jobs(msgs, now)
         if any(m.defer for m in msgs):
             undeferred = []
             for msg in msgs:
@@ -157,7 +160,7 @@ class Channel:
         ready = ready[start:] + ready[:start]
         while ready:
             slots = [c.ready_slots() for c in ready]
-            msgs = self._deliverable(backlog.take(sum(slots)))
+            msgs = self._deliverable(backlog.take(sum(slots)), now)
             if not msgs and backlog.has_ready():
                 continue  # all of them had expired or used up their attempts: take again
             if not msgs:
@@ -171,19 +174,71 @@ class Channel:
             # short for, or one whose sampled-out messages did not count: take again.
             ready = [c for c in ready if c.ready_slots() > 0]
 
-    def _deliverable(self, msgs: list[Message]) -> list[Message]:
-        """``msgs`` without the expired (dropped) and those whose attempts are used up (to
-        the dead letters); neither check runs on a channel that never needs it."""
-        if self.backlog.expiring:
+    def _deliverable(self, msgs: list[Message], now: float) -> list[Message]:
+        """``msgs`` without the expired (dropped), the delayed jobs (deferred till due), the
+        deleted jobs, and those whose attempts are used up (to the dead letters); none of
+        these checks runs on a channel that never needs it."""
+        if self.backlog.extended:
             msgs = self._drop_expired(msgs)
+            if self._cancelled:
+                msgs = self._drop_cancelled(msgs)
+            msgs = self._defer_jobs(msgs, now)
+        return self._within_attempts(msgs)
+
+    def _within_attempts(self, msgs: list[Message]) -> list[Message]:
+        """``msgs`` without those delivered as often as they may be, which become dead
+        letters: a job's own tries, else the channel's limit."""
         limit = self.max_attempts or self.default_max_attempts
-        if limit and msgs:
+        if self.backlog.extended:
+            kept, spent = [], []
+            for msg in msgs:
+                most = msg.tries if msg.is_job else limit  # type: ignore[attr-defined]
+                (spent if most and msg.attempts >= most else kept).append(msg)
+        elif limit and msgs:
             spent = [m for m in msgs if m.attempts >= limit]
-            if spent:
-                self.dead_letters.pending.extend(spent)
-                self.owner.mark_dirty(self)  # the broker stores them after this pump
-                msgs = [m for m in msgs if m.attempts < limit]
-        return msgs
+            kept = [m for m in msgs if m.attempts < limit] if spent else msgs
+        else:
+            return msgs
+        if spent:
+            self.dead_letters.pending.extend(spent)
+            self.owner.mark_dirty(self)  # the broker stores them after this pump
+        return kept
+
+    def _defer_jobs(self, msgs: list[Message], now: float) -> list[Message]:
+        """``msgs`` without the jobs not due yet, which wait in ``deferred``. Taken from the
+        disk queue they stay unacknowledged there until done with, so a delayed job outlives
+        even a ``kill -9`` under ``--sync-every 1``."""
+        now_ns = time.time_ns()
+        later = [m for m in msgs if m.is_job and m.due > now_ns]  # type: ignore[attr-defined]
+        if not later:
+            return msgs
+        for job in later:
+            job.deadline = now + (job.due - now_ns) / 1e9  # type: ignore[attr-defined]
+            self.deferred.add(job)
+        return [m for m in msgs if not (m.is_job and m.due > now_ns)]  # type: ignore[attr-defined]
+
+    def _drop_cancelled(self, msgs: list[Message]) -> list[Message]:
+        cancelled = self._cancelled
+        kept = []
+        for msg in msgs:
+            if msg.id in cancelled:
+                cancelled.discard(msg.id)
+                self.backlog.ack(msg.id)
+            else:
+                kept.append(msg)
+        return kept
+
+    def cancel(self, message_id: bytes) -> None:
+        """Delete a job wherever it waits (lmstfy's ack of a job not in flight): at once
+        when it is delayed, else when it is reached. A job in flight to a TCP consumer is
+        left to that consumer."""
+        msg = self.deferred.remove(message_id)
+        if msg is not None:
+            self.backlog.ack(message_id)
+            return
+        if message_id not in self.in_flight:
+            self._cancelled.add(message_id)
+            self.backlog.extended = True
 
     @property
     def dead_letters(self) -> DeadLetters:
@@ -223,14 +278,22 @@ class Channel:
         self.owner.mark_dirty(self)
         return True
 
-    def respawn(self, n: int) -> int:
-        """Up to ``n`` stored dead letters back to the queue, attempts reset; how many."""
+    def respawn(self, n: int, expires: int | None = None) -> int:
+        """Up to ``n`` stored dead letters back to the queue, attempts reset (a job gets one
+        try, as lmstfy gives it), with a new expiry when ``expires`` is given; how many."""
         if self._dead_letters is None:
             return 0
         msgs = self._dead_letters.take(n)
         for msg in msgs:
             msg.attempts = 0
+            if msg.is_job:
+                msg.tries = 1  # type: ignore[attr-defined]
+                msg.due = 0  # type: ignore[attr-defined]
+            if expires is not None:
+                msg.expires = expires
         if msgs:
+            if any(m.is_job or m.expires for m in msgs):
+                self.backlog.extended = True
             self._requeue(msgs)
         return len(msgs)
 
@@ -288,8 +351,10 @@ class Channel:
             due = sorted((m for m in self.deferred if m.deadline <= now),
                          key=lambda m: m.deadline)
             out += due[:n - len(out)]
-        now_ns = time.time_ns()  # expired ones would be dropped, not delivered
-        return [m for m in out if not m.expires or m.expires > now_ns]
+        now_ns = time.time_ns()  # expired ones would be dropped, delayed jobs wait
+        return [m for m in out if (not m.expires or m.expires > now_ns)
+                and not (m.is_job and m.due > now_ns)  # type: ignore[attr-defined]
+                and m.id not in self._cancelled]
 
     # -- HTTP pulling ------------------------------------------------------------------------
     def pull(self, n: int, ttr: float, now: float) -> list[Message]:
@@ -300,7 +365,7 @@ class Channel:
         while not msgs:
             if self.paused or self.deleted or not backlog.has_ready():
                 return []
-            msgs = self._deliverable(backlog.take(n))
+            msgs = self._deliverable(backlog.take(n), now)
         self._put_in_flight(msgs, PULLER, now, now + ttr)
         self._pulled_ttr.update((msg.id, ttr) for msg in msgs)
         return msgs
@@ -416,6 +481,8 @@ class Channel:
             elif msg.client_id == PULLER:
                 del self._pulled_ttr[msg.id]
         self.timeout_count += len(expired)
+        if expired:
+            expired = self._within_attempts(expired)  # no delivery left: a dead letter now
         self._requeue(expired + due)
         return True
 

@@ -221,10 +221,10 @@ class HttpApi:
             "max_deflate_level": o.max_deflate_level,
         })
 
-    async def _publish(self, topic: str, msgs: list[Message], *, expiring: bool = False
+    async def _publish(self, topic: str, msgs: list[Message], *, extended: bool = False
                        ) -> None:
         try:
-            await self.broker.publish(topic, msgs, expiring=expiring)
+            await self.broker.publish(topic, msgs, extended=extended)
         except Exception as exc:
             log.error("PUB to %s failed: %s", topic, exc)
             raise ApiError(500 if "exiting" not in str(exc) else 503,
@@ -249,7 +249,7 @@ class HttpApi:
             defer = ms / 1000
         ttl = _ttl(q, "ttl")
         await self._publish(topic, self.broker.new_messages([body], defer, ttl),
-                            expiring=bool(ttl))
+                            extended=bool(ttl))
         return _OK
 
     async def mpub(self, request: Request) -> Response:
@@ -274,7 +274,7 @@ class HttpApi:
                 raise ApiError(413, "MSG_TOO_BIG")
         if bodies:
             await self._publish(topic, self.broker.new_messages(bodies, ttl=ttl),
-                                expiring=bool(ttl))
+                                extended=bool(ttl))
         return _OK
 
     async def stats(self, request: Request) -> Response:

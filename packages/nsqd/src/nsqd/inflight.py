@@ -109,8 +109,9 @@ class InFlightQueue:
 
 
 class DeferredQueue:
-    """Messages held back until a due time (REQ with a delay, DPUB). A plain heap: deferred
-    messages leave only when due or when the channel is emptied."""
+    """Messages held back until a due time (REQ with a delay, DPUB, a delayed job). A plain
+    heap: deferred messages leave when due, when the channel is emptied, or (rarely: a job
+    deleted early) by id."""
 
     __slots__ = ("_heap", "_ids", "_seq")
 
@@ -140,6 +141,16 @@ class DeferredQueue:
             self._ids.discard(msg.id)
             due.append(msg)
         return due
+
+    def remove(self, message_id: bytes) -> Message | None:
+        """Take one message out before it is due (a job deleted while delayed): a scan."""
+        if message_id not in self._ids:
+            return None
+        index = next(i for i, entry in enumerate(self._heap) if entry[2].id == message_id)
+        msg = self._heap.pop(index)[2]
+        heapq.heapify(self._heap)
+        self._ids.discard(message_id)
+        return msg
 
     def next_deadline(self) -> float | None:
         return self._heap[0][0] if self._heap else None

@@ -2,18 +2,18 @@
 
 Kept as a plain ``__slots__`` class rather than attrs because one is made per message per
 channel on the hot path; attribute access and construction must be as cheap as CPython allows.
+A job (lmstfy's API, beyond NSQ) is a message with a few more fields, in a subclass, so that
+plain messages pay nothing for them.
 """
 
 from __future__ import annotations
-
-from nsq_common import MESSAGE_FRAME_PREFIX
-
-_pack_prefix = MESSAGE_FRAME_PREFIX.pack
 
 
 class Message:
     __slots__ = ("attempts", "body", "client_id", "deadline", "defer", "delivered", "expires",
                  "id", "timestamp")
+    #: A class-level flag, so that telling a job from a message costs no slot.
+    is_job = False
 
     def __init__(self, id: bytes, body: bytes, timestamp: int, attempts: int = 0,
                  defer: float = 0.0, expires: int = 0) -> None:
@@ -31,7 +31,23 @@ class Message:
         """A fresh copy for another channel: same id, body, timestamp, deferral and expiry."""
         return Message(self.id, self.body, self.timestamp, 0, self.defer, self.expires)
 
-    def frame_parts(self) -> tuple[bytes, bytes, bytes]:
-        """The message frame as three parts for ``b"".join``: prefix, id, body."""
-        body = self.body
-        return (_pack_prefix(30 + len(body), 2, self.timestamp, self.attempts), self.id, body)
+
+class Job(Message):
+    """A message published through lmstfy's API: its own limit of deliveries, the delay its
+    id carries, the wall-clock time it becomes ready, and its attributes."""
+
+    __slots__ = ("attributes", "delay", "due", "tries")
+    is_job = True
+
+    def __init__(self, id: bytes, body: bytes, timestamp: int, attempts: int = 0, *,
+                 expires: int = 0, tries: int = 1, delay: int = 0, due: int = 0,
+                 attributes: bytes | None = None) -> None:
+        super().__init__(id, body, timestamp, attempts, 0.0, expires)
+        self.tries = tries  # most deliveries; then it is a dead letter
+        self.delay = delay  # seconds, as published (part of the job id)
+        self.due = due  # ns since the epoch before which it is not delivered; 0: at once
+        self.attributes = attributes  # compact JSON object (a version 1 job), or None
+
+    def copy(self) -> Job:
+        return Job(self.id, self.body, self.timestamp, 0, expires=self.expires,
+                   tries=self.tries, delay=self.delay, due=self.due, attributes=self.attributes)

@@ -104,6 +104,13 @@ def build_flagset() -> FlagSet:
     add("max-deflate-level", "int", 6, "max deflate compression level a client can negotiate "
         "(> values == > nsqd CPU usage)")
     add("snappy", "bool", True, "enable snappy feature negotiation (client compression)")
+    add("lmstfy-http-address", "string", "", "<addr>:<port> to listen on for lmstfy's job-queue "
+        "HTTP API (lmstfy's port is 7777; default off)")
+    add("lmstfy-admin-http-address", "string", "", "<addr>:<port> to listen on for lmstfy's "
+        "admin HTTP API: tokens, limits, info, metrics (lmstfy's port is 7778; default off)")
+    add("lmstfy-admin-account", "strings", [], "<user>:<password> allowed to manage lmstfy "
+        "tokens and limits with HTTP basic auth (may be given multiple times; default: no auth)",
+        config_key="lmstfy_admin_accounts")
     return fs
 
 
@@ -148,5 +155,8 @@ class Options:
         for p in v["e2e_processing_latency_percentiles"]:
             if not 0 < p <= 1:
                 raise ValueError(f"invalid E2E processing latency percentile: {p}")
+        for account in v["lmstfy_admin_accounts"]:
+            if ":" not in account:
+                raise ValueError(f"invalid --lmstfy-admin-account {account!r} (user:password)")
         if v["tls_client_auth_policy"] and not (v["tls_cert"] and v["tls_key"]):
             raise ValueError("cannot require TLS client connections without TLS key and cert")

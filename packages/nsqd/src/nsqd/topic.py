@@ -55,9 +55,9 @@ class Topic:
         """Something may flow to the channels now (a new channel, an unpause, disk data)."""
         self._wake.set()
 
-    async def put(self, msgs: list[Message], *, expiring: bool = False) -> None:
-        """Publish: straight to the channels, or held in the backlog. ``expiring``: some of
-        ``msgs`` have an expiry of their own.
+    async def put(self, msgs: list[Message], *, extended: bool = False) -> None:
+        """Publish: straight to the channels, or held in the backlog. ``extended``: some of
+        ``msgs`` have an expiry of their own or are jobs.
 
         Raises:
             DiskQueueError: the messages could not be stored.
@@ -69,8 +69,8 @@ class Topic:
             for msg in msgs:
                 if not msg.expires:
                     msg.expires = msg.timestamp + ttl_ns
-        if self.message_ttl or expiring:
-            self.backlog.expiring = True
+        if self.message_ttl or extended:
+            self.backlog.extended = True
         if self.paused or not self.channels or not self.started:
             await self.backlog.put(msgs)
         else:
@@ -79,9 +79,9 @@ class Topic:
     async def _fan_out(self, msgs: list[Message]) -> None:
         channels = list(self.channels.values())
         now = self.now()
-        if self.backlog.expiring:  # the channels must look at expiries from now on
+        if self.backlog.extended:  # the channels must look at expiries from now on
             for channel in channels:
-                channel.backlog.expiring = True
+                channel.backlog.extended = True
         for channel in channels[1:]:
             await channel.put([m.copy() for m in msgs], now)
         await channels[0].put(msgs, now)

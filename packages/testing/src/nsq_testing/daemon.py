@@ -25,7 +25,7 @@ import attrs
 
 from .wait import DEADLINE
 
-_LISTEN = re.compile(r"(TCP|HTTP|HTTPS): listening on (\S+)")
+_LISTEN = re.compile(r"(TCP|HTTP|HTTPS|LMSTFY|LMSTFY_ADMIN): listening on (\S+)")
 
 
 def free_port() -> int:

@@ -1,0 +1,246 @@
+"""lmstfy's admin API: tokens, rate limits, the queue list, version and metrics.
+
+Basic auth (``--lmstfy-admin-account user:password``) guards what lmstfy guards when accounts
+are configured: the token and limit routes and ``POST /accesslog``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from nsq_common import NSQ_VERSION
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import Collector, CollectorRegistry
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
+
+from . import ids, names
+from .api import Refusal, answer, query_params, refuse
+from .queues import JobQueues
+from .state import Limit, State
+from .throttle import Throttle
+
+MIN_USER_TOKEN = 20
+
+
+class Admin:
+    def __init__(self, queues: JobQueues, state: State, throttle: Throttle,
+                 accounts: dict[str, str]) -> None:
+        self.queues = queues
+        self.state = state
+        self.throttle = throttle
+        self.accounts = accounts
+        self.access_log = False
+        self.registry = CollectorRegistry()
+        self.registry.register(_JobCollector(queues))
+
+    def _authorized(self, request: Request) -> None:
+        if not self.accounts:
+            return
+        scheme, _, encoded = request.headers.get("authorization", "").partition(" ")
+        try:
+            user, _, password = base64.b64decode(encoded).decode().partition(":")
+        except (binascii.Error, UnicodeDecodeError):
+            user, password = "", ""
+        known = self.accounts.get(user)
+        if scheme.lower() != "basic" or known is None or not hmac.compare_digest(
+                known.encode(), password.encode()):
+            raise Refusal(401, None)
+
+    # -- tokens ------------------------------------------------------------------------------
+    async def tokens(self, request: Request) -> Response:
+        self._authorized(request)
+        namespace = request.path_params["namespace"]
+        q = query_params(request)
+        pool = q.get("pool", "")
+        if pool not in ("", "default"):
+            raise refuse(400, "the pool was not exists")
+        if request.method == "GET":
+            tokens = self.state.tokens.get(namespace, {})
+            prefix = f"{pool}:" if "pool" in q else ""
+            return answer(200, {"tokens": {prefix + t: d for t, d in tokens.items()}},
+                          indent=True)
+        form = {**q, **await _form(request)}
+        description = form.get("description", "")
+        if not description:
+            raise refuse(400, "invalid description")
+        token = form.get("token", "")
+        if token:
+            if len(token) < MIN_USER_TOKEN:
+                raise refuse(400, "the user token was too short")
+            if token.count(":") == 1:
+                pool, token = token.split(":")
+                if pool not in ("", "default"):
+                    raise refuse(400, "the pool was not exists")
+        else:
+            token = ids.encode_ulid(ids.new_ulid())
+        if len(namespace) > names.MAX_NAME:
+            raise refuse(400, "the namespace name was too long")
+        if not names.valid_namespace(namespace):
+            raise refuse(400, "namespace name contains forbidden characters")
+        tokens = self.state.tokens.setdefault(namespace, {})
+        if token in tokens:
+            raise refuse(400, "the token has already existed")
+        tokens[token] = description
+        await self.state.save()
+        return answer(201, {"token": token}, indent=True)
+
+    async def delete_token(self, request: Request) -> Response:
+        self._authorized(request)
+        namespace, token = request.path_params["namespace"], request.path_params["token"]
+        if ":" in token:
+            pool, token = token.split(":", 1)
+            if pool not in ("", "default"):
+                raise refuse(400, "the pool was not exists")
+        self.state.tokens.get(namespace, {}).pop(token, None)
+        self.state.limits.pop((namespace, token), None)
+        self.throttle.forget(namespace, token)
+        await self.state.save()
+        return answer(204)
+
+    # -- limits ------------------------------------------------------------------------------
+    async def limit(self, request: Request) -> Response:
+        self._authorized(request)
+        namespace, token = request.path_params["namespace"], request.path_params["token"]
+        token = token.split(":", 1)[1] if ":" in token else token
+        key = (namespace, token)
+        current = self.state.limits.get(key)
+        if request.method == "GET":
+            if current is None:
+                return Response(b"null", 404, media_type="application/json; charset=utf-8",
+                                headers={"X-Request-ID": ids.encode_ulid(ids.new_ulid())})
+            return answer(200, current.to_json())
+        if request.method == "DELETE":
+            if self.state.limits.pop(key, None) is not None:
+                self.throttle.forget(namespace, token)
+                await self.state.save()
+            return answer(200, {"msg": "success"})
+        try:
+            raw = json.loads(await request.body())
+            limit = Limit(int(raw.get("read", 0)), int(raw.get("write", 0)),
+                          int(raw.get("interval", 0)))
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise Refusal(400, {"error": {"message": str(exc)}}) from None
+        if limit.read == 0 and limit.write == 0:
+            raise Refusal(400, {"limiter": limit.to_json()})
+        if limit.interval == 0:
+            raise refuse(400, "interval should be > 0")
+        if limit.interval < 0:
+            raise refuse(500, "limiter interval should be > 0")
+        if limit.read <= 0 and limit.write <= 0:
+            raise refuse(500, "the read and write of limiter can't be <= 0 at the same time")
+        if request.method == "POST" and current is not None:
+            raise refuse(500, f"throttler token({token}) has already exists")
+        self.state.limits[key] = limit
+        self.throttle.forget(namespace, token)
+        await self.state.save()
+        return answer(201 if request.method == "POST" else 200, {"limiter": limit.to_json()})
+
+    async def limits(self, request: Request) -> Response:
+        self._authorized(request)
+        return answer(200, [{"namespace": ns, "token": token, "limiter": limit.to_json()}
+                            for (ns, token), limit in self.state.limits.items()])
+
+    # -- the rest ----------------------------------------------------------------------------
+    async def info(self, request: Request) -> Response:
+        pool = query_params(request).get("pool", "")
+        if pool not in ("", "default"):
+            return Response(b"", 200)
+        return Response(json.dumps(self.state.queues, indent=4).encode(), 200)
+
+    async def version(self, request: Request) -> Response:
+        return answer(200, {"build_commit": "unknown", "build_date": "unknown",
+                            "version": NSQ_VERSION}, indent=True)
+
+    async def pools(self, request: Request) -> Response:
+        return answer(200, ["default"])
+
+    async def metrics(self, request: Request) -> Response:
+        return Response(generate_latest(self.registry), 200,
+                        media_type=CONTENT_TYPE_LATEST)
+
+    async def access_log_state(self, request: Request) -> Response:
+        if request.method == "POST":
+            self._authorized(request)
+            status = query_params(request).get("status")
+            if status not in ("enable", "disable"):
+                raise refuse(400, "invalid status")
+            self.access_log = status == "enable"
+        return answer(200, {"status": "enabled" if self.access_log else "disabled"})
+
+
+async def _form(request: Request) -> dict[str, str]:
+    if "application/x-www-form-urlencoded" not in request.headers.get("content-type", ""):
+        return {}
+    from urllib.parse import parse_qsl
+
+    return dict(parse_qsl((await request.body()).decode("utf-8", "replace")))
+
+
+class _JobCollector(Collector):
+    """Queue sizes read at scrape time, under lmstfy's metric names (``pool`` is always
+    ``default``: one nsqd is one pool)."""
+
+    def __init__(self, queues: JobQueues) -> None:
+        self.queues = queues
+
+    def collect(self) -> Iterator[Any]:
+        labels = ["pool", "namespace", "queue"]
+        sizes = GaugeMetricFamily("infra_lmstfy_redis_queue_sizes",
+                                  "jobs ready in each queue", labels=labels)
+        delayed = GaugeMetricFamily("infra_lmstfy_redis_timer_sizes",
+                                    "jobs delayed or in flight in each queue", labels=labels)
+        dead = GaugeMetricFamily("infra_lmstfy_redis_deadletter_sizes",
+                                 "jobs in each queue's dead letter", labels=labels)
+        published = CounterMetricFamily("infra_lmstfy_redis_publish_queue_jobs",
+                                        "jobs published to each queue", labels=labels)
+        state, broker = self.queues.state, self.queues.broker
+        for namespace, queues in sorted(state.queues.items()):
+            for queue in queues:
+                channel = self.queues.channel(namespace, queue)
+                topic = broker.topics.get(names.topic_name(namespace, queue))
+                values = ["default", namespace, queue]
+                sizes.add_metric(values, channel.depth if channel else 0)
+                delayed.add_metric(values, len(channel.deferred) + len(channel.in_flight)
+                                   if channel else 0)
+                dead.add_metric(values, channel.dead_letter_count if channel else 0)
+                published.add_metric(values, topic.message_count if topic else 0)
+        yield from (sizes, delayed, dead, published)
+
+
+def build_admin_app(queues: JobQueues, state: State, throttle: Throttle,
+                    accounts: dict[str, str]) -> Starlette:
+    admin = Admin(queues, state, throttle, accounts)
+
+    async def refused(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, Refusal)
+        if exc.status == 401 and exc.body is None:
+            response = answer(401)
+            response.headers["WWW-Authenticate"] = 'Basic realm="Authorization Required"'
+            return response
+        return answer(exc.status, exc.body)
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        return PlainTextResponse("404 page not found", 404)
+
+    return Starlette(routes=[
+        Route("/info", admin.info, methods=["GET"]),
+        Route("/version", admin.version, methods=["GET"]),
+        Route("/metrics", admin.metrics, methods=["GET"]),
+        Route("/pools", admin.pools, methods=["GET"]),
+        Route("/limits", admin.limits, methods=["GET"]),
+        Route("/accesslog", admin.access_log_state, methods=["GET", "POST"]),
+        Route("/token/{namespace}", admin.tokens, methods=["GET", "POST"]),
+        Route("/token/{namespace}/{token}", admin.delete_token, methods=["DELETE"]),
+        Route("/token/{namespace}/{token}/limit", admin.limit,
+              methods=["GET", "POST", "PUT", "DELETE"]),
+    ], exception_handlers={Refusal: refused, HTTPException: not_found})

@@ -1,0 +1,80 @@
+"""lmstfy's job ids, and how each maps onto an NSQ message id.
+
+A job id is a ULID (26 characters of Crockford base32 for 16 bytes: a 48-bit millisecond
+timestamp, then random bits) whose last 4 bytes lmstfy overwrites with the job's delay in
+seconds (little-endian), as its ``uuid`` package does; version 1 ids (jobs with attributes)
+carry the digit ``1`` in front.
+
+An NSQ message id is 16 bytes that clients treat as text. The first 12 bytes of the ULID (time
+and randomness) written in URL-safe base64 are exactly 16 characters, so each job's message id
+*is* its ULID's first 12 bytes, and the job id is rebuilt from the message id, the delay and
+the version: no index is needed either way. Any other message id of 16 base64 characters
+(nsqd's own are hexadecimal) maps to a job id the same way.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+import struct
+import time
+
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_DECODE = {c: i for i, c in enumerate(_CROCKFORD)}
+_DECODE.update({c.lower(): i for c, i in list(_DECODE.items())})
+_DELAY = struct.Struct("<I")
+
+
+def encode_ulid(raw: bytes) -> str:
+    """16 bytes as the 26 characters of a ULID."""
+    value = int.from_bytes(raw, "big")
+    return "".join(_CROCKFORD[(value >> shift) & 31] for shift in range(125, -1, -5))
+
+
+def decode_ulid(text: str) -> bytes | None:
+    """The 16 bytes of a ULID's 26 characters, or None when it is not one."""
+    if len(text) != 26 or text[0] not in "01234567":
+        return None
+    value = 0
+    for char in text:
+        digit = _DECODE.get(char)
+        if digit is None:
+            return None
+        value = value << 5 | digit
+    return value.to_bytes(16, "big")
+
+
+def new_ulid(now_ms: int | None = None) -> bytes:
+    """A fresh ULID's 16 bytes (lmstfy's tokens and request ids are plain ULIDs)."""
+    ms = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+    return ms.to_bytes(6, "big") + os.urandom(10)
+
+
+def new_message_id(now_ms: int | None = None) -> bytes:
+    """The NSQ message id of a new job: its ULID's time and 48 random bits, as base64."""
+    return base64.urlsafe_b64encode(new_ulid(now_ms)[:12])
+
+
+def job_id(message_id: bytes, delay: int, version: int) -> str:
+    """The lmstfy job id of a message id (16 base64 characters)."""
+    try:
+        head = base64.urlsafe_b64decode(message_id)
+    except (binascii.Error, ValueError):
+        head = message_id[:12].ljust(12, b"\0")
+    text = encode_ulid(head + _DELAY.pack(delay & 0xFFFFFFFF))
+    return f"{version}{text}" if version else text
+
+
+def message_id(job: str) -> bytes | None:
+    """The NSQ message id a job id stands for, or None when it is not a job id."""
+    ulid = decode_ulid(job[1:] if len(job) > 26 else job)
+    if ulid is None or (len(job) > 26 and (len(job) != 27 or not job[0].isdigit())):
+        return None
+    return base64.urlsafe_b64encode(ulid[:12])
+
+
+def timestamp_ms(job: str) -> int:
+    """The publish time a job id carries (0 when it is not a job id)."""
+    ulid = decode_ulid(job[1:] if len(job) > 26 else job)
+    return int.from_bytes(ulid[:6], "big") if ulid is not None else 0
