@@ -36,7 +36,8 @@ DOCKERFILE = ROOT / "Dockerfile"
 
 FLAGSETS = {"nsqd": nsqd.options.build_flagset, "nsqlookupd": nsqlookupd.options.flag_set,
             "nsqadmin": nsqadmin.options.build_flagset}
-ADDRESS_FLAGS = {"tcp-address", "http-address", "lookupd-tcp-address", "lookupd-http-address"}
+ADDRESS_FLAGS = {"tcp-address", "http-address", "lookupd-tcp-address", "lookupd-http-address",
+                 "lmstfy-http-address", "lmstfy-admin-http-address"}
 
 
 def load_compose() -> dict:
@@ -166,7 +167,9 @@ def test_healthchecks_ping_the_services_own_http_port_and_restart_policies(compo
 def test_published_ports_are_the_listening_ports_on_loopback(compose):
     for name, service in compose["services"].items():
         flags = flag_values(service["command"])
-        listening = {port_of(flags[f]) for f in ("tcp-address", "http-address") if f in flags}
+        listening = {port_of(flags[f]) for f in ("tcp-address", "http-address",
+                                                 "lmstfy-http-address",
+                                                 "lmstfy-admin-http-address") if f in flags}
         published = set()
         for mapping in service["ports"]:
             host_ip, host_port, container_port = mapping.split(":")

@@ -12,7 +12,9 @@ nsqlookupd    P + 10         P + 11
 nsqadmin                     P + 21
 ============  =============  ==============
 
-so the defaults are 4150/4151, 4250/4251, ..., nsqlookupd 4160/4161 and nsqadmin 4171. A base
+so the defaults are 4150/4151, 4250/4251, ..., nsqlookupd 4160/4161 and nsqadmin 4171.
+nsqd-1 also serves lmstfy's job-queue API at P + 3627 and its admin API at P + 3628: lmstfy's
+own ports, 7777 and 7778, by default. A base
 port of 0 lets the kernel choose every port (each daemon is told port 0 and reports the one it
 bound).
 
@@ -30,6 +32,7 @@ DEFAULT_HOST = "127.0.0.1"
 NSQD_PORT_STRIDE = 100
 LOOKUPD_OFFSET = 10
 ADMIN_OFFSET = 21
+LMSTFY_OFFSET = 3627  # 7777 from 4150: lmstfy's data port (and its admin port after it)
 MAX_NSQD = 50
 
 
@@ -93,11 +96,11 @@ def check_base_port(base_port: int, nsqd_count: int) -> None:
     if base_port == 0:
         return
     highest = base_port + NSQD_PORT_STRIDE * (nsqd_count - 1) + 1
-    highest = max(highest, base_port + ADMIN_OFFSET)
+    highest = max(highest, base_port + LMSTFY_OFFSET + 1)
     if base_port < 1 or highest > 65535:
         raise ValueError(f"--base-port {base_port} with {nsqd_count} nsqd needs ports up to "
                          f"{highest}; choose a base port between 1 and "
-                         f"{65535 - max(NSQD_PORT_STRIDE * (nsqd_count - 1) + 1, ADMIN_OFFSET)}")
+                         f"{65535 - max(NSQD_PORT_STRIDE * (nsqd_count - 1) + 1, LMSTFY_OFFSET + 1)}")
 
 
 def plan(*, nsqd_count: int = 2, base_port: int = DEFAULT_BASE_PORT, host: str = DEFAULT_HOST,
@@ -130,12 +133,15 @@ def plan(*, nsqd_count: int = 2, base_port: int = DEFAULT_BASE_PORT, host: str =
     for i in range(1, nsqd_count + 1):
         tcp, http = port(NSQD_PORT_STRIDE * (i - 1)), port(NSQD_PORT_STRIDE * (i - 1) + 1)
         data = data_dir / f"nsqd-{i}"
+        lmstfy = (f"--lmstfy-http-address={address(host, port(LMSTFY_OFFSET))}",
+                  f"--lmstfy-admin-http-address={address(host, port(LMSTFY_OFFSET + 1))}",
+                  ) if i == 1 else ()
         nsqds.append(Service(
             f"nsqd-{i}", "nsqd",
             (f"--tcp-address={address(host, tcp)}", f"--http-address={address(host, http)}",
              f"--broadcast-address={broadcast}",
              f"--lookupd-tcp-address={address(local, lookupd_tcp)}",
-             f"--data-path={data}", f"--node-id={i}", *nsqd_args),
+             f"--data-path={data}", f"--node-id={i}", *lmstfy, *nsqd_args),
             (Port("TCP", tcp), Port("HTTP", http)), data))
     admin_http = port(ADMIN_OFFSET)
     admin = Service(
