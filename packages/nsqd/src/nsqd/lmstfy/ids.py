@@ -20,29 +20,35 @@ import os
 import struct
 import time
 
-_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-_DECODE = {c: i for i, c in enumerate(_CROCKFORD)}
-_DECODE.update({c.lower(): i for c, i in list(_DECODE.items())})
+_CROCKFORD = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_RFC4648 = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
+_FROM_CROCKFORD = bytes.maketrans(_CROCKFORD + _CROCKFORD.lower(), _RFC4648 + _RFC4648)
 _DELAY = struct.Struct("<I")
 
 
+_PAIRS = [chr(_CROCKFORD[i >> 5]) + chr(_CROCKFORD[i & 31]) for i in range(1024)]
+_SHIFTS = range(120, -1, -10)
+
+
 def encode_ulid(raw: bytes) -> str:
-    """16 bytes as the 26 characters of a ULID."""
+    """16 bytes as the 26 characters of a ULID (128 bits in 13 ten-bit pairs of characters,
+    2 zero bits in front)."""
     value = int.from_bytes(raw, "big")
-    return "".join(_CROCKFORD[(value >> shift) & 31] for shift in range(125, -1, -5))
+    pairs = _PAIRS
+    return "".join([pairs[(value >> shift) & 1023] for shift in _SHIFTS])
 
 
 def decode_ulid(text: str) -> bytes | None:
     """The 16 bytes of a ULID's 26 characters, or None when it is not one."""
-    if len(text) != 26 or text[0] not in "01234567":
+    if len(text) != 26 or text[0] not in "01234567" or not text.isascii():
         return None
-    value = 0
-    for char in text:
-        digit = _DECODE.get(char)
-        if digit is None:
-            return None
-        value = value << 5 | digit
-    return value.to_bytes(16, "big")
+    raw = text.encode("ascii")
+    if raw.translate(None, _CROCKFORD + _CROCKFORD.lower()):
+        return None  # characters outside Crockford's alphabet
+    try:
+        return base64.b32decode(b"AAAAAA" + raw.translate(_FROM_CROCKFORD))[4:]
+    except (binascii.Error, ValueError):
+        return None
 
 
 def new_ulid(now_ms: int | None = None) -> bytes:
