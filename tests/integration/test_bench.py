@@ -74,3 +74,15 @@ def test_http_pulling(tmp_path: Path) -> None:
     assert [r["pullers"] for r in runs] == [1, 2]
     assert all(r["messages_per_s"] > 0 and r["problems"] == [] for r in runs)
 
+
+
+def test_lmstfy_jobs(tmp_path: Path) -> None:
+    out = tmp_path / "lmstfy.json"
+    done = run_module("bench.lmstfy", "--count", "300", "--runs", "1", "--connections", "1,2",
+                      "--json", str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    runs = json.loads(out.read_text())["runs"]
+    assert [r["connections"] for r in runs] == [1, 2]
+    assert all(r["problems"] == [] for r in runs)
+    assert all(r[phase]["jobs_per_s"] > 0 for r in runs
+               for phase in ("publish", "bulk", "consume+ack"))
