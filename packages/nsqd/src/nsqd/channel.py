@@ -427,7 +427,9 @@ class Channel:
             return "client does not own message"
         self.in_flight.remove(message_id)
         client.in_flight -= 1
-        self._changed()
+        # the client may take another: a pump, not a puller's wake-up (once per FIN, so the
+        # plain call: _changed() cost the consume path 3-4%, measured with python -m bench)
+        self.owner.mark_dirty(self)
         return msg
 
     def finish(self, client: Client, message_id: bytes) -> str | None:
