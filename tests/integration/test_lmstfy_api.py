@@ -43,6 +43,28 @@ def test_publish_consume_ack(lmstfy):
     assert lmstfy.api("GET", "/q/size").json() == {"namespace": "ns", "queue": "q", "size": 0}
 
 
+def test_republish_replaces_the_job(lmstfy):
+    old = lmstfy.publish(body=b"v1")
+    r = lmstfy.api("PUT", f"/q/job/{old}", content=b"v2", params={"tries": "2"})
+    assert r.status_code == 201 and r.json()["job_id"] != old
+    job = lmstfy.consume().json()
+    assert (job["job_id"], base64.b64decode(job["data"])) == (r.json()["job_id"], b"v2")
+    error(lmstfy.consume(), 404, "no job available", key="msg")  # the old one is gone
+    # the old job goes first, before the checks of the new one
+    other = lmstfy.publish(body=b"other")
+    error(lmstfy.api("PUT", f"/q/job/{other}", params={"tries": "0"}), 400,
+          "tries shouldn't be zero")
+    error(lmstfy.consume(), 404, "no job available", key="msg")
+
+
+def test_access_log_switch(lmstfy):
+    assert lmstfy.admin("GET", "/accesslog").json() == {"status": "disabled"}
+    assert lmstfy.admin("POST", "/accesslog", params={"status": "enable"}).json() == {
+        "status": "enabled"}
+    error(lmstfy.admin("POST", "/accesslog", params={"status": "maybe"}), 400,
+          "invalid status")
+
+
 def test_publish_refusals_in_lmstfy_order(lmstfy):
     put = lambda **params: lmstfy.api("PUT", "/q", content=b"x", params=params)  # noqa: E731
     error(put(delay="-1"), 400, "invalid delay")

@@ -9,7 +9,8 @@ from pathlib import Path
 import httpx
 import pytest
 from nsq_common import MAGIC_V2, commands
-from nsq_testing import DEADLINE, free_port
+from nsq_testing import DEADLINE, free_port, wait_until
+from nsq_testing.lmstfy import Lmstfy
 
 sync_api = pytest.importorskip("playwright.sync_api")
 
@@ -223,3 +224,32 @@ def test_dead_letters_and_peek_by_clicking(run_daemon, browser):
     expect(page.locator("#report")).to_contain_text(
         "Emptied the dead letters of invoices/mailer on 1 daemon.")
     assert channel_stats(nsqd, "invoices", "mailer")["dead_letter_count"] == 0
+
+
+def test_a_job_queue_in_nsqadmin(run_daemon, browser):
+    """A queue of lmstfy's API is a topic and channel like any other: nsqadmin lists it, and
+    its dead letters are respawned from the channel page, back into lmstfy's queue."""
+    service = Lmstfy(run_daemon, "--broadcast-address=127.0.0.1")
+    job_id = service.publish("emails", b"welcome mail", tries="1")
+    assert service.consume("emails", ttr="0").json()["job_id"] == job_id
+    wait_until(lambda: service.api("GET", "/emails/deadletter/size").json()["size"] == 1,
+               what="the job to become a dead letter")
+    admin = run_daemon("nsqadmin", f"--nsqd-http-address={service.nsqd.http_address}",
+                       "--http-address=127.0.0.1:0", expect=("HTTP",))
+    expect = sync_api.expect
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.set_default_timeout(DEADLINE * 1000)
+    page.goto(f"http://{admin.http_address}/")
+    page.get_by_role("link", name="lmstfy.ns.emails", exact=True).click()
+    expect(page.get_by_role("heading", name="Topic lmstfy.ns.emails")).to_be_visible()
+    page.get_by_role("link", name="jobs", exact=True).click()
+    expect(page.get_by_role("heading", name="Dead letters")).to_be_visible()
+    expect(page.locator("table.messages")).to_contain_text("welcome mail")
+    page.wait_for_function("() => window.htmx !== undefined")
+    shoot(page, "job-queue")
+    page.get_by_role("button", name="Respawn dead letters").click()
+    expect(page.locator("#report")).to_contain_text(
+        "Respawned the dead letters of lmstfy.ns.emails/jobs on 1 daemon.")
+    assert service.api("GET", "/emails/size").json()["size"] == 1
+    job = service.consume("emails").json()
+    assert (job["job_id"], job["remain_tries"]) == (job_id, 0)

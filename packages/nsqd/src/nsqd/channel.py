@@ -226,17 +226,22 @@ class Channel:
                 self.backlog.ack(msg.id)
             else:
                 kept.append(msg)
+        if not len(self.backlog):
+            cancelled.clear()  # ids deleted twice, or never queued here: nothing left to meet
         return kept
 
     def cancel(self, message_id: bytes) -> None:
-        """Delete a job wherever it waits (lmstfy's ack of a job not in flight): at once
-        when it is delayed, else when it is reached. A job in flight to a TCP consumer is
-        left to that consumer."""
+        """Delete a job wherever it waits (lmstfy's ack of a job not in flight): at once when
+        it is delayed or in memory, else (on disk) when it is reached. A job in flight to a
+        TCP consumer is left to that consumer."""
         msg = self.deferred.remove(message_id)
+        if msg is None:
+            msg = next((m for m in self.backlog.memory if m.id == message_id), None)
+            if msg is not None:
+                self.backlog.memory.remove(msg)
         if msg is not None:
             self.backlog.ack(message_id)
-            return
-        if message_id not in self.in_flight:
+        elif message_id not in self.in_flight and self.backlog.disk_depth:
             self._cancelled.add(message_id)
             self.backlog.extended = True
 
