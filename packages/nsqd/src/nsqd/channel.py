@@ -209,13 +209,14 @@ class Channel:
         disk queue they stay unacknowledged there until done with, so a delayed job outlives
         even a ``kill -9`` under ``--sync-every 1``."""
         now_ns = time.time_ns()
-        later = [m for m in msgs if m.is_job and m.due > now_ns]  # type: ignore[attr-defined]
-        if not later:
-            return msgs
-        for job in later:
-            job.deadline = now + (job.due - now_ns) / 1e9  # type: ignore[attr-defined]
-            self.deferred.add(job)
-        return [m for m in msgs if not (m.is_job and m.due > now_ns)]  # type: ignore[attr-defined]
+        kept = []
+        for msg in msgs:
+            if msg.is_job and msg.due > now_ns:  # type: ignore[attr-defined]
+                msg.deadline = now + (msg.due - now_ns) / 1e9  # type: ignore[attr-defined]
+                self.deferred.add(msg)
+            else:
+                kept.append(msg)
+        return kept
 
     def _drop_cancelled(self, msgs: list[Message]) -> list[Message]:
         cancelled = self._cancelled
@@ -394,9 +395,7 @@ class Channel:
         msg = self._take_pulled(message_id)
         if msg is None:
             return False
-        self.backlog.ack(message_id)
-        if self.e2e is not None:
-            self.e2e.observe(time.time_ns() - msg.timestamp)
+        self._finished(msg)
         return True
 
     def requeue_pulled(self, message_id: bytes, delay: float, now: float) -> bool:
@@ -404,12 +403,7 @@ class Channel:
         msg = self._take_pulled(message_id)
         if msg is None:
             return False
-        self.requeue_count += 1
-        if delay > 0:
-            msg.deadline = now + delay
-            self.deferred.add(msg)
-        else:
-            self._requeue([msg])
+        self._put_back(msg, delay, now)
         return True
 
     def touch_pulled(self, message_id: bytes, now: float) -> bool:
@@ -443,10 +437,14 @@ class Channel:
         if isinstance(msg, str):
             return msg
         client.finish_count += 1
-        self.backlog.ack(message_id)
+        self._finished(msg)
+        return None
+
+    def _finished(self, msg: Message) -> None:
+        """A FIN (over TCP or HTTP): the message is done with, its latency observed."""
+        self.backlog.ack(msg.id)
         if self.e2e is not None:
             self.e2e.observe(time.time_ns() - msg.timestamp)
-        return None
 
     def requeue(self, client: Client, message_id: bytes, delay: float, now: float) -> str | None:
         """REQ: back to the queue at once, or deferred by ``delay`` seconds."""
@@ -454,13 +452,17 @@ class Channel:
         if isinstance(msg, str):
             return msg
         client.requeue_count += 1
+        self._put_back(msg, delay, now)
+        return None
+
+    def _put_back(self, msg: Message, delay: float, now: float) -> None:
+        """A REQ (over TCP or HTTP): back to the queue at once, or deferred by ``delay``."""
         self.requeue_count += 1
         if delay > 0:
             msg.deadline = now + delay
             self.deferred.add(msg)
         else:
             self._requeue([msg])
-        return None
 
     def touch(self, client: Client, message_id: bytes, now: float) -> str | None:
         """TOUCH: restart the timeout, never past delivery + max-msg-timeout."""

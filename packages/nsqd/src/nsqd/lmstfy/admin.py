@@ -12,6 +12,7 @@ import hmac
 import json
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import parse_qsl
 
 from nsq_common import NSQ_VERSION
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -181,8 +182,6 @@ class Admin:
 async def _form(request: Request) -> dict[str, str]:
     if "application/x-www-form-urlencoded" not in request.headers.get("content-type", ""):
         return {}
-    from urllib.parse import parse_qsl
-
     return dict(parse_qsl((await request.body()).decode("utf-8", "replace")))
 
 

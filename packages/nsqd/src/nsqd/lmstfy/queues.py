@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import attrs
 import trio
@@ -65,7 +65,7 @@ class JobQueues:
         Raises:
             RuntimeError: nsqd is exiting or could not store them.
         """
-        await self._open(namespace, queue)
+        channel = await self._open(namespace, queue)
         ts = time.time_ns()
         ms = ts // 1_000_000
         expires = ts + ttl * NS if ttl else 0
@@ -73,7 +73,7 @@ class JobQueues:
         jobs: list[Message] = [Job(ids.new_message_id(ms), body, ts, expires=expires,
                                    tries=tries, delay=delay, due=due, attributes=attributes)
                                for body in bodies]
-        await self.broker.publish(names.topic_name(namespace, queue), jobs, extended=True)
+        await self.broker.publish(channel.topic_name, jobs, extended=True)
         version = 0 if attributes is None else 1
         return [ids.job_id(job.id, delay, version) for job in jobs]
 
@@ -94,18 +94,15 @@ class JobQueues:
     async def wait(self, namespace: str, queues: Sequence[str]) -> None:
         """Return when one of the queues may have a job (or a queue was made)."""
         async with trio.open_nursery() as nursery:
-            async def first(wait: trio.Event | Channel) -> None:
-                if isinstance(wait, Channel):
-                    await wait.wait_pullable()
-                else:
-                    await wait.wait()
+            async def first(wait: Callable[[], Awaitable[object]]) -> None:
+                await wait()
                 nursery.cancel_scope.cancel()
 
-            nursery.start_soon(first, self._new_queue)
+            nursery.start_soon(first, self._new_queue.wait)
             for queue in queues:
                 channel = self.channel(namespace, queue)
                 if channel is not None:
-                    nursery.start_soon(first, channel)
+                    nursery.start_soon(first, channel.wait_pullable)
 
     def ack(self, namespace: str, queue: str, job_id: str) -> None:
         """Delete a job: finished when in flight to an HTTP consumer, else removed where it
