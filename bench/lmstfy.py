@@ -20,19 +20,15 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import shutil
-import signal
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from nsq_testing import start_daemon
-
 from .http import _cpu_seconds, _loadavg
+from .server import Nsqd
 
 BODY = b"j" * 100
 PHASES = ("publish", "bulk", "consume+ack")
@@ -143,23 +139,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", metavar="FILE", help="also write every run to FILE as JSON")
     args = parser.parse_args(argv)
     counts = [int(c) for c in args.connections.split(",") if c.strip()]
-    data_dir = tempfile.mkdtemp(prefix="nsq-bench-lmstfy-")
     nsqd = None
     results = []
     try:
-        nsqd = start_daemon("nsqd", ["--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0",
-                                     "--lmstfy-http-address=127.0.0.1:0",
-                                     "--lmstfy-admin-http-address=127.0.0.1:0",
-                                     f"--data-path={data_dir}", "--mem-queue-size=100000000"],
-                            expect=("TCP", "HTTP", "LMSTFY", "LMSTFY_ADMIN"), cwd=data_dir)
-        admin = http.client.HTTPConnection(nsqd.addresses["LMSTFY_ADMIN"], timeout=60)
+        nsqd = Nsqd.start(mem_queue_size=100_000_000,
+                          extra_args=["--lmstfy-http-address=127.0.0.1:0",
+                                      "--lmstfy-admin-http-address=127.0.0.1:0"],
+                          expect=("TCP", "HTTP", "LMSTFY", "LMSTFY_ADMIN"))
+        assert nsqd.daemon is not None and nsqd.pid is not None
+        addresses = nsqd.daemon.addresses
+        admin = http.client.HTTPConnection(addresses["LMSTFY_ADMIN"], timeout=60)
         admin.request("POST", "/token/ns?description=bench")
         token = json.loads(admin.getresponse().read())["token"]
         admin.close()
         print(f"{'conns':>5} " + " ".join(f"{p + ' jobs/s':>18} {'µs/job':>7}" for p in PHASES)
               + "  load")
         for n in counts:
-            runs = [run_once(nsqd.addresses["LMSTFY"], nsqd.pid, token, args.count, n,
+            runs = [run_once(addresses["LMSTFY"], nsqd.pid, token, args.count, n,
                              f"q{n}r{r}") for r in range(args.runs)]
             results += runs
             cells = []
@@ -174,8 +170,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"  problem: {problem}", file=sys.stderr)
     finally:
         if nsqd is not None:
-            nsqd.stop(signal.SIGTERM)
-        shutil.rmtree(data_dir, ignore_errors=True)
+            nsqd.stop()
     if args.json:
         with open(args.json, "w") as out:
             json.dump({"settings": vars(args), "runs": results}, out, indent=2)

@@ -17,18 +17,14 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import shutil
-import signal
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from typing import Any
 
-from nsq_testing import start_daemon
-
 from .http import _cpu_seconds, _loadavg
+from .server import Nsqd
 
 TOPIC = "bench_pull"
 MESSAGE = b"m" * 100
@@ -129,13 +125,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", metavar="FILE", help="also write every run to FILE as JSON")
     args = parser.parse_args(argv)
     pullers = [int(p) for p in args.pullers.split(",") if p.strip()]
-    data_dir = tempfile.mkdtemp(prefix="nsq-bench-pull-")
     nsqd = None
     results = []
     try:
-        nsqd = start_daemon("nsqd", ["--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0",
-                                     f"--data-path={data_dir}", "--mem-queue-size=100000000"],
-                            cwd=data_dir)
+        nsqd = Nsqd.start(mem_queue_size=100_000_000)
+        assert nsqd.pid is not None
         print(f"{'pullers':>7} {'batch':>5} {'msg/s':>10} {'nsqd CPU µs/msg':>16} "
               f"{'runs (msg/s)':<30} load")
         for n in pullers:
@@ -153,8 +147,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"  problem: {problem}", file=sys.stderr)
     finally:
         if nsqd is not None:
-            nsqd.stop(signal.SIGTERM)
-        shutil.rmtree(data_dir, ignore_errors=True)
+            nsqd.stop()
     if args.json:
         with open(args.json, "w") as out:
             json.dump({"settings": vars(args), "runs": results}, out, indent=2)
