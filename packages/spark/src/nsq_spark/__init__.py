@@ -1,0 +1,56 @@
+"""A PySpark data source for NSQ topics, registered under the short name ``nsq``.
+
+::
+
+    import nsq_spark
+    nsq_spark.register(spark)          # the one line: spark.dataSource.register(NSQDataSource)
+
+    events = (spark.readStream.format("nsq")
+              .option("lookupd", "127.0.0.1:4161")
+              .option("topic", "clicks").option("channel", "spark")
+              .load())                 # id, body, timestamp, attempts, nsqd, topic, channel
+    events.writeStream.format("nsq").option("nsqd", "127.0.0.1:4150").option("topic", "copy")
+
+Spark starts Python workers with ``PYSPARK_PYTHON`` (else ``python3`` on the PATH), which must
+be an interpreter that has this package. Importing it makes that the current interpreter when
+nothing else was chosen, before a session exists, so a local session works as it is.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from .datasource import NSQDataSource
+from .options import OptionError
+from .rows import SCHEMA
+
+# The workers of a session started after this import run this interpreter unless the user
+# chose one; set before the JVM starts, because Spark reads it only then.
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+__all__ = ["SCHEMA", "NSQDataSource", "OptionError", "local_session", "register"]
+
+
+def register(spark: object) -> None:
+    """Make ``format("nsq")`` known to the session ``spark``."""
+    spark.dataSource.register(NSQDataSource)  # type: ignore[attr-defined]
+
+
+def local_session(app_name: str = "nsq", *, cores: int = 2, **conf: str) -> object:
+    """A ``local[cores]`` SparkSession on loopback with the data source registered: for a
+    laptop, tests and examples (a cluster's session comes from ``spark-submit``)."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = (SparkSession.builder.master(f"local[{cores}]").appName(app_name)
+               .config("spark.driver.host", "127.0.0.1")
+               .config("spark.driver.bindAddress", "127.0.0.1")
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.shuffle.partitions", str(cores))
+               .config("spark.sql.session.timeZone", "UTC"))
+    for key, value in conf.items():
+        builder = builder.config(key.replace("__", "."), value)
+    spark = builder.getOrCreate()
+    register(spark)
+    return spark

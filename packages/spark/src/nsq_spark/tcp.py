@@ -1,0 +1,184 @@
+"""TCP consumers held by the driver: a Trio thread behind a small blocking interface.
+
+Spark calls a stream reader's planning methods from one plain thread of its driver-side
+Python worker, which lives as long as the query. This module runs an
+:class:`nsq_client.Consumer` on a Trio loop in a second thread of that process and lets
+the planning thread ``take`` messages, ``finish`` them after Spark commits, and ``close``.
+
+Every message taken stays *held*: it is neither finished nor requeued until ``finish``, and a
+task of the loop TOUCHes all held messages every third of the message timeout, so a batch
+that runs longer than nsqd's ``--msg-timeout`` is not delivered to anyone else meanwhile
+(up to nsqd's ``--max-msg-timeout`` from its delivery, NSQ's own bound on a TOUCH).
+
+The consumer's ``max_in_flight`` bounds what is held plus what is buffered: nsqd sends no
+more than that before some are finished.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+import trio
+from nsq_client import Consumer, Message
+
+from .options import Options
+
+log = logging.getLogger("nsq_spark")
+
+T = TypeVar("T")
+
+DEFAULT_MSG_TIMEOUT = 60.0  # nsqd's default --msg-timeout, when the option does not say
+
+
+class TcpConsumers:
+    """One Consumer of ``options.topic``/``options.channel`` on every nsqd, in a thread."""
+
+    def __init__(self, options: Options) -> None:
+        self._options = options
+        self._buffer: deque[Message] = deque()
+        self._held: set[Message] = set()
+        self._arrived: trio.Event | None = None
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._stop: trio.Event | None = None
+        self._error: BaseException | None = None
+        started = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(started,), name="nsq-consumer",
+                                        daemon=True)
+        self._thread.start()
+        started.wait()
+        self._raise()
+
+    # -- called from the planning thread -------------------------------------------------------
+    def take(self, at_most: int, wait: float, accept: Callable[[Message], bool] | None = None
+             ) -> list[Message]:
+        """Up to ``at_most`` messages, waiting up to ``wait`` seconds for the first one.
+
+        ``accept`` (run on the loop) can keep a message out of the result, e.g. a redelivery
+        the caller answers itself; such a message stays held.
+        """
+        return self._call(self._take, at_most, wait, accept)
+
+    def finish(self, messages: Iterable[Message]) -> None:
+        """FIN the messages (those of a committed batch) and stop holding them."""
+        batch = list(messages)
+        if batch:
+            self._call_sync(self._finish, batch)
+
+    def release(self, messages: Iterable[Message]) -> None:
+        """Give messages back to nsqd at once (REQ without delay or backoff)."""
+        batch = list(messages)
+        if batch:
+            self._call_sync(self._release, batch)
+
+    def held(self) -> int:
+        return self._call_sync(lambda: len(self._held) + len(self._buffer))
+
+    def close(self) -> None:
+        """Close the connections (nsqd gives every unfinished message to someone else) and
+        end the thread."""
+        if self._thread.is_alive() and self._token is not None and self._stop is not None:
+            try:
+                trio.from_thread.run_sync(self._stop.set, trio_token=self._token)
+            except trio.RunFinishedError:
+                pass
+        self._thread.join()
+
+    # -- the loop ---------------------------------------------------------------------------------
+    def _run(self, started: threading.Event) -> None:
+        try:
+            trio.run(self._main, started)
+        except BaseException as exc:  # reported to the planning thread on its next call
+            self._error = exc
+            log.error("nsq_spark: the consumers of %s/%s stopped: %r", self._options.topic,
+                      self._options.channel, exc)
+        finally:
+            started.set()
+
+    async def _main(self, started: threading.Event) -> None:
+        options = self._options
+        config = options.client_config(
+            max_in_flight=options.max_in_flight,
+            max_attempts=0,  # Spark's query decides, never the client
+            **({"msg_timeout": options.msg_timeout} if options.msg_timeout else {}))
+        self._token = trio.lowlevel.current_trio_token()
+        self._stop = trio.Event()
+        self._arrived = trio.Event()
+        consumer = Consumer(options.topic, options.channel or "", config=config,
+                            lookupd_http_addresses=list(options.lookupd),
+                            nsqd_tcp_addresses=list(options.nsqd), drain_timeout=0.0)
+        async with consumer, trio.open_nursery() as nursery:
+            nursery.start_soon(self._pump, consumer)
+            nursery.start_soon(self._touch_loop)
+            log.info("nsq_spark: the driver holds TCP consumers of %s/%s (%s)", options.topic,
+                     options.channel, options.sources)
+            started.set()
+            await self._stop.wait()
+            nursery.cancel_scope.cancel()
+            consumer.stop()
+
+    async def _pump(self, consumer: Consumer) -> None:
+        assert self._arrived is not None
+        while True:
+            message = await consumer.next_message()
+            if message is None:
+                return
+            message.disable_auto_response()
+            self._buffer.append(message)
+            self._arrived.set()
+
+    async def _touch_loop(self) -> None:
+        interval = (self._options.msg_timeout or DEFAULT_MSG_TIMEOUT) / 3
+        while True:
+            await trio.sleep(interval)
+            for message in (*self._held, *self._buffer):
+                if not message.has_responded:
+                    message.touch()
+
+    async def _take(self, at_most: int, wait: float,
+                    accept: Callable[[Message], bool] | None) -> list[Message]:
+        assert self._arrived is not None
+        if not self._buffer:
+            self._arrived = trio.Event()
+            with trio.move_on_after(wait):
+                await self._arrived.wait()
+        taken: list[Message] = []
+        buffer = self._buffer
+        while buffer and len(taken) < at_most:
+            message = buffer.popleft()
+            self._held.add(message)
+            if accept is None or accept(message):
+                taken.append(message)
+            elif message.has_responded:
+                self._held.discard(message)
+        return taken
+
+    def _finish(self, messages: list[Message]) -> None:
+        held = self._held
+        for message in messages:
+            held.discard(message)
+            if not message.has_responded:
+                message.finish()
+
+    def _release(self, messages: list[Message]) -> None:
+        held = self._held
+        for message in messages:
+            held.discard(message)
+            if not message.has_responded:
+                message.requeue(0, backoff=False)
+
+    # -- crossing threads ---------------------------------------------------------------------------
+    def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        self._raise()
+        return trio.from_thread.run(fn, *args, trio_token=self._token)
+
+    def _call_sync(self, fn: Callable[..., T], *args: Any) -> T:
+        self._raise()
+        return trio.from_thread.run_sync(fn, *args, trio_token=self._token)
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            raise RuntimeError(f"the NSQ consumers stopped: {self._error!r}") from self._error
