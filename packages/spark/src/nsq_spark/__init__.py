@@ -22,14 +22,30 @@ import os
 import sys
 
 from .datasource import NSQDataSource
-from .options import OptionError
+from .errors import (
+    BatchLogError,
+    ConsumerError,
+    NSQSparkError,
+    OptionError,
+    PublishError,
+)
 from .rows import SCHEMA
 
 # The workers of a session started after this import run this interpreter unless the user
 # chose one; set before the JVM starts, because Spark reads it only then.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-__all__ = ["SCHEMA", "NSQDataSource", "OptionError", "local_session", "register"]
+__all__ = [
+    "SCHEMA",
+    "BatchLogError",
+    "ConsumerError",
+    "NSQDataSource",
+    "NSQSparkError",
+    "OptionError",
+    "PublishError",
+    "local_session",
+    "register",
+]
 
 
 def register(spark: object) -> None:

@@ -15,16 +15,14 @@ import attrs
 from nsq_client import Config
 from nsq_common import is_valid_channel_name, is_valid_topic_name, parse_go_duration
 
+from .errors import OptionError
+
 # nsq_client.Config fields a user may set, by their name with underscores removed.
 _CONFIG_FIELDS = {name.replace("_", ""): name for name in attrs.fields_dict(Config)
                   if name not in ("tls_context", "max_in_flight", "msg_timeout")}
 _CONFIG_FIELDS["tls"] = "tls_v1"
 
 DEFAULT_MAX_IN_FLIGHT = 2500  # nsqd's default --max-rdy-count
-
-
-class OptionError(ValueError):
-    """An option is missing or does not parse; the message names it."""
 
 
 def _addresses(text: str) -> tuple[str, ...]:

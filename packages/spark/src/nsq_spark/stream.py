@@ -1,7 +1,7 @@
 """The streaming source: micro-batches of a channel, FINished only once Spark commits them.
 
-An offset is ``{"offset": n}``: n messages have been planned into batches by this query so
-far, and the batch from offset a to b holds the (b - a) messages planned by the
+An offset is ``{"offset": n, "topic": t, "channel": c}``: n messages have been planned into
+batches by this query so far, and the batch from offset a to b holds the (b - a) messages planned by the
 ``latestOffset`` call that returned b. The messages of a batch are written to the batch log
 (:mod:`.batchlog`) before its end is returned, then handed to executors in the partitions
 themselves; they stay in flight (held and TOUCHed by :mod:`.tcp`) until Spark commits the
@@ -16,7 +16,8 @@ batch, and only then are they FINished. So:
   Spark's commit and our FIN) is FINished and dropped.
 
 Spark calls ``commit`` lazily (when it plans the next batch) and not always ``stop``, so
-every ``latestOffset`` first commits what ``start`` says is done; committing twice is a no-op.
+every ``latestOffset`` first commits what ``start`` says is done, and ``stop`` commits what
+Spark's own commit log says is done (:mod:`.sparklog`); committing twice is a no-op.
 """
 
 from __future__ import annotations
@@ -36,8 +37,10 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from .batchlog import Batch, BatchLog, Entry, Key
+from .errors import BatchLogError
 from .options import Options
 from .rows import row
+from .sparklog import committed_end
 
 log = logging.getLogger("nsq_spark")
 
@@ -79,8 +82,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type
             self._state = _DriverState(self.options)
         return self._state
 
-    def initialOffset(self) -> dict[str, int]:
-        return {"offset": 0}
+    def _offset(self, n: int) -> dict[str, Any]:
+        return {"offset": n, "topic": self.options.topic, "channel": self.options.channel}
+
+    def initialOffset(self) -> dict[str, Any]:
+        return self._offset(0)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         limit = self.options.max_messages_per_trigger
@@ -91,12 +97,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type
         # once nothing arrives for idleTimeout.
         self._available_now = True
 
-    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         at_most = limit.max_rows if isinstance(limit, ReadMaxRows) else math.inf
-        end = self.state.plan(start["offset"], at_most, self._available_now)
-        return {"offset": end}
+        return self._offset(self.state.plan(start["offset"], at_most, self._available_now))
 
-    def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         batch = self.state.batch(start["offset"], end["offset"])
         if batch is None:
             return []
@@ -107,7 +112,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type
         return [MessagesPartition(self.options.topic, channel, entries[i:i + size])
                 for i in range(0, len(entries), size)] if entries else []
 
-    def commit(self, end: dict[str, int]) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         self.state.commit(end["offset"])
 
     def stop(self) -> None:
@@ -218,7 +223,7 @@ class _DriverState:
                         self.options.topic, self.options.channel)
             return None
         if batch.start != start:
-            raise RuntimeError(f"batch log mismatch: batch ending at {end} starts at "
+            raise BatchLogError(f"batch log mismatch: batch ending at {end} starts at "
                                f"{batch.start}, Spark asked for {start}")
         return batch
 
@@ -254,4 +259,13 @@ class _DriverState:
         self.consumers.release(self.deliveries.pop(batch.end, ()))
 
     def close(self) -> None:
-        self.consumers.close()
+        """FIN what Spark committed without telling us yet, then close (nsqd gives every
+        message still held to the channel again)."""
+        try:
+            if self.options.checkpoint is not None:
+                end = committed_end(self.options.checkpoint, self.options.topic,
+                                    self.options.channel or "")
+                if end is not None:
+                    self.commit(end)
+        finally:
+            self.consumers.close()

@@ -25,13 +25,14 @@ from typing import Any, TypeVar
 import trio
 from nsq_client import Consumer, Message
 
+from .errors import ConsumerError
 from .options import Options
 
 log = logging.getLogger("nsq_spark")
 
 T = TypeVar("T")
 
-DEFAULT_MSG_TIMEOUT = 60.0  # nsqd's default --msg-timeout, when the option does not say
+DEFAULT_MSG_TIMEOUT = 60.0  # asked of nsqd when the msgTimeout option does not say (its default)
 
 
 class TcpConsumers:
@@ -39,6 +40,7 @@ class TcpConsumers:
 
     def __init__(self, options: Options) -> None:
         self._options = options
+        self._msg_timeout = options.msg_timeout or DEFAULT_MSG_TIMEOUT
         self._buffer: deque[Message] = deque()
         self._held: set[Message] = set()
         self._arrived: trio.Event | None = None
@@ -103,7 +105,8 @@ class TcpConsumers:
         config = options.client_config(
             max_in_flight=options.max_in_flight,
             max_attempts=0,  # Spark's query decides, never the client
-            **({"msg_timeout": options.msg_timeout} if options.msg_timeout else {}))
+            # Asked for explicitly, so the TOUCH interval fits whatever nsqd's default is.
+            msg_timeout=self._msg_timeout)
         self._token = trio.lowlevel.current_trio_token()
         self._stop = trio.Event()
         self._arrived = trio.Event()
@@ -131,7 +134,7 @@ class TcpConsumers:
             self._arrived.set()
 
     async def _touch_loop(self) -> None:
-        interval = (self._options.msg_timeout or DEFAULT_MSG_TIMEOUT) / 3
+        interval = self._msg_timeout / 3
         while True:
             await trio.sleep(interval)
             for message in (*self._held, *self._buffer):
@@ -181,4 +184,4 @@ class TcpConsumers:
 
     def _raise(self) -> None:
         if self._error is not None:
-            raise RuntimeError(f"the NSQ consumers stopped: {self._error!r}") from self._error
+            raise ConsumerError(f"the NSQ consumers stopped: {self._error!r}") from self._error
