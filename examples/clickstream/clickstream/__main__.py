@@ -1,0 +1,150 @@
+"""``python -m clickstream {generate,job,batch,demo}``: the pipeline's command line.
+
+``demo`` is ``make pipeline``: against the cluster ``make run`` starts, it publishes live page
+views, archives the topic with ``nsq_to_file`` (for the batch path) and runs the streaming
+job every 10 seconds, printing the windows and alerts it writes, until Ctrl-C.
+
+Under ``spark-submit`` the session is the one spark-submit configured (its master, its
+executors); run directly, a ``local[2]`` session on loopback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from . import batch, events, generator, job
+
+
+def session(name: str) -> SparkSession:
+    import nsq_spark
+
+    if os.environ.get("PYSPARK_GATEWAY_PORT"):  # launched by spark-submit
+        spark = SparkSession.builder.appName(name).getOrCreate()
+        nsq_spark.register(spark)
+    else:
+        spark = nsq_spark.local_session(name)  # type: ignore[assignment]
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+def _job_config(args: argparse.Namespace, **overrides: object) -> job.JobConfig:
+    fields: dict[str, object] = {
+        "out": args.out, "checkpoint": args.checkpoint or f"{args.out.rstrip('/')}/_checkpoint",
+        "lookupd": args.lookupd, "nsqd": args.nsqd, "channel": args.channel,
+        "threshold": args.threshold, "watermark": args.watermark,
+        "trigger": None if args.available_now else args.trigger,
+        "max_per_trigger": args.max_per_trigger, "echo": args.echo,
+    }
+    fields.update(overrides)
+    return job.JobConfig(**fields)  # type: ignore[arg-type]
+
+
+def cmd_generate(args: argparse.Namespace) -> None:
+    if args.live:
+        print(f"publishing about {args.rate}/s to {events.TOPIC} on {args.nsqd_http}; Ctrl-C stops")
+        try:
+            generator.live(args.nsqd_http, rate=args.rate, seed=args.seed)
+        except KeyboardInterrupt:
+            pass
+        return
+    generated = events.generate(args.count, seed=args.seed, minutes=args.minutes)
+    generator.publish(args.nsqd_http, generated)
+    print(f"published {len(generated)} events to {events.TOPIC} on {args.nsqd_http}")
+
+
+def cmd_job(args: argparse.Namespace) -> None:
+    spark = session("clickstream")
+    query = job.start(spark, _job_config(args))
+    try:
+        query.awaitTermination()
+    except KeyboardInterrupt:
+        query.stop()
+    spark.stop()
+
+
+def cmd_batch(args: argparse.Namespace) -> None:
+    spark = session("clickstream-batch")
+    windows = batch.aggregate_archive(spark, args.input, out=args.out)
+    windows.orderBy("window_start", "page").show(args.show, truncate=False)
+    spark.stop()
+
+
+def cmd_demo(args: argparse.Namespace) -> None:
+    out = Path(args.out)
+    archive = out / "archive"
+    archive.mkdir(parents=True, exist_ok=True)
+    archiver = subprocess.Popen([sys.executable, "-m", "nsq_client.tools.nsq_to_file",
+                                 "--topic", events.TOPIC, "--channel", "archive",
+                                 "--lookupd-http-address", args.lookupd, "--gzip",
+                                 "--output-dir", str(archive), "--sync-interval", "5s"])
+    stop = threading.Event()
+    publisher = threading.Thread(target=generator.live, args=(args.nsqd_http,),
+                                 kwargs={"rate": args.rate, "stop": stop}, daemon=True)
+    publisher.start()
+    print(f"live page views -> {events.TOPIC}; windows -> {out}/views; alerts -> "
+          f"{events.ALERTS_TOPIC}; archive -> {archive}; nsqadmin: http://127.0.0.1:4171")
+    try:
+        cmd_job(args)
+    finally:
+        stop.set()
+        archiver.terminate()
+        archiver.wait(30)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m clickstream", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    gen = sub.add_parser("generate", help="publish page views to the pageviews topic")
+    gen.add_argument("--nsqd-http", default="127.0.0.1:4151", help="nsqd HTTP host:port")
+    gen.add_argument("--count", type=int, default=2000)
+    gen.add_argument("--minutes", type=int, default=5)
+    gen.add_argument("--seed", type=int, default=0)
+    gen.add_argument("--live", action="store_true", help="publish dated-now events until Ctrl-C")
+    gen.add_argument("--rate", type=float, default=20.0, help="--live: events per second")
+    gen.set_defaults(func=cmd_generate)
+
+    for name, helptext in (("job", "run the streaming job"),
+                           ("demo", "live generator + nsq_to_file + the job (make pipeline)")):
+        p = sub.add_parser(name, help=helptext)
+        p.add_argument("--lookupd", default="127.0.0.1:4161",
+                       help="nsqlookupd HTTP addresses, comma-separated ('' to use --nsqd)")
+        p.add_argument("--nsqd", default="127.0.0.1:4150",
+                       help="nsqd TCP addresses: alerts are published here (and read from "
+                            "here when --lookupd is '')")
+        p.add_argument("--channel", default="clickstream")
+        p.add_argument("--out", default="data/clickstream", help="output directory or URI")
+        p.add_argument("--checkpoint", default="", help="default: <out>/_checkpoint")
+        p.add_argument("--threshold", type=int, default=events.DEFAULT_THRESHOLD)
+        p.add_argument("--watermark", default="30 seconds")
+        p.add_argument("--trigger", default="10 seconds", help="processing-time interval")
+        p.add_argument("--available-now", action="store_true",
+                       help="read what is queued, then stop")
+        p.add_argument("--max-per-trigger", type=int, default=None)
+        p.add_argument("--echo", action="store_true", default=name == "demo",
+                       help="print each batch's windows and alerts")
+        if name == "demo":
+            p.add_argument("--nsqd-http", default="127.0.0.1:4151")
+            p.add_argument("--rate", type=float, default=20.0)
+        p.set_defaults(func=cmd_demo if name == "demo" else cmd_job)
+
+    bat = sub.add_parser("batch", help="aggregate nsq_to_file's archive of the topic")
+    bat.add_argument("--input", default="data/clickstream/archive", help="nsq_to_file's --output-dir")
+    bat.add_argument("--out", default=None, help="write the windows here as Parquet")
+    bat.add_argument("--show", type=int, default=50)
+    bat.set_defaults(func=cmd_batch)
+
+    args = parser.parse_args(argv)
+    args.func(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,182 @@
+"""The clickstream example (examples/clickstream) end to end on a real nsqd and a local Spark:
+a generated set of page views in, and out the per-minute views and distinct users per page
+(Parquet, each window once), the alerts on their topic, and the same windows from the files
+nsq_to_file archived, all equal to what plain Python computes from the generated events."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from nsq_testing import DEADLINE, Daemon, wait_exit, wait_until
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "clickstream"))
+from clickstream import events, generator, job
+from clickstream.batch import aggregate_archive
+
+pytestmark = pytest.mark.spark
+
+WATERMARK_MS = 30_000
+SPARK_DEADLINE = 300.0  # a whole query on a loaded 2-core machine
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    import nsq_spark
+
+    session: Any = nsq_spark.local_session("clickstream-test")
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+def http_post(nsqd: Daemon, path: str, **params: str) -> httpx.Response:
+    r = httpx.post(f"http://{nsqd.http_address}{path}", params=params, timeout=DEADLINE)
+    r.raise_for_status()
+    return r
+
+
+def channel_stats(nsqd: Daemon, topic: str, channel: str) -> dict[str, Any]:
+    stats = httpx.get(f"http://{nsqd.http_address}/stats", timeout=DEADLINE,
+                      params={"format": "json", "topic": topic, "channel": channel}).json()
+    return stats["topics"][0]["channels"][0]
+
+
+def finished(nsqd: Daemon, topic: str, channel: str) -> int:
+    """Messages FINished by the channel's connected clients."""
+    return sum(c["finish_count"] for c in channel_stats(nsqd, topic, channel)["clients"] or [])
+
+
+def consume_all(nsqd: Daemon, topic: str, channel: str, count: int) -> list[dict[str, Any]]:
+    """``count`` messages of the channel over HTTP (FINished as they come), then whatever else
+    is there at that moment."""
+    got: list[dict[str, Any]] = []
+
+    def take() -> bool:
+        r = http_post(nsqd, "/channel/consume", topic=topic, channel=channel, n="100")
+        messages = r.json()["messages"]
+        got.extend(json.loads(m["text"]) for m in messages)
+        if messages:
+            http_post_body(nsqd, "/message/fin", topic, channel,
+                           "\n".join(m["id"] for m in messages))
+        return len(got) >= count
+
+    if count:
+        wait_until(take, what=lambda: f"{len(got)} of {count} messages on {topic}/{channel}")
+    take()  # anything beyond count (a duplicate) is there by now: the caller sees it
+    return got
+
+
+def http_post_body(nsqd: Daemon, path: str, topic: str, channel: str, body: str) -> None:
+    httpx.post(f"http://{nsqd.http_address}{path}", params={"topic": topic, "channel": channel},
+               content=body, timeout=DEADLINE).raise_for_status()
+
+
+def windows_of(df: Any) -> dict[tuple[int, str], events.WindowStats]:
+    from pyspark.sql import functions as F
+
+    rows = df.select(F.unix_millis("window_start").alias("start"), "page", "views",
+                     "unique_users").collect()
+    found = {(r.start, r.page): events.WindowStats(r.views, r.unique_users) for r in rows}
+    assert len(found) == len(rows), "a window written more than once"
+    return found
+
+
+def test_generated_events_close_their_windows_and_go_over_the_threshold() -> None:
+    generated = events.generate(2000, seed=7, watermark_ms=WATERMARK_MS)
+    assert generated == events.generate(2000, seed=7, watermark_ms=WATERMARK_MS)
+    closed = events.expected_windows(generated, watermark_ms=WATERMARK_MS)
+    assert {start for start, _ in closed} == {events.START_MS + m * events.MINUTE_MS
+                                              for m in range(5)}
+    alerts = events.expected_alerts(closed)
+    assert 0 < len(alerts) < len(closed)
+    assert any(a.page == events.SALE_PAGE for a in alerts)
+
+
+def test_stream_and_batch_paths_give_the_expected_windows_and_alerts(
+        spark: Any, run_daemon: Callable[..., Daemon], tmp_path: Path) -> None:
+    nsqd = run_daemon("nsqd")
+    for topic, channel in ((events.TOPIC, "clickstream"), (events.TOPIC, "archive"),
+                           (events.ALERTS_TOPIC, "check")):  # each sees every message
+        http_post(nsqd, "/topic/create", topic=topic)
+        http_post(nsqd, "/channel/create", topic=topic, channel=channel)
+    archive = tmp_path / "archive"
+    archive.mkdir()
+    archiver_log = tmp_path / "nsq_to_file.log"
+    with archiver_log.open("wb") as sink:
+        archiver = subprocess.Popen(
+            [sys.executable, "-m", "nsq_client.tools.nsq_to_file", "--topic", events.TOPIC,
+             "--channel", "archive", "--nsqd-tcp-address", nsqd.tcp_address, "--gzip",
+             "--output-dir", str(archive), "--sync-interval", "1s"],
+            stdout=subprocess.DEVNULL, stderr=sink)
+    try:
+        generated = events.generate(2000, seed=7, watermark_ms=WATERMARK_MS)
+        generator.publish(nsqd.http_address, generated)
+
+        # The streaming path, until it has read everything and found nothing new.
+        out = tmp_path / "out"
+        config = job.JobConfig(out=str(out), checkpoint=str(tmp_path / "checkpoint"),
+                               nsqd=nsqd.tcp_address, watermark=f"{WATERMARK_MS // 1000} seconds")
+        query = job.start(spark, config)
+        assert query.awaitTermination(SPARK_DEADLINE), "the AvailableNow query did not end"
+        assert query.exception() is None
+        streamed = windows_of(job.views(spark, str(out)))
+        closed = events.expected_windows(generated, watermark_ms=WATERMARK_MS)
+        assert streamed == closed
+        assert len(streamed) >= 5 * 8  # every page in every minute, near enough
+        # Every message FINished once the query ended: none left queued, in flight or deferred.
+        left = channel_stats(nsqd, events.TOPIC, "clickstream")
+        assert (left["depth"], left["in_flight_count"], left["deferred_count"]) == (0, 0, 0)
+
+        expected = events.expected_alerts(closed)
+        received = consume_all(nsqd, events.ALERTS_TOPIC, "check", len(expected))
+        assert len(received) == len(expected)
+        assert {events.Alert(a["window_start"], a["page"], a["views"], a["unique_users"])
+                for a in received} == expected
+        for a in received:
+            assert a["id"] == f"{a['page']}@{a['window_start']}"
+            assert a["window_end"] - a["window_start"] == events.MINUTE_MS
+            assert a["threshold"] == events.DEFAULT_THRESHOLD
+
+        # The batch path over what nsq_to_file archived of the same topic.
+        wait_until(lambda: finished(nsqd, events.TOPIC, "archive") >= len(generated),
+                   what=lambda: f"nsq_to_file finished {finished(nsqd, events.TOPIC, 'archive')}")
+    finally:
+        archiver.send_signal(signal.SIGINT)
+        wait_exit(archiver)
+    assert archiver.returncode == 0, archiver_log.read_text()
+    assert list(archive.glob(f"{events.TOPIC}.*.log.gz"))
+    batched = windows_of(aggregate_archive(spark, str(archive), out=str(tmp_path / "batch")))
+    assert batched == events.expected_windows(generated)
+    assert {k: v for k, v in batched.items() if k in streamed} == streamed
+    assert windows_of(spark.read.parquet(str(tmp_path / "batch"))) == batched
+
+
+def test_a_batch_written_again_replaces_its_first_output(spark: Any, tmp_path: Path) -> None:
+    from pyspark.sql import functions as F
+
+    config = job.JobConfig(out=str(tmp_path / "out"), checkpoint=str(tmp_path / "cp"),
+                           nsqd="127.0.0.1:1", threshold=10**9)  # no alert: nothing published
+    writer = job.BatchWriter(config)
+
+    def windows(pages: list[str]) -> Any:
+        rows = [(events.START_MS, events.START_MS + events.MINUTE_MS, p, 3, 2) for p in pages]
+        df = spark.createDataFrame(rows, "s long, e long, page string, views long, unique_users int")
+        return df.select(F.timestamp_millis("s").alias("window_start"),
+                         F.timestamp_millis("e").alias("window_end"), "page", "views",
+                         "unique_users")
+
+    writer(windows(["/a", "/b"]), 3)
+    writer(windows(["/a", "/b"]), 3)  # batch 3 again, as after a restart
+    writer(windows(["/c"]), 4)
+    writer(windows([]), 5)  # nothing closed: nothing written
+    assert sorted(windows_of(job.views(spark, config.out))) == [
+        (events.START_MS, "/a"), (events.START_MS, "/b"), (events.START_MS, "/c")]
+    assert not (tmp_path / "out" / "views" / "batch_id=5").exists()
