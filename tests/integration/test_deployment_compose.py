@@ -4,7 +4,8 @@
 - every command line in it (and the image's default command) is accepted by the daemon's own
   parser and start-up checks, exactly as the daemon would run it;
 - its topology is the one `nsq-cluster up` starts: same services, programs, flags and ports,
-  apart from hosts and paths;
+  apart from hosts and paths (the optional services of the ``monitoring`` profile, Prometheus
+  and Grafana, are checked apart: test_metrics_deploy.py);
 - the Dockerfile installs the daemons from uv.lock without development packages, runs as an
   unprivileged user, and exposes the ports the services listen on.
 """
@@ -44,9 +45,16 @@ def load_compose() -> dict:
     return yaml.safe_load(COMPOSE.read_text())
 
 
+def nsq_services(document: dict) -> dict:
+    """``document`` without the services of a profile (monitoring): those are not NSQ's."""
+    services = {n: s for n, s in document["services"].items() if not s.get("profiles")}
+    return {**document, "services": services}
+
+
 @pytest.fixture(scope="module")
 def compose() -> dict:
-    return load_compose()
+    """compose.yaml's NSQ services (see ``nsq_services``)."""
+    return nsq_services(load_compose())
 
 
 @pytest.fixture(scope="module")
@@ -93,8 +101,8 @@ def port_of(address: str) -> int:
 # -- the schema ---------------------------------------------------------------------------------
 
 
-def test_compose_yaml_is_valid_against_the_compose_specification(compose, validator):
-    errors = sorted(validator.iter_errors(compose), key=lambda e: list(e.absolute_path))
+def test_compose_yaml_is_valid_against_the_compose_specification(validator):
+    errors = sorted(validator.iter_errors(load_compose()), key=lambda e: list(e.absolute_path))
     assert not errors, "\n".join(f"{list(e.absolute_path)}: {e.message}" for e in errors)
 
 
@@ -150,7 +158,8 @@ def test_each_nsqd_keeps_its_data_in_its_own_named_volume(compose):
         assert target == data_path == "/data"
         volumes.append(volume)
     assert len(set(volumes)) == 2
-    assert set(compose["volumes"]) == set(volumes)
+    monitoring = {"prometheus-data", "grafana-data"}  # the monitoring profile's
+    assert set(compose["volumes"]) == set(volumes) | monitoring
 
 
 def test_healthchecks_ping_the_services_own_http_port_and_restart_policies(compose):

@@ -9,7 +9,8 @@ one-element array) answers 200 with the secret's identity and authorizations::
 
 and ``403 {"message":"NOT_AUTHORIZED"}`` for an unknown secret or a client the secret's
 restrictions leave out, as the reference auth servers answer; the 403 does not say which.
-``GET /ping`` answers ``OK``. Secrets never reach the log.
+``GET /ping`` answers ``OK``, ``GET /metrics`` Prometheus's text (``metrics``). Secrets never
+reach the log.
 """
 
 from __future__ import annotations
@@ -17,15 +18,19 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nsq_common import go_json, parse_bool
+from nsq_serving import ConnectionCounts
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from .secrets_file import SecretStore
+
+if TYPE_CHECKING:
+    from prometheus_client.registry import CollectorRegistry
 
 log = logging.getLogger("nsq_auth")
 JSON_TYPE = "application/json; charset=utf-8"
@@ -83,10 +88,23 @@ async def ping(request: Request) -> Response:
     return PlainTextResponse("OK")
 
 
-def build_app(store: SecretStore) -> Starlette:
+def build_app(store: SecretStore, connections: ConnectionCounts | None = None) -> Starlette:
+    """The app; ``connections`` are the server's counts, for ``/metrics``."""
+    counts = connections or ConnectionCounts()
+    registry: CollectorRegistry | None = None
+
+    async def metrics(request: Request) -> Response:
+        nonlocal registry
+        from . import metrics  # deferred to the first scrape: see nsq_authd.metrics
+
+        if registry is None:
+            registry = metrics.registry_for(store, counts)
+        return metrics.render(registry)
+
     app = Starlette(routes=[
         Route("/ping", ping, methods=["GET"]),
         Route("/auth", auth, methods=["GET", "POST"]),
+        Route("/metrics", metrics, methods=["GET"]),
     ])
     app.state.store = store
     return app

@@ -11,7 +11,7 @@ import socket
 from functools import partial
 
 import trio
-from nsq_serving import listen_tcp, serve_http
+from nsq_serving import ConnectionCounts, listen_tcp, serve_http
 
 from .app import build_app
 from .options import Options
@@ -39,5 +39,6 @@ async def serve(options: Options, store: SecretStore, *,
     address = shown_address(sock)
     log.info("HTTP: listening on %s", address)
     async with trio.open_nursery() as nursery:
-        await nursery.start(partial(serve_http, build_app(store), [sock]))
+        counts = ConnectionCounts()
+        await nursery.start(partial(serve_http, build_app(store, counts), [sock], counts=counts))
         task_status.started(address)

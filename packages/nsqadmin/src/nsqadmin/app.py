@@ -18,6 +18,7 @@ import attrs
 import httpx
 import trio
 from nsq_common import NSQ_VERSION, format_go_duration
+from nsq_serving import ConnectionCounts
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.gzip import GZipMiddleware
@@ -36,6 +37,7 @@ from .options import Options
 from .upstream import ClusterError, Upstream, build_client
 
 if TYPE_CHECKING:
+    from prometheus_client.registry import CollectorRegistry
     from starlette.templating import Jinja2Templates
 
 log = logging.getLogger("nsqadmin")
@@ -123,7 +125,8 @@ def _templates() -> Jinja2Templates:
 
 def create_app(options: Options, cluster: ClusterInfo | None = None, *,
                client: httpx.AsyncClient | None = None, history: History | None = None,
-               sampling: bool = True) -> Starlette:
+               sampling: bool = True, connections: ConnectionCounts | None = None
+               ) -> Starlette:
     """The ASGI app for ``options``.
 
     Args:
@@ -133,6 +136,7 @@ def create_app(options: Options, cluster: ClusterInfo | None = None, *,
             ``options`` and closed when the app's lifespan ends.
         history: where sparkline samples are kept (a fresh one by default).
         sampling: sample the cluster in the background while the lifespan runs.
+        connections: the server's connection counts, for ``/metrics``.
 
     Raises:
         PasswordFileError: ``--admin-basic-auth-file`` cannot be used.
@@ -163,9 +167,21 @@ def create_app(options: Options, cluster: ClusterInfo | None = None, *,
             if owned:
                 await http.aclose()
 
+    counts = connections or ConnectionCounts()
+    registry: CollectorRegistry | None = None
+
+    async def metrics(request: Request) -> Response:
+        nonlocal registry
+        from . import metrics  # deferred to the first scrape: see nsqadmin.metrics
+
+        if registry is None:
+            registry = metrics.registry_for(options, counts)
+        return metrics.render(registry)
+
     static_dir = options.dev_static_dir or str(PACKAGE_DIR / "static")
     routes: list[BaseRoute] = [
         Route("/ping", ping, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
         *views.routes(),
         *api.routes(options),
         Mount("/static", StaticFiles(directory=static_dir), name="static"),

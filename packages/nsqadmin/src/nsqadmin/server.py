@@ -11,7 +11,7 @@ import socket
 from functools import partial
 
 import trio
-from nsq_serving import listen_tcp, serve_http
+from nsq_serving import ConnectionCounts, listen_tcp, serve_http
 
 from .app import create_app
 from .options import Options
@@ -38,5 +38,7 @@ async def serve(options: Options, *, task_status: trio.TaskStatus[str] = trio.TA
     address = shown_address(sock)
     log.info("HTTP: listening on %s", address)
     async with trio.open_nursery() as nursery:
-        await nursery.start(partial(serve_http, create_app(options), [sock]))
+        counts = ConnectionCounts()
+        await nursery.start(partial(serve_http, create_app(options, connections=counts), [sock],
+                                    counts=counts))
         task_status.started(address)

@@ -172,4 +172,5 @@ async def _serve_http(broker: Broker, http_sock: socket.socket | None,
 
     await serve_http(build_app(broker), [http_sock] if http_sock else [],
                      tls_sockets=[https_sock] if https_sock else [],
-                     ssl_context=broker.tls_context, task_status=task_status)
+                     ssl_context=broker.tls_context, counts=broker.http_connections,
+                     task_status=task_status)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import trio
 from nsq_common import NSQ_VERSION, ServerFeatures
+from nsq_serving import ConnectionCounts
 
 from . import deferred_store, metadata
 from .backlog import MAX_EXTENSION, Backlog, encode_record
@@ -87,7 +88,8 @@ class Broker:
         # acknowledged, so that not even a kill -9 loses one: memory queues are skipped, and a
         # message read from disk stays on disk until it is finished (explicit commits).
         self.mem_queue_size = 0 if opts.sync_every == 1 else opts.mem_queue_size
-        self._next_client_id = 0
+        self._next_client_id = 0  # also the count of TCP clients accepted so far
+        self.http_connections = ConnectionCounts()  # kept by nsq_serving, for /metrics
         self._dirty: set[Channel] = set()
         self._dirty_event = trio.Event()
         self._metadata_event = trio.Event()
@@ -371,6 +373,11 @@ class Broker:
         )
         self.clients[client.id] = client
         return client
+
+    @property
+    def clients_accepted(self) -> int:
+        """TCP connections that sent protocol V2's magic since start."""
+        return self._next_client_id
 
     def remove_client(self, client: Client) -> None:
         self.clients.pop(client.id, None)

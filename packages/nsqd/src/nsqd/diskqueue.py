@@ -108,6 +108,9 @@ class DiskQueue:
     _finished_files: list[Gone] = attrs.field(init=False, factory=list)  # for the next sync
     _damaged: tuple[int, str] | None = attrs.field(init=False, default=None)
     _healthy: bool = attrs.field(init=False, default=True)
+    #: failed writes and syncs since start (for /metrics; counted on failure only)
+    write_errors: int = attrs.field(init=False, default=0)
+    sync_errors: int = attrs.field(init=False, default=0)
     _closed: bool = attrs.field(init=False, default=False)
     _running: bool = attrs.field(init=False, default=False)
     _io_lock: trio.Lock = attrs.field(init=False, factory=trio.Lock)
@@ -444,6 +447,7 @@ class DiskQueue:
             self._healthy = True
         else:
             self._healthy = False
+            self.write_errors += 1
             self.logger.error("DISKQUEUE(%s) failed to write - %s", self.name, out.error)
         if out.written:
             self._wake.set()
@@ -471,6 +475,7 @@ class DiskQueue:
             return
         self.logger.error("DISKQUEUE(%s) failed to sync - %s", self.name, err)
         self._healthy = False
+        self.sync_errors += 1
         self._finished_files[:0] = finished  # keep them until the metadata is past them
         self._retry_sync = True  # at the next tick, not in a tight loop
 

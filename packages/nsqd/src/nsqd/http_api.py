@@ -568,6 +568,11 @@ def build_app(broker: Broker) -> Starlette:
     async def openapi_json(request: Request) -> Response:
         return Response(description, media_type="application/json")
 
+    async def metrics(request: Request) -> Response:
+        from .metrics import render  # deferred to the first scrape: see nsqd.metrics
+
+        return render(broker)
+
     def wrap(handler: Callable[[Request], Awaitable[Response]]
              ) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
@@ -583,6 +588,7 @@ def build_app(broker: Broker) -> Starlette:
         Route("/pub", wrap(api.pub), methods=["POST"]),
         Route("/mpub", wrap(api.mpub), methods=["POST"]),
         Route("/stats", wrap(api.stats), methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
         Route("/topic/create", wrap(api.topic_create), methods=["POST"]),
         Route("/topic/delete", wrap(api.topic_delete), methods=["POST"]),
         Route("/topic/empty", wrap(api.topic_empty), methods=["POST"]),

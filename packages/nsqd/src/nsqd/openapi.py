@@ -77,6 +77,8 @@ def document() -> dict[str, Any]:
             _query("channel", {"type": "string"}, "only this channel"),
             _query("include_clients", {"type": "boolean"}, "list clients (default true)"),
             _query("include_mem", {"type": "boolean"}, "memory figures (default true)")]),
+        "/metrics": _get("the same figures in Prometheus's text format (docs/operations.md)", [],
+                         _OK_TEXT),
         "/pub": _post("publish one message (the body)", [
             _TOPIC, _query("defer", {"type": "integer", "minimum": 0}, "delay in ms"), _TTL],
             _OK_TEXT, body=_BODY),

@@ -15,7 +15,7 @@ from functools import partial
 import attrs
 import trio
 from nsq_common import NSQ_VERSION, LookupdInfo
-from nsq_serving import ListenError, listen_tcp, serve_http
+from nsq_serving import ConnectionCounts, ListenError, listen_tcp, serve_http
 
 from .http import create_app
 from .logger import Logger
@@ -102,9 +102,10 @@ async def serve(options: Options, *, log: Logger | None = None,
             await nursery.start(tcp.serve, listener)
             log.info(f"TCP: listening on {addresses.tcp}")
             log.stdlib_logger("nsq_serving").setLevel("WARNING")  # its errors in NSQ's format
-            app = create_app(db, log)
+            http_counts = ConnectionCounts()
+            app = create_app(db, log, tcp.counts, http_counts)
             await nursery.start(partial(serve_http, app, [listeners.http],
-                                        endpoints=app.state.endpoints))
+                                        endpoints=app.state.endpoints, counts=http_counts))
             log.info(f"HTTP: listening on {addresses.http}")
             task_status.started(addresses)
     finally:

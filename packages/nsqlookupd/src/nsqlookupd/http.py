@@ -8,8 +8,10 @@ runtime to profile: the index and ``cmdline`` work, the profiles answer 501.
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 from nsq_common import NSQ_VERSION, go_json, is_valid_name
+from nsq_serving import ConnectionCounts
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -19,14 +21,21 @@ from .httpapi import HTTPError, Params, Router, plain_text, v1_response
 from .logger import Logger
 from .registry import RegistrationDB
 
+if TYPE_CHECKING:
+    from prometheus_client.registry import CollectorRegistry
+
 _PROFILES = ("profile", "heap", "goroutine", "block", "threadcreate")
 
 
 class LookupAPI:
-    def __init__(self, db: RegistrationDB, log: Logger) -> None:
+    def __init__(self, db: RegistrationDB, log: Logger, tcp_counts: ConnectionCounts | None = None,
+                 http_counts: ConnectionCounts | None = None) -> None:
         self.db = db
         self.log = log
+        self.tcp_counts = tcp_counts or ConnectionCounts()
+        self.http_counts = http_counts or ConnectionCounts()
         self._answers: dict[tuple[object, ...], bytes] = {}
+        self._metrics: CollectorRegistry | None = None
 
     async def ping(self, request: Request) -> Response:
         return plain_text("OK")
@@ -58,6 +67,13 @@ class LookupAPI:
             body = go_json({"channels": channels, "producers": [p.to_json() for p in peers]})
             self._answers[key] = body
         return v1_response(body, json=True)
+
+    async def metrics(self, request: Request) -> Response:
+        from . import metrics  # deferred to the first scrape: see nsqlookupd.metrics
+
+        if self._metrics is None:
+            self._metrics = metrics.registry_for(self.db, self.tcp_counts, self.http_counts)
+        return metrics.render(self._metrics)
 
     async def nodes(self, request: Request) -> Response:
         producers = [peer.to_json() | {"tombstones": tombstones, "topics": topics}
@@ -140,8 +156,9 @@ def _topic_channel(params: Params) -> tuple[str, str]:
     return topic, channel
 
 
-def create_router(db: RegistrationDB, log: Logger) -> Router:
-    api = LookupAPI(db, log)
+def create_router(db: RegistrationDB, log: Logger, tcp_counts: ConnectionCounts | None = None,
+                  http_counts: ConnectionCounts | None = None) -> Router:
+    api = LookupAPI(db, log, tcp_counts, http_counts)
     router = Router(log)
     for path, handler in (("/ping", api.ping), ("/info", api.info), ("/debug", api.debug),
                           ("/lookup", api.lookup), ("/topics", api.topics),
@@ -152,6 +169,7 @@ def create_router(db: RegistrationDB, log: Logger) -> Router:
                           ("/channel/delete", api.delete_channel),
                           ("/topic/tombstone", api.tombstone)):
         router.add("POST", path, handler)
+    router.add("GET", "/metrics", api.metrics, logged=False)
     router.add("GET", "/debug/pprof", api.pprof_index, logged=False)
     router.add("GET", "/debug/pprof/cmdline", api.pprof_cmdline, logged=False)
     router.add("GET", "/debug/pprof/symbol", api.pprof_unavailable, logged=False)
@@ -161,12 +179,14 @@ def create_router(db: RegistrationDB, log: Logger) -> Router:
     return router
 
 
-def create_app(db: RegistrationDB, log: Logger) -> Starlette:
+def create_app(db: RegistrationDB, log: Logger, tcp_counts: ConnectionCounts | None = None,
+               http_counts: ConnectionCounts | None = None) -> Starlette:
     """The ASGI app: Starlette for the ASGI plumbing (lifespan), our router for every path.
 
     ``app.state.endpoints`` has the router's routes for a server to call directly (the same
-    handlers, errors and log lines as through the app)."""
-    router = create_router(db, log)
+    handlers, errors and log lines as through the app). ``/metrics`` reports the connection
+    counts given (the servers keep them)."""
+    router = create_router(db, log, tcp_counts, http_counts)
     app = Starlette(routes=[Route("/{path:path}", endpoint=router)])
     app.state.endpoints = router.endpoints()
     return app

@@ -92,6 +92,9 @@ class RegistrationDB:
     tombstone_lifetime: int = 45 * 10**9
     clock: Clock = time.time_ns
     _map: dict[Registration, dict[str, Producer]] = attrs.field(factory=dict, init=False)
+    #: (action, category) -> how many times an nsqd joined ("register") or left ("unregister")
+    #: a registration over TCP, disconnects included; for /metrics
+    events: dict[tuple[str, str], int] = attrs.field(factory=dict, init=False)
 
     # --- primitives ---------------------------------------------------------------------------
 
@@ -163,14 +166,20 @@ class RegistrationDB:
 
     def identify(self, peer: PeerInfo) -> bool:
         self.touch(peer)
-        return self.add_producer(Registration(CLIENT, "", ""), peer)
+        reg = Registration(CLIENT, "", "")
+        added = self.add_producer(reg, peer)
+        if added:
+            self._count("register", [reg])
+        return added
 
     def register(self, peer: PeerInfo, topic: str, channel: str | None) -> list[Registration]:
         """REGISTER: the channel (if any), then its topic; returns the ones newly joined."""
         regs = [Registration(TOPIC, topic, "")]
         if channel is not None:
             regs.insert(0, Registration(CHANNEL, topic, channel))
-        return [reg for reg in regs if self.add_producer(reg, peer)]
+        joined = [reg for reg in regs if self.add_producer(reg, peer)]
+        self._count("register", joined)
+        return joined
 
     def unregister(self, peer: PeerInfo, topic: str, channel: str | None) -> list[Registration]:
         """UNREGISTER; returns the registrations the peer left.
@@ -187,6 +196,7 @@ class RegistrationDB:
                 left.append(reg)
             if remaining == 0 and is_ephemeral(channel):
                 self.remove_registration(reg)
+            self._count("unregister", left)
             return left
         for reg in self.find_registrations(CHANNEL, topic, "*"):
             if self.remove_producer(reg, peer.id)[0]:
@@ -197,6 +207,7 @@ class RegistrationDB:
             left.append(reg)
         if remaining == 0 and is_ephemeral(topic):
             self.remove_registration(reg)
+        self._count("unregister", left)
         return left
 
     def remove_peer(self, peer: PeerInfo) -> list[Registration]:
@@ -207,6 +218,7 @@ class RegistrationDB:
             if producer.peer is peer:  # never a newer connection that reused the address
                 del self._map[reg][peer.id]
                 left.append(reg)
+        self._count("unregister", left)
         return left
 
     # --- what the HTTP API does ---------------------------------------------------------------
@@ -284,6 +296,11 @@ class RegistrationDB:
     def _tombstoned_in(self, peer: PeerInfo, reg: Registration) -> bool:
         producer = self._map.get(reg, {}).get(peer.id)
         return producer is not None and producer.peer is peer and self.is_tombstoned(producer)
+
+    def _count(self, action: str, regs: Iterable[Registration]) -> None:
+        for reg in regs:
+            key = (action, reg.category)
+            self.events[key] = self.events.get(key, 0) + 1
 
     def _remove_all(self, regs: Iterable[Registration]) -> None:
         for reg in regs:

@@ -28,6 +28,7 @@ from nsq_common import (
     encode_lookup_response,
     format_go_duration,
 )
+from nsq_serving import ConnectionCounts
 
 from .logger import Logger
 from .registry import CHANNEL, PeerInfo, Registration, RegistrationDB
@@ -98,6 +99,7 @@ class TCPServer:
     db: RegistrationDB
     info: LookupdInfo
     log: Logger
+    counts: ConnectionCounts = attrs.field(factory=ConnectionCounts)  # for /metrics
 
     async def serve(self, listener: trio.SocketListener,
                     *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -118,6 +120,8 @@ class TCPServer:
         """Serve one connection until it closes or fails; never raises (but Cancelled)."""
         self.log.info(f"TCP: new client({remote})")
         session = Session(remote, self.db, self.info, self.log)
+        self.counts.accepted += 1
+        self.counts.open += 1
         try:
             await self._pump(stream, session)
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
@@ -130,6 +134,7 @@ class TCPServer:
                 session.close()
             except Exception as exc:  # same as above: never let one peer stop the listener
                 self.log.error(f"client({remote}) - internal error on close {exc!r}")
+            self.counts.open -= 1
             await trio.aclose_forcefully(stream)
 
     async def _pump(self, stream: trio.abc.Stream, session: Session) -> None:

@@ -32,11 +32,23 @@ log = logging.getLogger("nsq_serving")
 KEEP_ALIVE_TIMEOUT = 75.0
 
 
+class ConnectionCounts:
+    """Connections of one server, for the daemons' ``/metrics``: counted when a connection
+    opens and closes, never per request."""
+
+    __slots__ = ("accepted", "open")
+
+    def __init__(self) -> None:
+        self.accepted = 0
+        self.open = 0
+
+
 async def serve_http(app: Any, sockets: Sequence[socket.socket] = (), *,
                      tls_sockets: Sequence[socket.socket] = (),
                      ssl_context: ssl.SSLContext | None = None,
                      endpoints: Endpoints | None = None,
                      keep_alive_timeout: float = KEEP_ALIVE_TIMEOUT,
+                     counts: ConnectionCounts | None = None,
                      task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     """Serve ``app`` on listening ``sockets`` (HTTP) and ``tls_sockets`` (HTTPS with
     ``ssl_context``) until cancelled. ``task_status.started()`` once the app's lifespan has
@@ -45,6 +57,7 @@ async def serve_http(app: Any, sockets: Sequence[socket.socket] = (), *,
     Args:
         endpoints: routes called directly (see ``direct_endpoints``); by default those of
             ``app`` when it is a plain Starlette app.
+        counts: kept up to date with the connections accepted and open.
 
     Raises:
         RuntimeError: the app's lifespan startup failed.
@@ -57,7 +70,17 @@ async def serve_http(app: Any, sockets: Sequence[socket.socket] = (), *,
     listeners += [(trio.SocketListener(trio.socket.from_stdlib_socket(sock)), "https")
                   for sock in tls_sockets]
 
+    tally = ConnectionCounts() if counts is None else counts
+
     async def connection(scheme: str, stream: trio.SocketStream) -> None:
+        tally.accepted += 1
+        tally.open += 1
+        try:
+            await _serve_connection(scheme, stream)
+        finally:
+            tally.open -= 1
+
+    async def _serve_connection(scheme: str, stream: trio.SocketStream) -> None:
         sock = stream.socket
         try:
             server, client = _address(sock.getsockname()), _address(sock.getpeername())

@@ -1,0 +1,196 @@
+"""``GET /metrics``: nsqd's state in Prometheus's text format (docs/operations.md lists it).
+
+Everything is read at scrape time, by a custom collector, from the same place ``/stats``
+reads it (``stats.topic_stats``), so the two always agree and publishing and delivering pay
+nothing for it: no counter is updated per message. The HTTP API imports this module on the
+first scrape: prometheus-client takes about 60 ms to import, which every start would pay.
+Counters (``*_total``) are nsqd's own since-start counts, so they restart from 0 with nsqd,
+as Prometheus's ``rate()`` expects.
+
+Units are base units: latencies in seconds (``/stats`` has nanoseconds), sizes in bytes,
+depths in messages. A topic's or channel's memory depth is its depth less the part on disk.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, Protocol
+from weakref import WeakKeyDictionary
+
+from nsq_common import NSQ_VERSION
+from prometheus_client import GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+from prometheus_client.registry import Collector, CollectorRegistry
+from starlette.responses import Response
+
+from .stats import topic_stats
+
+if TYPE_CHECKING:
+    from .broker import Broker
+    from .diskqueue import DiskQueue
+
+TOPIC = ["topic"]
+CHANNEL = ["topic", "channel"]
+
+
+class _Family(Protocol):
+    def add_metric(self, labels: list[str], value: float) -> None: ...
+
+
+def _gauge(name: str, doc: str, labels: list[str] | None = None) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, labels=labels)
+
+
+def _counter(name: str, doc: str, labels: list[str] | None = None) -> CounterMetricFamily:
+    return CounterMetricFamily(name, doc, labels=labels)
+
+
+class NsqdCollector(Collector):
+    """Topics, channels, disk queues and connections of one broker."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def collect(self) -> Iterator[Metric]:
+        broker = self.broker
+        info = _gauge("nsq_build_info", "the NSQ version this nsqd speaks", ["version"])
+        info.add_metric([NSQ_VERSION], 1)
+        healthy = _gauge("nsq_healthy", "1 while disk writes succeed, 0 after one failed")
+        healthy.add_metric([], 1 if broker.health == "OK" else 0)
+        yield from (info, healthy)
+        yield from self._topics()
+        yield from self._connections()
+
+    def _topics(self) -> Iterator[Metric]:
+        t: dict[str, Any] = {
+            "depth": _gauge("nsq_topic_depth", "messages held by the topic (memory and disk)",
+                            TOPIC),
+            "memory": _gauge("nsq_topic_memory_depth", "the part of the depth in memory", TOPIC),
+            "disk": _gauge("nsq_topic_disk_depth", "the part of the depth on disk", TOPIC),
+            "messages": _counter("nsq_topic_messages", "messages published to the topic", TOPIC),
+            "bytes": _counter("nsq_topic_message_bytes", "body bytes published to the topic",
+                              TOPIC),
+            "paused": _gauge("nsq_topic_paused", "1 if the topic is paused", TOPIC),
+            "channels": _gauge("nsq_topic_channels", "channels of the topic", TOPIC),
+            "e2e": Metric("nsq_topic_e2e_processing_latency_seconds",
+                          "publish-to-FIN latency quantiles over the e2e window, all channels",
+                          "summary"),
+        }
+        c: dict[str, Any] = {
+            "depth": _gauge("nsq_channel_depth",
+                            "messages waiting for delivery (memory and disk)", CHANNEL),
+            "memory": _gauge("nsq_channel_memory_depth", "the part of the depth in memory",
+                             CHANNEL),
+            "disk": _gauge("nsq_channel_disk_depth", "the part of the depth on disk", CHANNEL),
+            "in_flight": _gauge("nsq_channel_in_flight",
+                                "messages delivered and not yet answered", CHANNEL),
+            "deferred": _gauge("nsq_channel_deferred", "messages held back until a due time",
+                               CHANNEL),
+            "messages": _counter("nsq_channel_messages",
+                                 "messages the topic handed to the channel", CHANNEL),
+            "requeued": _counter("nsq_channel_requeued", "REQs received", CHANNEL),
+            "timed_out": _counter("nsq_channel_timed_out",
+                                  "in-flight messages that passed their timeout", CHANNEL),
+            "expired": _counter("nsq_channel_expired",
+                                "messages dropped because their TTL had passed", CHANNEL),
+            "dead": _gauge("nsq_channel_dead_letters",
+                           "messages in the channel's dead-letter queue", CHANNEL),
+            "clients": _gauge("nsq_channel_clients", "consumers subscribed", CHANNEL),
+            "paused": _gauge("nsq_channel_paused", "1 if delivery is paused", CHANNEL),
+            "e2e": Metric("nsq_channel_e2e_processing_latency_seconds",
+                          "publish-to-FIN latency quantiles over the e2e window", "summary"),
+        }
+        disk: dict[str, Any] = {
+            "healthy": _gauge("nsq_disk_queue_healthy",
+                              "0 after a failed write or sync, 1 again after a good write",
+                              CHANNEL),
+            "write": _counter("nsq_disk_queue_write_errors", "failed disk queue writes",
+                              CHANNEL),
+            "sync": _counter("nsq_disk_queue_sync_errors", "failed disk queue fsyncs", CHANNEL),
+        }
+        for name, topic in sorted(self.broker.topics.items()):
+            doc = topic_stats(topic, None, include_clients=False)
+            labels = [name]
+            _add_depths(t, labels, doc)
+            t["messages"].add_metric(labels, doc["message_count"])
+            t["bytes"].add_metric(labels, doc["message_bytes"])
+            t["paused"].add_metric(labels, int(doc["paused"]))
+            t["channels"].add_metric(labels, len(doc["channels"]))
+            _add_quantiles(t["e2e"], {"topic": name}, doc)
+            _add_disk(disk, [name, ""], topic.backlog.disk)
+            for ch in doc["channels"]:
+                labels = [name, ch["channel_name"]]
+                _add_depths(c, labels, ch)
+                c["in_flight"].add_metric(labels, ch["in_flight_count"])
+                c["deferred"].add_metric(labels, ch["deferred_count"])
+                c["messages"].add_metric(labels, ch["message_count"])
+                c["requeued"].add_metric(labels, ch["requeue_count"])
+                c["timed_out"].add_metric(labels, ch["timeout_count"])
+                c["expired"].add_metric(labels, ch["expired_count"])
+                c["dead"].add_metric(labels, ch["dead_letter_count"])
+                c["clients"].add_metric(labels, ch["client_count"])
+                c["paused"].add_metric(labels, int(ch["paused"]))
+                _add_quantiles(c["e2e"], {"topic": name, "channel": ch["channel_name"]}, ch)
+                channel = topic.channels.get(ch["channel_name"])
+                _add_disk(disk, labels, channel.backlog.disk if channel else None)
+        yield from (*t.values(), *c.values(), *disk.values())
+
+    def _connections(self) -> Iterator[Metric]:
+        broker = self.broker
+        tcp = _gauge("nsq_tcp_connections", "TCP clients connected (after the protocol magic)")
+        tcp.add_metric([], len(broker.clients))
+        tcp_total = _counter("nsq_tcp_connections_accepted", "TCP clients accepted")
+        tcp_total.add_metric([], broker.clients_accepted)
+        http = broker.http_connections
+        yield from (tcp, tcp_total, *http_connection_metrics(http.open, http.accepted))
+
+
+def http_connection_metrics(open_now: int, accepted: int) -> tuple[Metric, Metric]:
+    gauge = _gauge("nsq_http_connections", "HTTP connections open (HTTP and HTTPS)")
+    gauge.add_metric([], open_now)
+    counter = _counter("nsq_http_connections_accepted", "HTTP connections accepted")
+    counter.add_metric([], accepted)
+    return gauge, counter
+
+
+def _add_depths(families: dict[str, _Family], labels: list[str], doc: dict[str, Any]) -> None:
+    for key, value in (("depth", doc["depth"]), ("disk", doc["backend_depth"]),
+                       ("memory", doc["depth"] - doc["backend_depth"])):
+        families[key].add_metric(labels, value)
+
+
+def _add_quantiles(family: Metric, labels: dict[str, str], doc: dict[str, Any]) -> None:
+    """A summary's quantiles only: like the quantiles, a ``_count`` and ``_sum`` would have
+    to be added up on every FIN, and /stats has no such totals (its count is the window's)."""
+    for p in doc["e2e_processing_latency"]["percentiles"] or []:
+        family.add_sample(family.name, {**labels, "quantile": repr(float(p["quantile"]))},
+                          p["value"] / 1e9)
+
+
+def _add_disk(families: dict[str, _Family], labels: list[str], disk: DiskQueue | None) -> None:
+    if disk is None:  # ephemeral: memory only
+        return
+    for key, value in (("healthy", int(disk.healthy)), ("write", disk.write_errors),
+                       ("sync", disk.sync_errors)):
+        families[key].add_metric(labels, value)
+
+
+_registries: WeakKeyDictionary[Broker, CollectorRegistry] = WeakKeyDictionary()
+
+
+def registry_for(broker: Broker) -> CollectorRegistry:
+    """nsqd's collector plus prometheus-client's process, GC and platform collectors."""
+    registry = _registries.get(broker)
+    if registry is None:
+        registry = _registries[broker] = CollectorRegistry(auto_describe=False)
+        registry.register(NsqdCollector(broker))
+        for collector in (PROCESS_COLLECTOR, GC_COLLECTOR, PLATFORM_COLLECTOR):
+            registry.register(collector)
+    return registry
+
+
+def render(broker: Broker) -> Response:
+    """The answer to ``GET /metrics``: text format 0.0.4, which every Prometheus reads (our
+    names need none of 1.0.0's escaping, so the body is the same in both)."""
+    return Response(generate_latest(registry_for(broker)), media_type=CONTENT_TYPE_PLAIN_0_0_4)
