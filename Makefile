@@ -11,7 +11,7 @@ export UV_PROJECT_ENVIRONMENT := .venv
 # compile Trio, Hypercorn and Starlette from source where bytecode is not written back.
 export UV_COMPILE_BYTECODE := 1
 
-.PHONY: install run test stress lint bench docs clean
+.PHONY: install run test stress lint bench docs clean pipeline
 
 $(UV):
 	$(PYTHON) -m venv .tools
@@ -22,6 +22,12 @@ install: $(UV)
 
 run: install
 	.venv/bin/nsq-cluster up --data-dir data $(RUN_ARGS)
+
+# The clickstream pipeline on Spark (examples/clickstream/README.md) against the cluster `make run`
+# keeps up in another terminal: live page views, nsq_to_file's archive, the streaming job every
+# 10 s printing its windows and alerts (output under ./data/clickstream); Ctrl-C stops it.
+pipeline: install
+	cd examples/clickstream && ../../.venv/bin/python -m clickstream demo --out ../../data/clickstream $(PIPELINE_ARGS)
 
 lint: install
 	.venv/bin/ruff check .

@@ -18,7 +18,7 @@ import pytest
 from nsq_testing import DEADLINE, Daemon, wait_exit, wait_until
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "clickstream"))
-from clickstream import events, generator, job
+from clickstream import events, generator, job, package
 from clickstream.batch import aggregate_archive
 
 pytestmark = pytest.mark.spark
@@ -180,3 +180,36 @@ def test_a_batch_written_again_replaces_its_first_output(spark: Any, tmp_path: P
     assert sorted(windows_of(job.views(spark, config.out))) == [
         (events.START_MS, "/a"), (events.START_MS, "/b"), (events.START_MS, "/c")]
     assert not (tmp_path / "out" / "views" / "batch_id=5").exists()
+
+
+ZIP_CHECK = """
+import sys
+sys.path[:0] = sys.argv[1:3]
+import clickstream.job, clickstream.generator, clickstream.batch, clickstream.__main__
+import nsq_spark, nsq_spark.sink, nsq_spark.stream, nsq_spark.tcp, nsq_spark.datasource
+import httpx, trio
+httpx.Client().close()  # httpcore, h11, certifi: imported when a client is made
+trio.run(trio.sleep, 0)
+for name in sys.argv[3].split(","):
+    if name in sys.modules:  # some are imported only when used
+        assert sys.modules[name].__file__.startswith(sys.argv[1]), name
+"""
+# What a cluster's Python must have installed: compiled, or Spark's own.
+COMPILED = ("pyspark", "py4j", "pyarrow", "pandas", "numpy", "dateutil", "pytz", "tzdata", "six")
+
+
+def test_the_py_files_zip_carries_everything_but_compiled_packages(tmp_path: Path) -> None:
+    """Without site-packages (python -S), with only the zip and the compiled packages on the
+    path, as on a cluster's workers: the job's modules and the connector import, from the zip."""
+    import sysconfig
+
+    zipped = package.build(tmp_path / "pyfiles.zip")
+    cluster_site = tmp_path / "site"
+    cluster_site.mkdir()
+    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
+        if entry.name.split(".")[0] in COMPILED or entry.name.endswith(".libs"):
+            (cluster_site / entry.name).symlink_to(entry)
+    result = subprocess.run([sys.executable, "-S", "-c", ZIP_CHECK, str(zipped), str(cluster_site),
+                             ",".join(package.PURE)], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=DEADLINE * 4)
+    assert result.returncode == 0, result.stderr

@@ -1,4 +1,4 @@
-"""``python -m clickstream {generate,job,batch,demo}``: the pipeline's command line.
+"""``python -m clickstream {generate,job,batch,demo,package}``: the pipeline's command line.
 
 ``demo`` is ``make pipeline``: against the cluster ``make run`` starts, it publishes live page
 views, archives the topic with ``nsq_to_file`` (for the batch path) and runs the streaming
@@ -19,16 +19,22 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from . import batch, events, generator, job
+from . import batch, events, generator, job, package
 
 
 def session(name: str) -> SparkSession:
-    import nsq_spark
-
+    """spark-submit's session, else a local one. Under spark-submit nsq_spark is imported only
+    once the session exists: importing it sets ``PYSPARK_PYTHON`` to this interpreter when
+    unset, and a SparkContext created after that would send the driver's interpreter path
+    to executors on other machines."""
     if os.environ.get("PYSPARK_GATEWAY_PORT"):  # launched by spark-submit
         spark = SparkSession.builder.appName(name).getOrCreate()
+        import nsq_spark
+
         nsq_spark.register(spark)
     else:
+        import nsq_spark
+
         spark = nsq_spark.local_session(name)  # type: ignore[assignment]
     spark.sparkContext.setLogLevel("WARN")
     return spark
@@ -141,6 +147,10 @@ def main(argv: list[str] | None = None) -> None:
     bat.add_argument("--out", default=None, help="write the windows here as Parquet")
     bat.add_argument("--show", type=int, default=50)
     bat.set_defaults(func=cmd_batch)
+
+    pkg = sub.add_parser("package", help="the zip for spark-submit --py-files")
+    pkg.add_argument("--out", default="build/clickstream-pyfiles.zip")
+    pkg.set_defaults(func=lambda args: print(package.build(args.out)))
 
     args = parser.parse_args(argv)
     args.func(args)
