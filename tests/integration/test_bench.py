@@ -86,3 +86,14 @@ def test_lmstfy_jobs(tmp_path: Path) -> None:
     assert all(r["problems"] == [] for r in runs)
     assert all(r[phase]["jobs_per_s"] > 0 for r in runs
                for phase in ("publish", "bulk", "consume+ack"))
+
+
+def test_scraping_while_publishing(tmp_path: Path) -> None:
+    out = tmp_path / "metrics.json"
+    done = run_module("bench.metrics", "--rate", "2000", "--duration", "0.5", "--pairs", "1",
+                      "--topics", "2", "--scrape-interval", "0", "--json", str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    runs = json.loads(out.read_text())["runs"]
+    assert [r["scraping"] for r in runs] == [False, True]
+    assert all(r["messages"] > 0 for r in runs)
+    assert runs[1]["scrapes"] > 0
