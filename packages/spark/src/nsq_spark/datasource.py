@@ -22,6 +22,12 @@ from .rows import SCHEMA
 class NSQDataSource(DataSource):
     """``spark.readStream.format("nsq")``, ``spark.read.format("nsq")``, ``df.write[Stream]...``."""
 
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        # What every use needs is checked when the DataFrame is defined; what only reading
+        # needs (a channel), when the reader is made.
+        _options.parse(options, reading=False)
+
     @classmethod
     def name(cls) -> str:
         return "nsq"

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 from collections import deque
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -48,6 +49,7 @@ POLL_WAIT = 0.5  # seconds latestOffset waits for a first message before saying 
 PARTITION_SIZE = 2000  # messages per input partition (at least one partition per batch)
 MAX_PARTITIONS = 64
 KEEP_COMMITTED = 10  # batches whose ids are remembered after their commit
+COMMIT_POLL = 0.25  # seconds between looks at Spark's commit log
 
 
 class MessagesPartition(InputPartition):  # type: ignore[misc]
@@ -150,12 +152,36 @@ class _DriverState:
         self.committed_batches: deque[list[Key]] = deque()
         self.committed = 0
         if self.log is not None:
-            self.committed = self.log.committed()
+            # Spark's commit log may be ahead of ours: the driver died before telling us.
+            self.committed = max(self.log.committed(), self._spark_committed() or 0)
             for batch in self.log.batches():
                 self._remember(batch, committed=batch.end <= self.committed)
         # Half of what may be in flight, so the next batch fills while this one is processed.
         self.capacity = max(1, options.max_in_flight // 2)
+        # Spark's calls come from one thread; the watcher is a second one.
+        self.lock = threading.Lock()
+        self.closed = threading.Event()
         self.consumers = TcpConsumers(options)
+        if self.log is not None:
+            threading.Thread(target=self._watch, name="nsq-commit-watch", daemon=True).start()
+
+    def _spark_committed(self) -> int | None:
+        assert self.options.checkpoint is not None
+        return committed_end(self.options.checkpoint, self.options.topic, self.options.channel or "")
+
+    def _watch(self) -> None:
+        """FIN a batch as soon as Spark's commit log has it, instead of when Spark plans the
+        next batch: messages are held for less time, and a query stopped right after a batch
+        (whose reader Spark may end without calling ``stop``) leaves nothing committed in flight."""
+        while not self.closed.wait(COMMIT_POLL):
+            try:
+                end = self._spark_committed()
+                if end is not None and end > self.committed:
+                    with self.lock:
+                        if not self.closed.is_set():
+                            self._commit(end)
+            except Exception:  # the planning thread's next commit covers it
+                log.exception("nsq_spark: reading Spark's commit log failed")
 
     def _remember(self, batch: Batch, *, committed: bool) -> None:
         if committed:
@@ -167,7 +193,11 @@ class _DriverState:
 
     def plan(self, start: int, at_most: float, available_now: bool) -> int:
         """Commit what ``start`` says is done, then plan the next batch from what has arrived."""
-        self.commit(start)
+        with self.lock:
+            return self._plan(start, at_most, available_now)
+
+    def _plan(self, start: int, at_most: float, available_now: bool) -> int:
+        self._commit(start)
         if self.log is not None:
             for dropped in self.log.discard_after(start):
                 self._forget(dropped)
@@ -210,6 +240,10 @@ class _DriverState:
 
     def batch(self, start: int, end: int) -> Batch | None:
         """The batch from ``start`` to ``end``: planned in this process, or replayed from the log."""
+        with self.lock:
+            return self._batch(start, end)
+
+    def _batch(self, start: int, end: int) -> Batch | None:
         if end <= start:
             return None
         batch = self.batches.get(end)
@@ -228,6 +262,10 @@ class _DriverState:
         return batch
 
     def commit(self, end: int) -> None:
+        with self.lock:
+            self._commit(end)
+
+    def _commit(self, end: int) -> None:
         if end <= self.committed and not any(e <= end for e in self.batches):
             return
         done = sorted(e for e in self.batches if e <= end)
@@ -262,10 +300,11 @@ class _DriverState:
         """FIN what Spark committed without telling us yet, then close (nsqd gives every
         message still held to the channel again)."""
         try:
-            if self.options.checkpoint is not None:
-                end = committed_end(self.options.checkpoint, self.options.topic,
-                                    self.options.channel or "")
-                if end is not None:
-                    self.commit(end)
+            with self.lock:
+                self.closed.set()
+                if self.options.checkpoint is not None:
+                    end = self._spark_committed()
+                    if end is not None:
+                        self._commit(end)
         finally:
             self.consumers.close()
