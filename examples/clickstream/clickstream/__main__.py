@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import threading
 from pathlib import Path
 
+import httpx
 from pyspark.sql import SparkSession
 
 from . import batch, events, generator, job, package
@@ -66,13 +68,21 @@ def cmd_generate(args: argparse.Namespace) -> None:
 
 
 def cmd_job(args: argparse.Namespace) -> None:
+    """Run the query until it ends (AvailableNow) or Ctrl-C. PySpark's own SIGINT handler
+    cancels the running Spark jobs under the query and then raises inside a py4j call; ours
+    stops the query between calls instead, so it ends quietly with its last batch committed
+    or not started."""
     spark = session("clickstream")
     query = job.start(spark, _job_config(args))
+    interrupted = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda *_: interrupted.set())
     try:
-        query.awaitTermination()
-    except KeyboardInterrupt:
+        while query.isActive and not interrupted.is_set():
+            query.awaitTermination(0.5)
+    finally:
+        signal.signal(signal.SIGINT, previous)
         query.stop()
-    spark.stop()
+        spark.stop()
 
 
 def cmd_batch(args: argparse.Namespace) -> None:
@@ -86,6 +96,11 @@ def cmd_demo(args: argparse.Namespace) -> None:
     out = Path(args.out)
     archive = out / "archive"
     archive.mkdir(parents=True, exist_ok=True)
+    # The job's channel exists before the first event: a topic gives a channel only what is
+    # published after the channel is made, and nsq_to_file's channel would otherwise be alone.
+    for path, params in (("/topic/create", {"topic": events.TOPIC}),
+                         ("/channel/create", {"topic": events.TOPIC, "channel": args.channel})):
+        httpx.post(f"http://{args.nsqd_http}{path}", params=params, timeout=30.0).raise_for_status()
     archiver = subprocess.Popen([sys.executable, "-m", "nsq_client.tools.nsq_to_file",
                                  "--topic", events.TOPIC, "--channel", "archive",
                                  "--lookupd-http-address", args.lookupd, "--gzip",
