@@ -11,6 +11,7 @@ so a row's directory names the worker and the executor that handled it.
 
 from __future__ import annotations
 
+import collections
 import importlib.util
 import os
 from collections.abc import Callable, Iterator
@@ -22,7 +23,6 @@ import nsq_spark
 import pytest
 import trio
 from nsq_client import Consumer
-from nsq_spark.stream import PARTITION_SIZE
 from nsq_testing import DEADLINE, Daemon, start_daemon, wait_until
 from nsq_testing.spark_cluster import START_DEADLINE, SparkCluster, start_spark_cluster
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -85,15 +85,19 @@ def http() -> Iterator[httpx.Client]:
 
 
 def where() -> Column:
-    """A column saying where the row was computed: ``"<pid> <working directory>"`` of the Python
-    worker evaluating it. Built in a function, so cloudpickle sends the UDF by value (this test
-    module cannot be imported on an executor)."""
+    """A column saying where the row was computed: ``"<pid> <stage>:<partition> <working
+    directory>"`` of the Python worker evaluating it. Built in a function, so cloudpickle sends
+    the UDF by value (this test module cannot be imported on an executor)."""
     from pyspark.sql.functions import udf
 
     def process() -> str:
         import os
 
-        return f"{os.getpid()} {os.getcwd()}"
+        from pyspark import TaskContext
+
+        task = TaskContext.get()
+        assert task is not None
+        return f"{os.getpid()} {task.stageId()}:{task.partitionId()} {os.getcwd()}"
 
     return udf(process, "string").asNondeterministic()()
 
@@ -103,7 +107,7 @@ def executors(cluster: SparkCluster, places: list[str]) -> dict[Path, set[int]]:
     worker's work directory (an executor of this cluster), never in the driver's process."""
     found: dict[Path, set[int]] = {}
     for place in places:
-        pid_text, cwd = place.split(" ", 1)
+        pid_text, _task, cwd = place.split(" ", 2)
         pid, path = int(pid_text), Path(cwd)
         assert pid != os.getpid(), "a row was computed in the driver's process"
         [worker] = [w for w in cluster.worker_dirs if path.is_relative_to(w)]
@@ -187,8 +191,9 @@ def test_stream_on_the_cluster_reads_every_message_once(spark, cluster, nsqd, ht
 
 
 def test_one_batch_is_read_on_both_executors(spark, cluster, nsqd, http, tmp_path):
-    """A batch over PARTITION_SIZE messages has several partitions; with two idle one-core
-    executors the scheduler gives the first two tasks one each, so both take part."""
+    """A batch of thousands of messages has several partitions (the source's own split, seen
+    here through each row's task); with two idle one-core executors the scheduler gives the
+    first two tasks of a stage one each, so both executors take part."""
     bodies = publish(http, nsqd, "cluster_spread", "spark")
     # The source plans at most maxInFlight / 2 messages per batch: room for all 5,000.
     rows, query = stream_to_parquet(spark, nsqd, "cluster_spread", tmp_path,
@@ -198,7 +203,11 @@ def test_one_batch_is_read_on_both_executors(spark, cluster, nsqd, http, tmp_pat
     assert sorted(bytes(r.body) for r in got) == sorted(bodies)
     assert len({r.id for r in got}) == COUNT
     sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
-    assert max(sizes) > PARTITION_SIZE, f"no batch big enough for two partitions: {sizes}"
+    partitions: dict[str, set[str]] = collections.defaultdict(set)  # stage -> its partitions
+    for r in got:
+        stage, partition = r.place.split(" ")[1].split(":")
+        partitions[stage].add(partition)
+    assert max(map(len, partitions.values())) >= 2, f"no batch of several partitions: {sizes}"
     found = executors(cluster, [r.place for r in got])
     assert len(found) >= 2, f"read by one executor only: {found}"
     all_pids = [pid for pids in found.values() for pid in pids]
@@ -239,6 +248,7 @@ def test_sink_on_the_cluster_publishes_every_row_once(spark, cluster, nsqd, http
     df.write.format("nsq").option("nsqd", nsqd.tcp_address).option("topic", topic).mode("append").save()
     bodies = consume(nsqd, topic, channel, COUNT)
     numbers = [int(b.split(b" ", 1)[0]) for b in bodies]
+    assert len({b.split(b" ")[2] for b in bodies}) == 4  # the 4 partitions' tasks published
     assert sorted(numbers) == list(range(COUNT))  # every row, once
     found = executors(cluster, [b.decode().split(" ", 1)[1] for b in bodies])
     assert len(found) >= 2, f"published by one executor only: {found}"

@@ -85,8 +85,11 @@ def _start_time(pid: int) -> str | None:
 
 
 def _descendants(roots: set[int]) -> dict[int, str]:
-    """Every live process below ``roots`` (pid -> start time), from /proc's parent links."""
+    """Every live process below ``roots`` (pid -> start time), from /proc's parent links
+    (none where there is no /proc: there the process groups are all that is ended)."""
     parents: dict[int, int] = {}
+    if not Path("/proc/self/stat").exists():
+        return {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
