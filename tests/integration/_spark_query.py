@@ -1,8 +1,9 @@
 """A streaming query run as its own driver process, for the tests that kill it.
 
-    python _spark_query.py NSQD_TCP TOPIC CHECKPOINT OUT EXPECTED [--stall-at N]
+    python _spark_query.py OPTION ADDRESS TOPIC CHECKPOINT OUT EXPECTED [--stall-at N]
 
-Reads TOPIC/channel ``spark`` through the nsq source (checkpoint CHECKPOINT, 500 messages per
+Reads TOPIC/channel ``spark`` of the nsqd named by OPTION (``nsqd`` or ``nsqdHttp``) and
+ADDRESS through the nsq source (checkpoint CHECKPOINT, 500 messages per
 trigger) and appends every micro-batch's ids to Parquet under ``OUT/batch=<id>/run=<pid>``, a
 sink that is deliberately *not* idempotent, so a replayed batch shows up twice and the test
 can count the duplicates. With ``--stall-at N`` the query writes batch N, then records its ids
@@ -26,7 +27,7 @@ import nsq_spark
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    for name in ("nsqd", "topic", "checkpoint", "out"):
+    for name in ("option", "address", "topic", "checkpoint", "out"):
         parser.add_argument(name)
     parser.add_argument("expected", type=int)
     parser.add_argument("--stall-at", type=int)
@@ -54,7 +55,8 @@ def main() -> None:
             last_batch.append(batch_id)
             done.set()
 
-    source = (spark.readStream.format("nsq").option("nsqd", args.nsqd).option("topic", args.topic)
+    source = (spark.readStream.format("nsq").option(args.option, args.address)
+              .option("topic", args.topic)
               .option("channel", "spark").option("maxMessagesPerTrigger", "500")
               .option("msgTimeout", args.msg_timeout)
               .option("checkpointLocation", args.checkpoint).load())

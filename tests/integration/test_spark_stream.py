@@ -60,8 +60,23 @@ def drained(nsqd, topic: str) -> dict | None:
     return stats if stats["depth"] == 0 and stats["in_flight_count"] == 0 else None
 
 
-def stream(spark, nsqd, topic: str, checkpoint: Path, **options: str):
-    reader = (spark.readStream.format("nsq").option("nsqd", nsqd.tcp_address)
+MODES = ["tcp", "http"]  # the driver holds TCP consumers / executors pull over HTTP
+
+
+def where(nsqd, mode: str) -> tuple[str, str]:
+    """The option that names the nsqd: its TCP address makes the driver hold TCP consumers,
+    its HTTP address lets the executors pull over HTTP."""
+    return ("nsqd", nsqd.tcp_address) if mode == "tcp" else ("nsqdHttp", nsqd.http_address)
+
+
+def parts_logged(checkpoint: Path) -> int:
+    """Part files executors wrote while pulling over HTTP (committed batches' are pruned to
+    the last few, so any at all shows the mode)."""
+    return len(list((checkpoint / "sources" / "nsq").glob("*.part-*")))
+
+
+def stream(spark, nsqd, topic: str, checkpoint: Path, mode: str = "tcp", **options: str):
+    reader = (spark.readStream.format("nsq").option(*where(nsqd, mode))
               .option("topic", topic).option("channel", "spark")
               .option("checkpointLocation", str(checkpoint)))
     for key, value in options.items():
@@ -69,26 +84,29 @@ def stream(spark, nsqd, topic: str, checkpoint: Path, **options: str):
     return reader.load()
 
 
-def test_ten_thousand_messages_in_several_batches(spark, nsqd, tmp_path):
-    bodies = publish(nsqd, "ten_k", 10_000)
+@pytest.mark.parametrize("mode", MODES)
+def test_ten_thousand_messages_in_several_batches(spark, nsqd, tmp_path, mode):
+    topic = f"ten_k_{mode}"
+    bodies = publish(nsqd, topic, 10_000)
     checkpoint = tmp_path / "checkpoint"
-    query = (stream(spark, nsqd, "ten_k", checkpoint, maxMessagesPerTrigger="1000")
-             .writeStream.format("memory").queryName("ten_k")
+    query = (stream(spark, nsqd, topic, checkpoint, mode, maxMessagesPerTrigger="1000")
+             .writeStream.format("memory").queryName(topic)
              .option("checkpointLocation", str(checkpoint))
              .trigger(processingTime="100 milliseconds").start())
     try:
-        wait_until(lambda: spark.sql("SELECT count(*) AS n FROM ten_k").first().n >= 10_000,
+        wait_until(lambda: spark.sql(f"SELECT count(*) AS n FROM {topic}").first().n >= 10_000,
                    timeout=DEADLINE * 4, interval=0.5, what="10,000 rows in the memory sink")
     finally:
         query.stop()
-    rows = spark.sql("SELECT id, body, topic, channel, attempts, nsqd FROM ten_k").collect()
+    rows = spark.sql(f"SELECT id, body, topic, channel, attempts, nsqd FROM {topic}").collect()
     assert len(rows) == 10_000
     assert len({r.id for r in rows}) == 10_000
     assert sorted(bytes(r.body) for r in rows) == sorted(bodies)
-    assert {(r.topic, r.channel, r.nsqd) for r in rows} == {("ten_k", "spark", nsqd.tcp_address)}
+    assert {(r.topic, r.channel, r.nsqd) for r in rows} == {(topic, "spark", nsqd.tcp_address)}
     batches = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
     assert len(batches) >= 10 and max(batches) <= 1000
-    stats = wait_until(lambda: drained(nsqd, "ten_k"), what="channel depth 0, in_flight 0")
+    assert (parts_logged(checkpoint) > 0) == (mode == "http")
+    stats = wait_until(lambda: drained(nsqd, topic), what="channel depth 0, in_flight 0")
     assert stats["message_count"] == 10_000
     assert stats["timeout_count"] == 0 and stats["requeue_count"] == 0
 
@@ -109,8 +127,10 @@ def test_available_now_takes_what_is_queued_and_ends(spark, nsqd, tmp_path):
     wait_until(lambda: drained(nsqd, "avail_now"), what="channel depth 0, in_flight 0")
 
 
-def test_a_batch_longer_than_the_message_timeout_loses_nothing(spark, nsqd, tmp_path):
-    bodies = publish(nsqd, "slow_batch", 300)
+@pytest.mark.parametrize("mode", MODES)
+def test_a_batch_longer_than_the_message_timeout_loses_nothing(spark, nsqd, tmp_path, mode):
+    topic = f"slow_batch_{mode}"
+    bodies = publish(nsqd, topic, 300)
     checkpoint = tmp_path / "checkpoint"
     seen: list[bytes] = []
 
@@ -120,12 +140,12 @@ def test_a_batch_longer_than_the_message_timeout_loses_nothing(spark, nsqd, tmp_
             time.sleep(4)  # the workload: a batch four times nsqd's timeout for its messages
         seen.extend(bytes(r.body) for r in rows)
 
-    query = (stream(spark, nsqd, "slow_batch", checkpoint, msgTimeout="1s")
+    query = (stream(spark, nsqd, topic, checkpoint, mode, msgTimeout="1s")
              .writeStream.foreachBatch(slow).option("checkpointLocation", str(checkpoint))
              .trigger(availableNow=True).start())
     query.awaitTermination()
     assert sorted(seen) == sorted(bodies)
-    stats = wait_until(lambda: drained(nsqd, "slow_batch"), what="channel depth 0, in_flight 0")
+    stats = wait_until(lambda: drained(nsqd, topic), what="channel depth 0, in_flight 0")
     assert stats["timeout_count"] == 0 and stats["requeue_count"] == 0
 
 
@@ -141,10 +161,10 @@ def test_options_are_checked(spark):
         query.awaitTermination(DEADLINE * 2)
 
 
-def run_query(nsqd, topic, checkpoint, out, expected, *extra):
+def run_query(nsqd, mode, topic, checkpoint, out, expected, *extra):
     return subprocess.Popen(
-        [sys.executable, str(QUERY_SCRIPT), nsqd.tcp_address, topic, str(checkpoint), str(out),
-         str(expected), *extra],
+        [sys.executable, str(QUERY_SCRIPT), *where(nsqd, mode), topic, str(checkpoint), str(out),
+         str(expected), "--msg-timeout", "5s", *extra],
         start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
@@ -160,13 +180,14 @@ def kill_group(proc: subprocess.Popen) -> None:
         proc.stderr.close()
 
 
-def test_driver_killed_mid_batch_replays_it_from_the_checkpoint(spark, nsqd, tmp_path,
+@pytest.mark.parametrize("mode", MODES)
+def test_driver_killed_mid_batch_replays_it_from_the_checkpoint(spark, nsqd, tmp_path, mode,
                                                                 record_property):
-    topic = "killed"
+    topic = f"killed_{mode}"
     bodies = publish(nsqd, topic, 3000)
     checkpoint, out = tmp_path / "checkpoint", tmp_path / "out"
     out.mkdir()
-    first = run_query(nsqd, topic, checkpoint, out, 3000, "--stall-at", "2")
+    first = run_query(nsqd, mode, topic, checkpoint, out, 3000, "--stall-at", "2")
     try:
         stalled_file = wait_until(lambda: next(out.glob("stalled-*.json"), None),
                                   timeout=DEADLINE * 4, interval=0.2,
@@ -176,7 +197,7 @@ def test_driver_killed_mid_batch_replays_it_from_the_checkpoint(spark, nsqd, tmp
     stalled = set(json.loads(stalled_file.read_text()))
     assert stalled, "the cut batch had messages"
 
-    second = run_query(nsqd, topic, checkpoint, out, 3000)
+    second = run_query(nsqd, mode, topic, checkpoint, out, 3000)
     try:
         _, err = second.communicate(timeout=DEADLINE * 6)
     finally:
@@ -187,7 +208,7 @@ def test_driver_killed_mid_batch_replays_it_from_the_checkpoint(spark, nsqd, tmp
     counts = collections.Counter(r.id for r in rows)
     duplicates = {i for i, n in counts.items() if n > 1}
     record_property("duplicates", len(duplicates))
-    print(f"driver killed in batch 2 ({len(stalled)} messages): {len(duplicates)} ids twice in "
+    print(f"{mode}: driver killed in batch 2 ({len(stalled)} messages): {len(duplicates)} ids twice in "
           f"the sink, all from the cut batch")
     assert sorted({bytes(r.body) for r in rows}) == sorted(bodies)  # nothing missing
     assert duplicates <= stalled  # duplicates only from the batch that was cut
@@ -197,8 +218,9 @@ def test_driver_killed_mid_batch_replays_it_from_the_checkpoint(spark, nsqd, tmp
     # The second driver exits right after its last batch: whatever of that batch Spark
     # committed without the source FINishing it comes back from nsqd, and a third run of
     # the query drops those redeliveries by id instead of passing them on again.
+    print("after the second run:", channel_stats(nsqd, topic))
     more: list[str] = []
-    query = (stream(spark, nsqd, topic, checkpoint, idleTimeout="2s").writeStream
+    query = (stream(spark, nsqd, topic, checkpoint, mode, idleTimeout="2s").writeStream
              .foreachBatch(lambda batch, _: more.extend(r.id for r in batch.select("id").collect()))
              .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
     query.awaitTermination()

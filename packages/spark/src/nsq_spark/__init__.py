@@ -12,8 +12,10 @@
     events.writeStream.format("nsq").option("nsqd", "127.0.0.1:4150").option("topic", "copy")
 
 Spark starts Python workers with ``PYSPARK_PYTHON`` (else ``python3`` on the PATH), which must
-be an interpreter that has this package. Importing it makes that the current interpreter when
-nothing else was chosen, before a session exists, so a local session works as it is.
+be an interpreter that has this package. Imported in a program that starts Spark itself (not
+under ``spark-submit``, which has started the JVM already and whose cluster chooses its own
+interpreter with ``spark.pyspark.python``), it makes that the current interpreter when nothing
+else was chosen, so a local session works as it is.
 """
 
 from __future__ import annotations
@@ -31,9 +33,11 @@ from .errors import (
 )
 from .rows import SCHEMA
 
-# The workers of a session started after this import run this interpreter unless the user
-# chose one; set before the JVM starts, because Spark reads it only then.
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+# The workers of a session this program starts run this interpreter unless the user chose
+# one; set before the JVM starts, because Spark reads it only then. Under spark-submit (the
+# JVM is already there: PYSPARK_GATEWAY_PORT) the cluster's settings decide.
+if "PYSPARK_GATEWAY_PORT" not in os.environ:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 __all__ = [
     "SCHEMA",

@@ -40,16 +40,14 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import httpx
 import pyarrow as pa
 import trio
-from nsq_client import Consumer, Message, lookupd_url
-from nsq_client._discovery import ACCEPT_V1, decode_v1, join_host_port, producer_tcp_addresses
+from nsq_client import Consumer, Message
 from pyspark.sql.datasource import DataSourceReader, InputPartition
-from pyspark.sql.pandas.types import to_arrow_schema
 
+from .discovery import topic_nsqd
 from .options import Options
-from .rows import SCHEMA
+from .rows import record_batch
 
 log = logging.getLogger("nsq_spark")
 
@@ -61,98 +59,6 @@ DEFAULT_MAX_MESSAGES = 10_000
 #: Messages per Arrow record batch handed to Spark.
 CHUNK = 500
 
-#: How long an HTTP query to nsqlookupd or nsqd may take.
-HTTP_TIMEOUT = 10.0
-
-ARROW_SCHEMA = to_arrow_schema(SCHEMA, timezone="UTC")
-_TIMESTAMP = ARROW_SCHEMA.field("timestamp").type
-
-
-# -- where the nsqd are ---------------------------------------------------------------------------
-# Plain blocking HTTP: these run once per query (driver) or per task (executor), outside Trio.
-
-def _headers(options: Options) -> dict[str, str]:
-    headers = {"Accept": ACCEPT_V1}
-    config = options.client_config()
-    if config.auth_secret and config.lookupd_authorization:
-        headers["Authorization"] = f"Bearer {config.auth_secret}"
-    return headers
-
-
-def _ask_lookupds(options: Options, path: str, **query: str) -> list[str]:
-    """The nsqd TCP addresses every reachable lookupd gives for ``path``, merged (lookupds
-    may each know different nsqd).
-
-    Raises:
-        ConnectionError: no lookupd answered.
-    """
-    found: dict[str, None] = {}
-    errors: list[str] = []
-    headers = _headers(options)
-    with httpx.Client(timeout=HTTP_TIMEOUT) as client:
-        for address in options.lookupd:
-            url = lookupd_url(address, path, **query)
-            try:
-                response = client.get(url, headers=headers)
-                if response.status_code == 404:  # TOPIC_NOT_FOUND: no nsqd has it yet
-                    continue
-                response.raise_for_status()
-                found.update(dict.fromkeys(producer_tcp_addresses(
-                    decode_v1(response.headers, response.content))))
-            except (httpx.HTTPError, ValueError) as exc:
-                log.warning("nsqlookupd %s: %s", url, exc)
-                errors.append(f"{url}: {exc}")
-    if errors and len(errors) == len(options.lookupd):
-        raise ConnectionError("no nsqlookupd answered: " + "; ".join(errors))
-    return list(found)
-
-
-def _ask_nsqd_http(options: Options) -> list[str]:
-    """The TCP address of each nsqd in ``nsqdHttp``: its HTTP host and ``/info``'s tcp_port.
-
-    Raises:
-        ConnectionError: an nsqd did not answer.
-    """
-    found = []
-    with httpx.Client(timeout=HTTP_TIMEOUT) as client:
-        for address in options.nsqd_http:
-            base = address if "://" in address else f"http://{address}"
-            try:
-                response = client.get(f"{base}/info", headers={"Accept": ACCEPT_V1})
-                response.raise_for_status()
-                info = decode_v1(response.headers, response.content)
-                host = httpx.URL(base).host
-                found.append(join_host_port(host, int(info["tcp_port"])))
-            except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
-                raise ConnectionError(f"nsqd {address}: /info failed: {exc}") from exc
-    return found
-
-
-def topic_nsqd(options: Options) -> list[str]:
-    """TCP addresses of the nsqd to read ``options.topic`` from."""
-    if options.nsqd:
-        return list(options.nsqd)
-    if options.lookupd:
-        return _ask_lookupds(options, "/lookup", topic=options.topic)
-    return _ask_nsqd_http(options)
-
-
-def all_nsqd(options: Options) -> list[str]:
-    """TCP addresses of every nsqd that can take a publish: ``nsqd``, else lookupd's
-    ``/nodes`` (any nsqd takes any topic), else ``nsqdHttp``.
-
-    Raises:
-        ConnectionError: none found.
-    """
-    if options.nsqd:
-        found = list(options.nsqd)
-    elif options.lookupd:
-        found = _ask_lookupds(options, "/nodes")
-    else:
-        found = _ask_nsqd_http(options)
-    if not found:
-        raise ConnectionError(f"no nsqd registered with nsqlookupd {options.sources}")
-    return found
 
 
 # -- planning --------------------------------------------------------------------------------------
@@ -213,7 +119,7 @@ def read_share(options: Options, share: NsqdShare) -> Iterator[pa.RecordBatch]:
     handed_over = False
     try:
         for messages in taker.chunks():
-            yield record_batch(messages, share.address, options)
+            yield _messages_batch(messages, share.address, options)
             for message in messages:
                 message.body = b""  # Spark has it; hold only what FIN needs
         handed_over = True
@@ -221,20 +127,10 @@ def read_share(options: Options, share: NsqdShare) -> Iterator[pa.RecordBatch]:
         taker.close(finish=handed_over)
 
 
-def record_batch(messages: list[Message], nsqd: str, options: Options) -> pa.RecordBatch:
-    """Messages as rows of :data:`~nsq_spark.rows.SCHEMA`, built column by column."""
-    n = len(messages)
-    ids = pa.array([m.id for m in messages], pa.binary()).cast(pa.string())
-    bodies = pa.array([m.body for m in messages], pa.binary())
-    micros = pa.array([m.timestamp // 1000 for m in messages], pa.int64()).cast(_TIMESTAMP)
-    attempts = pa.array([m.attempts for m in messages], pa.int32())
-
-    def same(text: str) -> pa.Array:
-        return pa.repeat(pa.scalar(text, pa.string()), n)
-
-    columns = [ids, bodies, micros, attempts, same(nsqd), same(options.topic),
-               same(options.channel or "")]
-    return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
+def _messages_batch(messages: list[Message], nsqd: str, options: Options) -> pa.RecordBatch:
+    return record_batch([m.id for m in messages], [m.body for m in messages],
+                        [m.timestamp for m in messages], [m.attempts for m in messages], nsqd,
+                        options.topic, options.channel or "")
 
 
 _Item = list[Message] | BaseException | None

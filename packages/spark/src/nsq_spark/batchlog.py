@@ -9,8 +9,15 @@ redeliveries of those messages by nsqd are recognised by id and held for that ba
 Layout, under ``<checkpointLocation>/sources/nsq/``::
 
     <end>.batch      one planned batch, named by its end offset (20 digits); JSON:
-                     {"start": n, "end": m, "messages": [[nsqd, id, attempts, ts, body64], ...]}
+                     {"start": n, "end": m, "messages": [[nsqd, id, attempts, ts, body64], ...],
+                      "parts": [[nsqd_http, nsqd, count], ...]}
+    <end>.part-<i>   when executors consume over HTTP, part i of that batch as the executor
+                     pulled it: {"messages": [...]}, written before it hands the rows to Spark
     committed        the end offset of the last batch Spark committed (text)
+
+When the driver holds the consumers, a batch's messages are in its ``.batch`` file; when
+executors pull them over HTTP, the ``.batch`` file holds the plan (how many from which nsqd)
+and each executor logs what it got in a ``.part-<i>`` file beside it.
 
 A batch file is written to a temporary name, fsynced, and renamed, so a crash leaves either
 the whole batch or none. Files of committed batches are deleted, except the newest
@@ -46,24 +53,53 @@ class Entry:
 
 
 @attrs.frozen
+class Part:
+    """What one executor is to pull over HTTP for a batch."""
+
+    nsqd_http: str
+    nsqd: str  # its TCP address: the nsqd column, and half of each message's key
+    count: int
+
+
+@attrs.frozen
 class Batch:
     start: int
     end: int
     entries: list[Entry]
+    parts: list[Part] = attrs.field(factory=list)
+
+
+def _encode_entries(entries: list[Entry]) -> list[list[object]]:
+    return [[e.nsqd, e.id, e.attempts, e.timestamp, base64.b64encode(e.body).decode()]
+            for e in entries]
+
+
+def _decode_entries(messages: list[list[object]]) -> list[Entry]:
+    return [Entry(str(nsqd), str(id), int(attempts), int(ts),  # type: ignore[call-overload]
+                  base64.b64decode(str(body)))
+            for nsqd, id, attempts, ts, body in messages]
 
 
 def _encode(batch: Batch) -> bytes:
-    messages = [[e.nsqd, e.id, e.attempts, e.timestamp, base64.b64encode(e.body).decode()]
-                for e in batch.entries]
-    return json.dumps({"start": batch.start, "end": batch.end, "messages": messages},
+    return json.dumps({"start": batch.start, "end": batch.end,
+                       "messages": _encode_entries(batch.entries),
+                       "parts": [[p.nsqd_http, p.nsqd, p.count] for p in batch.parts]},
                       separators=(",", ":")).encode()
 
 
 def _decode(data: bytes) -> Batch:
     obj = json.loads(data)
-    entries = [Entry(nsqd, id, attempts, ts, base64.b64decode(body))
-               for nsqd, id, attempts, ts, body in obj["messages"]]
-    return Batch(obj["start"], obj["end"], entries)
+    return Batch(obj["start"], obj["end"], _decode_entries(obj["messages"]),
+                 [Part(*p) for p in obj.get("parts", [])])
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    temporary = path.with_name(path.name + ".tmp")
+    with open(temporary, "wb") as file:
+        file.write(data)
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(temporary, path)
 
 
 class BatchLog:
@@ -83,14 +119,31 @@ class BatchLog:
         return self.directory / f"{end:020d}.batch"
 
     def write(self, batch: Batch) -> None:
-        path = self._path(batch.end)
-        temporary = path.with_suffix(".tmp")
-        with open(temporary, "wb") as file:
-            file.write(_encode(batch))
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
+        _write_atomically(self._path(batch.end), _encode(batch))
         self._sync_directory()
+
+    def _part_path(self, end: int, index: int) -> Path:
+        return self.directory / f"{end:020d}.part-{index}"
+
+    def write_part(self, end: int, index: int, entries: list[Entry]) -> None:
+        data = json.dumps({"messages": _encode_entries(entries)}, separators=(",", ":"))
+        _write_atomically(self._part_path(end, index), data.encode())
+        self._sync_directory()
+
+    def read_part(self, end: int, index: int) -> list[Entry] | None:
+        try:
+            return _decode_entries(json.loads(self._part_path(end, index).read_bytes())["messages"])
+        except FileNotFoundError:
+            return None
+
+    def pulled(self, batch: Batch) -> list[tuple[Part, list[Entry]]]:
+        """The parts of an HTTP batch that executors have pulled and logged so far."""
+        found = []
+        for index, part in enumerate(batch.parts):
+            entries = self.read_part(batch.end, index)
+            if entries is not None:
+                found.append((part, entries))
+        return found
 
     def read(self, end: int) -> Batch | None:
         try:
@@ -120,14 +173,19 @@ class BatchLog:
         os.replace(temporary, self.directory / "committed")
         done = [e for e in self.ends() if e <= end]
         for old in done[:-self.keep] if self.keep else done:
-            self._path(old).unlink(missing_ok=True)
+            self._remove(old)
+
+    def _remove(self, end: int) -> None:
+        self._path(end).unlink(missing_ok=True)
+        for part in self.directory.glob(f"{end:020d}.part-*"):
+            part.unlink(missing_ok=True)
 
     def discard_after(self, end: int) -> list[Batch]:
         """Remove the batches planned past ``end`` (Spark never recorded their offsets: the
         driver died between our write and its own) and return them."""
         dropped = [b for b in self.batches() if b.end > end]
         for batch in dropped:
-            self._path(batch.end).unlink(missing_ok=True)
+            self._remove(batch.end)
         return dropped
 
     def _sync_directory(self) -> None:

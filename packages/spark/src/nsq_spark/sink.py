@@ -62,7 +62,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import BinaryType, StringType, StructType
 
-from .batch import all_nsqd
+from .discovery import all_nsqd
 from .options import Options
 
 log = logging.getLogger("nsq_spark")

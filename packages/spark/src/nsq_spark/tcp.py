@@ -32,15 +32,13 @@ log = logging.getLogger("nsq_spark")
 
 T = TypeVar("T")
 
-DEFAULT_MSG_TIMEOUT = 60.0  # asked of nsqd when the msgTimeout option does not say (its default)
-
 
 class TcpConsumers:
     """One Consumer of ``options.topic``/``options.channel`` on every nsqd, in a thread."""
 
-    def __init__(self, options: Options) -> None:
+    def __init__(self, options: Options, msg_timeout: float) -> None:
         self._options = options
-        self._msg_timeout = options.msg_timeout or DEFAULT_MSG_TIMEOUT
+        self._msg_timeout = msg_timeout
         self._buffer: deque[Message] = deque()
         self._held: set[Message] = set()
         self._arrived: trio.Event | None = None
@@ -116,8 +114,6 @@ class TcpConsumers:
         async with consumer, trio.open_nursery() as nursery:
             nursery.start_soon(self._pump, consumer)
             nursery.start_soon(self._touch_loop)
-            log.info("nsq_spark: the driver holds TCP consumers of %s/%s (%s)", options.topic,
-                     options.channel, options.sources)
             started.set()
             await self._stop.wait()
             nursery.cancel_scope.cancel()

@@ -1,0 +1,145 @@
+"""Consuming over HTTP, for nsqd that offer it (beyond NSQ; see docs/jobs.md): the executors
+pull a batch's messages themselves and the driver finishes them by id.
+
+The driver plans each batch as parts, "up to n messages from this nsqd", sized by the
+channel's depth there; each part is one partition. An executor reading a part:
+
+1. replays the part from the batch log if it was pulled before (the query was restarted);
+2. otherwise pulls up to n messages (``POST /channel/consume``, ``ttr`` = the message
+   timeout), FINishes at once those whose batch Spark already committed (late redeliveries),
+   leaves in flight those that belong to another batch still being replayed (that batch's
+   commit finishes them by id), logs the rest in the part file, and only then hands them to
+   Spark.
+
+The driver TOUCHes the logged messages of uncommitted batches every third of the timeout and
+FINishes them once Spark commits their batch. Needs the checkpoint on a file system the
+executors share with the driver (one machine, or a shared mount).
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from collections.abc import Iterable, Iterator
+
+import httpx
+import pyarrow as pa
+from pyspark.sql.datasource import InputPartition
+
+from .batchlog import BatchLog, Entry, Key, Part
+from .rows import entries_batch
+
+log = logging.getLogger("nsq_spark")
+
+HTTP_TIMEOUT = 30.0
+MAX_PULL = 2500  # messages per /channel/consume: nsqd's default --max-rdy-count
+FIN_CHUNK = 5000  # ids per /message/fin body
+
+
+def _url(http_address: str, path: str) -> str:
+    base = http_address if "://" in http_address else f"http://{http_address}"
+    return base + path
+
+
+class PullPartition(InputPartition):  # type: ignore[misc]
+    """Part ``index`` of the batch ending at ``end``: pull up to ``part.count`` messages."""
+
+    def __init__(self, topic: str, channel: str, log_dir: str, end: int, index: int, part: Part,
+                 ttr: float, committed: frozenset[Key], pending: frozenset[Key]) -> None:
+        super().__init__(None)
+        self.topic = topic
+        self.channel = channel
+        self.log_dir = log_dir
+        self.end = end
+        self.index = index
+        self.part = part
+        self.ttr = ttr
+        self.committed = committed
+        self.pending = pending
+
+    def __repr__(self) -> str:
+        return (f"PullPartition({self.topic}/{self.channel} batch {self.end} part {self.index}: "
+                f"{self.part.count} from {self.part.nsqd_http})")
+
+
+def read_part(partition: PullPartition) -> Iterator[pa.RecordBatch]:
+    """The executor's side; see the module docstring."""
+    batch_log = BatchLog(partition.log_dir)
+    entries = batch_log.read_part(partition.end, partition.index)
+    if entries is None:
+        entries = _pull(partition)
+        batch_log.write_part(partition.end, partition.index, entries)
+    if entries:
+        yield entries_batch(entries, partition.topic, partition.channel)
+
+
+def _pull(p: PullPartition) -> list[Entry]:
+    part = p.part
+    got: list[Entry] = []
+    late: list[str] = []
+    remaining = part.count
+    with httpx.Client(timeout=HTTP_TIMEOUT) as client:
+        while remaining > 0:
+            response = client.post(_url(part.nsqd_http, "/channel/consume"), params={
+                "topic": p.topic, "channel": p.channel, "n": str(min(remaining, MAX_PULL)),
+                "ttr": f"{p.ttr:g}"})
+            response.raise_for_status()
+            messages = response.json()["messages"]
+            if not messages:
+                break  # others took the rest
+            remaining -= len(messages)
+            for m in messages:
+                key = (part.nsqd, m["id"])
+                if key in p.committed:
+                    late.append(m["id"])
+                elif key not in p.pending:
+                    got.append(Entry(part.nsqd, m["id"], m["attempts"], m["timestamp"],
+                                     base64.b64decode(m["body"])))
+        if late:
+            finish(client, part.nsqd_http, p.topic, p.channel, late)
+    return got
+
+
+# -- the driver's calls -----------------------------------------------------------------------------
+
+def finish(client: httpx.Client, nsqd_http: str, topic: str, channel: str,
+           ids: Iterable[str]) -> None:
+    """FIN the ids; those no longer in flight (their timeout passed: nsqd delivers them again,
+    and they are dropped then as committed) are only logged."""
+    batch = list(ids)
+    for i in range(0, len(batch), FIN_CHUNK):
+        chunk = batch[i:i + FIN_CHUNK]
+        response = client.post(_url(nsqd_http, "/message/fin"),
+                               params={"topic": topic, "channel": channel},
+                               content="\n".join(chunk).encode())
+        if response.status_code == 404:
+            log.warning("nsq_spark: some of %d messages of %s/%s were no longer in flight on %s",
+                        len(chunk), topic, channel, nsqd_http)
+        else:
+            response.raise_for_status()
+
+
+def touch(client: httpx.Client, nsqd_http: str, topic: str, channel: str, ids: Iterable[str]
+          ) -> None:
+    url = _url(nsqd_http, "/message/touch")
+    for id in ids:
+        client.post(url, params={"topic": topic, "channel": channel, "id": id})
+
+
+def depth(client: httpx.Client, nsqd_http: str, topic: str, channel: str) -> int:
+    """Messages the channel holds on this nsqd, neither in flight nor deferred."""
+    response = client.get(_url(nsqd_http, "/stats"),
+                          params={"format": "json", "topic": topic, "channel": channel})
+    response.raise_for_status()
+    for t in response.json().get("topics") or []:
+        for c in t.get("channels") or []:
+            if c.get("channel_name") == channel:
+                return int(c.get("depth", 0))
+    return 0
+
+
+def create_channel(client: httpx.Client, nsqd_http: str, topic: str, channel: str) -> None:
+    """As a TCP SUB would: the channel exists, and keeps every message from now on."""
+    client.post(_url(nsqd_http, "/topic/create"), params={"topic": topic}).raise_for_status()
+    client.post(_url(nsqd_http, "/channel/create"),
+                params={"topic": topic, "channel": channel}).raise_for_status()
