@@ -1,11 +1,14 @@
 """Channel and topic logic with explicit times and fake clients: no sockets, memory queues only."""
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from nsqd.channel import Channel, spread
-from nsqd.client import STATE_SUBSCRIBED, Client
+from nsqd.client import Client
+from nsqd.errors import NotInFlight, NotOwner
 from nsqd.guid import GuidFactory
 from nsqd.message import Message
+from nsqd.state import State
 from nsqd.topic import Topic
 
 
@@ -24,7 +27,7 @@ class Owner:
 def make_client(cid: int, rdy: int, msg_timeout: float = 60.0) -> Client:
     c = Client(cid, f"127.0.0.1:{1000 + cid}", msg_timeout=msg_timeout, heartbeat_interval=30,
                output_buffer_size=16384, output_buffer_timeout=0.25, clock=lambda: 0.0)
-    c.state = STATE_SUBSCRIBED
+    c.state = State.SUBSCRIBED
     c.rdy = rdy
     return c
 
@@ -101,16 +104,17 @@ async def test_fin_req_touch_and_timeouts():
     await ch.put(messages(3), now=0.0)
     ch.pump(0.0)
     m0, m1, m2 = (b"%016x" % i for i in range(3))
-    assert ch.finish(a, m0) is None
-    assert ch.finish(a, m0) == "ID not in flight"
-    assert ch.requeue(a, m1, 10.0, now=1.0) is None
+    ch.finish(a, m0)
+    with pytest.raises(NotInFlight, match=r"^ID not in flight$"):
+        ch.finish(a, m0)
+    ch.requeue(a, m1, 10.0, now=1.0)
     assert len(ch.deferred) == 1 and ch.requeue_count == 1
-    assert ch.touch(a, m2, now=1.5) is None  # deadline 3.5
+    ch.touch(a, m2, now=1.5)  # deadline 3.5
     assert not ch.scan(3.0)
     assert ch.scan(3.6)  # m2 timed out
     assert ch.timeout_count == 1 and a.in_flight == 0 and ch.depth == 1
     ch.pump(3.6)
-    assert ch.touch(a, m2, now=6.0) is None  # capped at delivery 3.6 + max 5.0 = 8.6
+    ch.touch(a, m2, now=6.0)  # capped at delivery 3.6 + max 5.0 = 8.6
     assert ch.in_flight.get(m2).deadline == 8.0
     assert ch.scan(11.0)  # the deferred one is due, and m2 timed out again at 8.0
     assert ch.depth == 2 and ch.timeout_count == 2
@@ -124,7 +128,8 @@ async def test_other_client_cannot_answer():
     ch.add_client(b)
     await ch.put(messages(1), now=0.0)
     ch.pump(0.0)
-    assert ch.finish(b, b"%016x" % 0) == "client does not own message"
+    with pytest.raises(NotOwner, match=r"^client does not own message$"):
+        ch.finish(b, b"%016x" % 0)
 
 
 async def test_remove_client_requeues_its_messages_and_ephemeral_goes():

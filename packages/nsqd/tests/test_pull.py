@@ -3,8 +3,9 @@
 import trio
 import trio.testing
 from nsqd.channel import PULLER, Channel
-from nsqd.client import STATE_SUBSCRIBED, Client
+from nsqd.client import Client
 from nsqd.message import Message
+from nsqd.state import State
 
 
 class Owner:
@@ -55,7 +56,7 @@ async def test_a_tcp_delivery_is_not_answered_over_http():
     ch = Channel("t", "c", Owner(), max_msg_timeout=900)
     client = Client(1, "127.0.0.1:1001", msg_timeout=60.0, heartbeat_interval=30,
                     output_buffer_size=16384, output_buffer_timeout=0.25, clock=lambda: 0.0)
-    client.state, client.rdy = STATE_SUBSCRIBED, 1
+    client.state, client.rdy = State.SUBSCRIBED, 1
     ch.add_client(client)
     await ch.put(messages(1), now=0.0)
     ch.pump(0.0)

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from nsq_common import NSQ_VERSION
 
+from .errors import NsqdError
 from .options import Options, build_flagset
 
 
@@ -23,7 +24,7 @@ def version_string() -> str:
 
 def parse_options(argv: Sequence[str]) -> Options:
     values = build_flagset().parse_command_line(argv, version_string())
-    opts = Options(values=values)
+    opts = Options.from_values(values)
     try:
         opts.validate()
     except ValueError as exc:
@@ -63,17 +64,27 @@ def main(argv: Sequence[str] | None = None) -> None:
     log.info(version_string())
     try:
         trio.run(_run, opts, serve)
-    except (OSError, RuntimeError, ValueError, BaseExceptionGroup) as exc:
-        # a port taken, the data path locked, unreadable metadata: say it in one line
-        log.critical("%s", _first_cause(exc))
+    except (Exception, BaseExceptionGroup) as exc:
+        for leaf in _leaves(exc):
+            if isinstance(leaf, EXPECTED):
+                # a port taken, the data path locked, unreadable metadata: one line each
+                log.critical("%s", leaf)
+            else:  # a bug: its traceback too
+                log.critical("%s", leaf or type(leaf).__name__, exc_info=leaf)
         raise SystemExit(1) from None
     log.info("exiting")
 
 
-def _first_cause(exc: BaseException) -> BaseException:
-    while isinstance(exc, BaseExceptionGroup):
-        exc = exc.exceptions[0]
-    return exc
+#: Why nsqd may fail to start or stop running, as opposed to a bug: its own errors (a
+#: ``StartError``), the system's (a port taken, a file unreadable) and bad values in files.
+EXPECTED = (NsqdError, OSError, ValueError)
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    """Every exception inside ``exc`` (Trio's nurseries group them), in order."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
 
 
 if __name__ == "__main__":

@@ -62,6 +62,7 @@ class PutRequest:
     taken: bool = False  # handed to a writer; from then on only the writer completes it
     done: bool = False
     error: str | None = None
+    closed: bool = False  # dropped unwritten: the queue was deleted
 
 
 def take_batch(pending: deque[PutRequest], max_bytes: int) -> tuple[list[PutRequest], list[bytes], int]:

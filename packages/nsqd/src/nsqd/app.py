@@ -28,9 +28,10 @@ from typing import TYPE_CHECKING
 
 import trio
 from nsq_common import go_errno_text
-from nsq_serving import ListenError, listen_tcp
+from nsq_serving import ListenError, listen_tcp  # type: ignore[import-untyped]  # no py.typed yet
 
 from .broker import Broker
+from .errors import StartError
 from .http_api import build_app
 from .options import Options
 from .tcp import serve_tcp
@@ -49,13 +50,9 @@ def split_address(address: str) -> tuple[str, int]:
 
 def bind_socket(address: str) -> socket.socket:
     """A non-blocking listening socket; ListenError names the address as Go's nsqd does."""
-    sock = listen_tcp(address, 1024)
+    sock: socket.socket = listen_tcp(address, 1024)
     sock.setblocking(False)
     return sock
-
-
-class StartError(RuntimeError):
-    """nsqd cannot start; the text is Go's: ``failed to instantiate nsqd - <why>``."""
 
 
 def _shown(sock: socket.socket) -> str:
@@ -109,8 +106,10 @@ async def serve(opts: Options, *, task_status: trio.TaskStatus[Broker] = trio.TA
             bound.append(https_sock)
         lmstfy_socks: list[socket.socket | None] = []
         for address in (opts.lmstfy_http_address, opts.lmstfy_admin_http_address):
-            lmstfy_socks.append(bind_socket(address) if address else None)
-            bound += lmstfy_socks[-1:] if address else []
+            lmstfy_sock = bind_socket(address) if address else None
+            lmstfy_socks.append(lmstfy_sock)
+            if lmstfy_sock is not None:
+                bound.append(lmstfy_sock)
         lmstfy_state = _lmstfy_state(opts) if any(lmstfy_socks) else None
     except BaseException as exc:
         for sock in bound:
@@ -127,9 +126,9 @@ async def serve(opts: Options, *, task_status: trio.TaskStatus[Broker] = trio.TA
     if https_sock is not None:
         broker.https_port = https_sock.getsockname()[1]
         log.info("HTTPS: listening on %s", _shown(https_sock))
-    for sock, what in zip(lmstfy_socks, ("LMSTFY", "LMSTFY_ADMIN"), strict=True):
-        if sock is not None:
-            log.info("%s: listening on %s", what, _shown(sock))
+    for lmstfy_sock, what in zip(lmstfy_socks, ("LMSTFY", "LMSTFY_ADMIN"), strict=True):
+        if lmstfy_sock is not None:
+            log.info("%s: listening on %s", what, _shown(lmstfy_sock))
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(broker.run)  # metadata and saved messages load before clients

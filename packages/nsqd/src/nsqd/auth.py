@@ -22,14 +22,12 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from .errors import AuthError
+
 if TYPE_CHECKING:
     import httpx
 
 PERMISSIONS = frozenset({"subscribe", "publish"})
-
-
-class AuthError(Exception):
-    """The auth servers could not be asked, or answered nonsense."""
 
 
 @attrs.frozen

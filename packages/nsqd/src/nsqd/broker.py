@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import trio
 from nsq_common import NSQ_VERSION, ServerFeatures
-from nsq_serving import ConnectionCounts
+from nsq_serving import ConnectionCounts  # type: ignore[import-untyped]  # no py.typed yet
 
 from . import deferred_store, metadata
 from .backlog import MAX_EXTENSION, Backlog, encode_record
@@ -32,12 +32,20 @@ from .channel import Channel
 from .client import Client
 from .deadletters import SUFFIX as DEAD_LETTER_SUFFIX
 from .deadletters import DeadLetters
-from .diskqueue import DiskQueue, DiskQueueError
+from .diskqueue import DiskQueue
 from .e2e import LatencyStream
+from .errors import (
+    DiskQueueClosed,
+    DiskQueueError,
+    Exiting,
+    StartError,
+    StoreFailed,
+    SubscribeRefused,
+)
 from .guid import GuidFactory
 from .lookup import Lookup
 from .message import Message
-from .options import Options
+from .options import Options, Settings
 from .statsd import run_statsd
 from .tls import server_context, tls_required
 from .topic import Topic
@@ -53,6 +61,7 @@ QUEUE_SCAN_INTERVAL = 0.1
 class Broker:
     def __init__(self, opts: Options, clock: Callable[[], float] = trio.current_time) -> None:
         self.opts = opts
+        self.settings = Settings.from_options(opts)  # what PUT /config changes
         self.now = clock
         self.topics: dict[str, Topic] = {}
         self.clients: dict[int, Client] = {}
@@ -142,7 +151,7 @@ class Broker:
         try:
             topics, warnings = metadata.load(path)
         except ValueError as exc:
-            raise ValueError(f"failed to load metadata - {exc}") from None
+            raise StartError(f"failed to load metadata - {exc}") from None
         for warning in warnings:
             log.warning("%s", warning)
         for meta in topics:
@@ -332,16 +341,19 @@ class Broker:
         """Store ``msgs`` in a topic (created if needed).
 
         Raises:
-            RuntimeError: ``exiting``, or the disk write error (nsqd turns unhealthy).
+            Exiting: nsqd is shutting down.
+            StoreFailed: the disk write failed (nsqd turns unhealthy until a store succeeds).
         """
         if self.exiting:
-            raise RuntimeError("exiting")
+            raise Exiting
         try:
             await self.get_topic(topic_name).put(msgs, extended=extended)
         except DiskQueueError as exc:
             self.health = f"NOK - {exc}"
             log.error("TOPIC(%s): failed to store messages - %s", topic_name, exc)
-            raise RuntimeError(str(exc)) from None
+            if isinstance(exc, DiskQueueClosed):
+                raise Exiting from exc
+            raise StoreFailed(str(exc)) from exc
         if self.health != "OK":
             self.health = "OK"
 
@@ -349,15 +361,17 @@ class Broker:
         """Add ``client`` to a channel (created if needed).
 
         Raises:
-            RuntimeError: NSQ's reason for E_SUB_FAILED.
+            Exiting: nsqd is shutting down.
+            SubscribeRefused: the channel has --max-channel-consumers already.
         """
         if self.exiting:
-            raise RuntimeError("exiting")
+            raise Exiting
         topic = self.get_topic(topic_name)
         channel = self.get_channel(topic, channel_name)
         limit = self.opts.max_channel_consumers
         if limit and len(channel.clients) >= limit:
-            raise RuntimeError(f"consumers for {topic_name}:{channel_name} exceeds limit of {limit}")
+            raise SubscribeRefused(
+                f"consumers for {topic_name}:{channel_name} exceeds limit of {limit}")
         channel.add_client(client)
         client.channel = channel
         return channel

@@ -19,10 +19,12 @@ import trio
 from nsq_common import is_ephemeral
 
 from .backlog import Backlog
+from .errors import NotInFlight, NotOwner
 from .inflight import DeferredQueue, InFlightQueue
 
 if TYPE_CHECKING:
-    from .client import Client
+    from collections.abc import Callable
+
     from .deadletters import DeadLetters
     from .diskqueue import DiskQueue
     from .e2e import LatencyStream
@@ -31,6 +33,24 @@ if TYPE_CHECKING:
 
 #: The owner (``client_id``) of messages in flight to HTTP pullers (client ids start at 1).
 PULLER = -1
+
+
+class Consumer(Protocol):
+    """What a channel needs of a subscribed client (``client.Client`` is one; tests use
+    fakes): its id, its RDY window, its counters, a way to send, and a way to drop it."""
+
+    id: int
+    in_flight: int
+    message_count: int
+    finish_count: int
+    requeue_count: int
+    msg_timeout: float
+    sample_rate: int
+    disconnect: Callable[[], None]
+
+    def ready_slots(self) -> int: ...
+
+    def send_messages(self, msgs: list[Message]) -> None: ...
 
 
 class Owner(Protocol):
@@ -76,7 +96,7 @@ class Channel:
         self.e2e = e2e
         self.in_flight = InFlightQueue()
         self.deferred = DeferredQueue()
-        self.clients: dict[int, Client] = {}
+        self.clients: dict[int, Consumer] = {}
         self.paused = False
         self.deleted = False
         self.message_count = 0
@@ -190,7 +210,8 @@ class Channel:
         letters: a job's own tries, else the channel's limit."""
         limit = self.max_attempts or self.default_max_attempts
         if self.backlog.extended:
-            kept, spent = [], []
+            kept: list[Message] = []
+            spent: list[Message] = []
             for msg in msgs:
                 most = msg.tries if msg.is_job else limit  # type: ignore[attr-defined]
                 (spent if most and msg.attempts >= most else kept).append(msg)
@@ -319,7 +340,7 @@ class Channel:
                     self.backlog.ack(msg.id)
         return kept
 
-    def _deliver(self, client: Client, batch: list[Message], now: float) -> None:
+    def _deliver(self, client: Consumer, batch: list[Message], now: float) -> None:
         if client.sample_rate:
             # NSQ's sampling: a message not drawn is consumed without delivery, for this channel.
             rate = client.sample_rate
@@ -418,12 +439,12 @@ class Channel:
         return True
 
     # -- answers from clients --------------------------------------------------------------
-    def _take_in_flight(self, client: Client, message_id: bytes) -> Message | str:
+    def _take_in_flight(self, client: Consumer, message_id: bytes) -> Message:
         msg = self.in_flight.get(message_id)
         if msg is None:
-            return "ID not in flight"
+            raise NotInFlight
         if msg.client_id != client.id:
-            return "client does not own message"
+            raise NotOwner
         self.in_flight.remove(message_id)
         client.in_flight -= 1
         # the client may take another: a pump, not a puller's wake-up (once per FIN, so the
@@ -431,14 +452,15 @@ class Channel:
         self.owner.mark_dirty(self)
         return msg
 
-    def finish(self, client: Client, message_id: bytes) -> str | None:
-        """FIN. Returns NSQ's failure reason, or None."""
+    def finish(self, client: Consumer, message_id: bytes) -> None:
+        """FIN.
+
+        Raises:
+            NotInFlight, NotOwner: NSQ's reasons for E_FIN_FAILED.
+        """
         msg = self._take_in_flight(client, message_id)
-        if isinstance(msg, str):
-            return msg
         client.finish_count += 1
         self._finished(msg)
-        return None
 
     def _finished(self, msg: Message) -> None:
         """A FIN (over TCP or HTTP): the message is done with, its latency observed."""
@@ -446,14 +468,15 @@ class Channel:
         if self.e2e is not None:
             self.e2e.observe(time.time_ns() - msg.timestamp)
 
-    def requeue(self, client: Client, message_id: bytes, delay: float, now: float) -> str | None:
-        """REQ: back to the queue at once, or deferred by ``delay`` seconds."""
+    def requeue(self, client: Consumer, message_id: bytes, delay: float, now: float) -> None:
+        """REQ: back to the queue at once, or deferred by ``delay`` seconds.
+
+        Raises:
+            NotInFlight, NotOwner: NSQ's reasons for E_REQ_FAILED.
+        """
         msg = self._take_in_flight(client, message_id)
-        if isinstance(msg, str):
-            return msg
         client.requeue_count += 1
         self._put_back(msg, delay, now)
-        return None
 
     def _put_back(self, msg: Message, delay: float, now: float) -> None:
         """A REQ (over TCP or HTTP): back to the queue at once, or deferred by ``delay``."""
@@ -464,17 +487,20 @@ class Channel:
         else:
             self._requeue([msg])
 
-    def touch(self, client: Client, message_id: bytes, now: float) -> str | None:
-        """TOUCH: restart the timeout, never past delivery + max-msg-timeout."""
+    def touch(self, client: Consumer, message_id: bytes, now: float) -> None:
+        """TOUCH: restart the timeout, never past delivery + max-msg-timeout.
+
+        Raises:
+            NotInFlight, NotOwner: NSQ's reasons for E_TOUCH_FAILED.
+        """
         msg = self.in_flight.get(message_id)
         if msg is None:
-            return "ID not in flight"
+            raise NotInFlight
         if msg.client_id != client.id:
-            return "client does not own message"
+            raise NotOwner
         self.in_flight.remove(message_id)
         msg.deadline = min(now + client.msg_timeout, msg.delivered + self.max_msg_timeout)
         self.in_flight.add(msg)
-        return None
 
     # -- timers ----------------------------------------------------------------------------
     def scan(self, now: float) -> bool:
@@ -501,10 +527,10 @@ class Channel:
         return min(times) if times else None
 
     # -- membership and admin --------------------------------------------------------------
-    def add_client(self, client: Client) -> None:
+    def add_client(self, client: Consumer) -> None:
         self.clients[client.id] = client
 
-    def remove_client(self, client: Client) -> None:
+    def remove_client(self, client: Consumer) -> None:
         """Drop a subscriber; its in-flight messages go back to the queue at once."""
         if self.clients.pop(client.id, None) is None:
             return

@@ -16,14 +16,12 @@ from typing import TYPE_CHECKING
 
 from nsq_common import MESSAGE_FRAME_PREFIX
 
+from .state import INIT, SUBSCRIBED, State
+
 if TYPE_CHECKING:
     from .auth import AuthState
     from .channel import Channel
     from .message import Message
-
-STATE_INIT = 0
-STATE_SUBSCRIBED = 3
-STATE_CLOSING = 4
 
 _pack_prefix = MESSAGE_FRAME_PREFIX.pack
 
@@ -43,7 +41,7 @@ class Client:
         self.hostname = host
         self.user_agent = ""
         self.connect_ts = int(time.time())
-        self.state = STATE_INIT
+        self.state: State = INIT  # see state.py
         self.channel: Channel | None = None
         self.rdy = 0
         self.in_flight = 0
@@ -78,7 +76,7 @@ class Client:
     # -- readiness -------------------------------------------------------------------------
     def ready_slots(self) -> int:
         """How many more messages this client may take now."""
-        if self.state != STATE_SUBSCRIBED:
+        if self.state is not SUBSCRIBED:
             return 0
         return self.rdy - self.in_flight
 

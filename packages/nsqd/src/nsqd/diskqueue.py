@@ -32,7 +32,8 @@ into a new file. So after a crash the only stale numbers are the write offset, d
 offset, and loading repairs those as go-diskqueue does (writing resumes in a fresh file, the
 reader salvages the old one, records may be delivered twice, never lost).
 
-Errors: a failed operation raises ``DiskQueueError`` (bad arguments to the constructor raise
+Errors: a failed operation raises ``DiskQueueError`` (``DiskQueueClosed`` once closed; both
+in ``nsqd.errors``; bad arguments to the constructor raise
 ``ValueError``). Read-side problems are logged and handled, never raised.
 """
 
@@ -49,8 +50,9 @@ import attrs
 import trio
 
 from ._diskqueue_io import DiskFiles, Gone, Pos, PutRequest, WriteOutcome, settle, take_batch
+from .errors import DiskQueueClosed, DiskQueueError
 
-__all__ = ["DiskQueue", "DiskQueueError", "Pos"]
+__all__ = ["DiskQueue", "DiskQueueClosed", "DiskQueueError", "Pos"]
 
 _READ_AHEAD_BYTES = 1 << 20  # refill when under half of these
 _READ_AHEAD_RECORDS = 4096
@@ -58,10 +60,6 @@ _WRITE_BATCH_BYTES = 8 << 20  # per thread call; a single larger put() still goe
 _INLINE_WRITE_BYTES = 256 << 10  # a write this small, with no fsync due, skips the thread
 
 T = TypeVar("T")
-
-
-class DiskQueueError(Exception):
-    """A put/empty/close/delete that failed (I/O error, bad size, queue closed)."""
 
 
 def _default_logger(logger: logging.Logger | None) -> logging.Logger:
@@ -153,7 +151,7 @@ class DiskQueue:
                 I/O error (records of this call before the failure may be stored), or closed.
         """
         if self._closed:
-            raise DiskQueueError("exiting")
+            raise DiskQueueClosed
         lo, hi = self.min_msg_size, self.max_msg_size
         for record in records:
             if not lo <= len(record) <= hi:
@@ -172,6 +170,8 @@ class DiskQueue:
         finally:
             if not request.taken:  # cancelled while waiting for the lock: never written
                 self._pending.remove(request)
+        if request.closed:
+            raise DiskQueueClosed
         if request.error is not None:
             raise DiskQueueError(request.error)
 
@@ -247,7 +247,7 @@ class DiskQueue:
     async def wait_readable(self) -> None:
         """Return when pop() would return a record (a waiter left at close() keeps waiting)."""
         if self._closed:
-            raise DiskQueueError("exiting")
+            raise DiskQueueClosed
         if self._buffer:
             await trio.lowlevel.checkpoint()
         while not self._buffer:
@@ -283,7 +283,7 @@ class DiskQueue:
     async def empty(self) -> None:
         """Drop every record: delete the data files and the metadata (go-diskqueue Empty)."""
         if self._closed:
-            raise DiskQueueError("exiting")
+            raise DiskQueueClosed
         self.logger.info("DISKQUEUE(%s): emptying", self.name)
         async with self._io_lock:
             err = await self._remove_files()
@@ -316,7 +316,7 @@ class DiskQueue:
         with trio.CancelScope(shield=True):
             async with self._io_lock:
                 for request in self._pending:
-                    request.taken, request.done, request.error = True, True, "exiting"
+                    request.taken, request.done, request.closed = True, True, True
                 self._pending.clear()
                 err = await self._remove_files()
                 self._reset(self._write)
@@ -406,7 +406,8 @@ class DiskQueue:
     async def _in_thread(self, fn: Callable[..., T], *args: object) -> T:
         # Shielded so that a started file operation is always followed by its bookkeeping.
         with trio.CancelScope(shield=True):
-            return await trio.to_thread.run_sync(fn, *args)
+            result = await trio.to_thread.run_sync(fn, *args)
+        return result
 
     def _write_blocking(
         self, records: list[bytes], start: Pos, depth: int, read: Pos, sync: bool

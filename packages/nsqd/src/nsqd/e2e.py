@@ -10,7 +10,7 @@ per FIN (one random draw at most).
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 RESERVOIR = 2048
@@ -34,7 +34,7 @@ class _Half:
 
 
 class LatencyStream:
-    def __init__(self, percentiles: list[float], window: float, clock: Callable[[], float]) -> None:
+    def __init__(self, percentiles: Sequence[float], window: float, clock: Callable[[], float]) -> None:
         self.percentiles = sorted(percentiles, reverse=True)
         self.half = window / 2
         self.clock = clock

@@ -3,6 +3,9 @@
 Conventions copied from nsqd (internal/http_api): every API response carries
 ``X-NSQ-Content-Type: nsq; version=1.0``; errors are ``{"message": "<TEXT>"}`` with the status
 NSQ uses; a plain value is returned as text, an object as JSON; /ping is plain text.
+nsqd's own errors (``nsqd.errors``) become answers here: ``Exiting`` is 503 ``EXITING``,
+``StoreFailed`` 500 ``INTERNAL_ERROR``; any other exception is a bug, logged with its
+traceback by the app's handler and answered 500 ``INTERNAL_ERROR``.
 Query parameters come from the URL only and, as in Go, the first of repeated keys wins.
 """
 
@@ -31,12 +34,14 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from . import openapi
 from .broker import Broker
 from .channel import Channel
+from .errors import Exiting, StoreFailed
 from .message import Message
+from .options import Options, Settings
 from .stats import stats, stats_text
 from .topic import Topic
 
@@ -225,10 +230,12 @@ class HttpApi:
                        ) -> None:
         try:
             await self.broker.publish(topic, msgs, extended=extended)
-        except Exception as exc:
+        except Exiting as exc:
             log.error("PUB to %s failed: %s", topic, exc)
-            raise ApiError(500 if "exiting" not in str(exc) else 503,
-                           "EXITING" if "exiting" in str(exc) else "INTERNAL_ERROR") from exc
+            raise ApiError(503, "EXITING") from exc
+        except StoreFailed as exc:
+            log.error("PUB to %s failed: %s", topic, exc)
+            raise ApiError(500, "INTERNAL_ERROR") from exc
 
     async def pub(self, request: Request) -> Response:
         limit = self.opts.max_msg_size
@@ -510,9 +517,9 @@ class HttpApi:
 
     async def config(self, request: Request) -> Response:
         opt = request.path_params["opt"]
-        values = self.opts.values
-        if opt not in values or opt in ("config", "version", "verbose"):
+        if opt not in _CONFIG_KEYS:
             raise ApiError(400, "INVALID_OPTION")
+        settings = self.broker.settings
         if request.method == "PUT":
             body = await _read_limited(request, self.opts.max_msg_size, "INVALID_VALUE")
             if not body:
@@ -524,17 +531,23 @@ class HttpApi:
                     raise ApiError(400, "INVALID_VALUE") from None
                 if not isinstance(addresses, list) or not all(isinstance(a, str) for a in addresses):
                     raise ApiError(400, "INVALID_VALUE")
-                values[opt] = addresses
+                settings.nsqlookupd_tcp_addresses = addresses
                 self.broker.lookup.set_addresses(addresses)
             elif opt == "log_level":
                 level = body.decode("utf-8", "replace").strip().lower()
                 if level not in NSQ_LOG_LEVELS:
                     raise ApiError(400, "INVALID_VALUE")
-                values[opt] = level
+                settings.log_level = level
                 logging.getLogger("nsqd").setLevel(PYTHON_LOG_LEVELS[level])
             else:
                 raise ApiError(400, "INVALID_OPTION")
-        return _json(_config_value(opt, values[opt]))
+        value = getattr(settings, opt) if opt in _SETTINGS_KEYS else self.opts.value(opt)
+        return _json(_config_value(opt, value))
+
+
+#: What /config/<key> shows: every option but the command line's own.
+_CONFIG_KEYS = frozenset(Options.keys()) - {"config", "version", "verbose"}
+_SETTINGS_KEYS = frozenset(Settings.keys())
 
 
 def message_json(msg: Message) -> dict[str, Any]:
@@ -561,7 +574,7 @@ def _hostname() -> str:
     return socket.gethostname()
 
 
-def build_app(broker: Broker) -> Starlette:
+def build_app(broker: Broker) -> ASGIApp:
     api = HttpApi(broker)
     description = go_json(openapi.document())
 

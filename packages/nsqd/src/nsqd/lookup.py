@@ -18,18 +18,21 @@ from __future__ import annotations
 import logging
 import math
 import socket
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Protocol
 
 import trio
 from nsq_common import (
     MAGIC_V1,
     NSQ_VERSION,
+    ConnectionAbort,
     LookupCommand,
     LookupIdentify,
     LookupPing,
     LookupRegister,
     LookupResponseReader,
     LookupUnregister,
+    ProtocolError,
     decode_lookupd_info,
     encode_lookup_command,
     is_ephemeral,
@@ -39,14 +42,36 @@ from nsq_common import (
 if TYPE_CHECKING:
     import httpx
 
-    from .broker import Broker
+    from .options import Options, Settings
     from .topic import Topic
+
+
+class Node(Protocol):
+    """What discovery needs of the broker (``broker.Broker`` is one): where it listens, its
+    topics, and a way to add the channels the lookupds know of. No import of the broker, so
+    no cycle."""
+
+    @property
+    def opts(self) -> Options: ...
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def tcp_port(self) -> int: ...
+    @property
+    def http_port(self) -> int: ...
+    @property
+    def topics(self) -> Mapping[str, Topic]: ...
+    def get_channel(self, topic: Topic, name: str) -> object: ...
 
 log = logging.getLogger("nsqd")
 
 PING_INTERVAL = 15.0
 IO_TIMEOUT = 1.0
 MAX_BACKOFF = 15.0
+#: What a peer may fail with: the network, its timeouts, a bad address (ValueError from the
+#: port or the IDENTIFY answer), a closed stream, an E_ answer (ProtocolError) or a broken one.
+PEER_ERRORS = (OSError, ValueError, trio.TooSlowError, trio.BrokenResourceError,
+               trio.ClosedResourceError, ProtocolError, ConnectionAbort)
 
 
 def _host_port(address: str) -> tuple[str, int]:
@@ -77,9 +102,14 @@ class LookupPeer:
                     await self._connect()
                     backoff = 1.0
                     await self._forward()
-                except Exception as exc:  # any failure of this peer: retry it, nothing else
+                except PEER_ERRORS as exc:  # this peer failed: retry it, nothing else
                     log.warning("LOOKUPD(%s): %s; retrying in %.0fs", self.address,
                                 exc or type(exc).__name__, backoff)
+                except Exception:
+                    # A bug, not the peer: retrying would repeat it forever. Say it once,
+                    # with its traceback, and stop this peer (publishing is not affected).
+                    log.exception("LOOKUPD(%s): unexpected error; this peer stops", self.address)
+                    return
                 finally:
                     await self._close()
                 await trio.sleep(backoff)
@@ -136,7 +166,7 @@ class LookupPeer:
 class Lookup:
     """Every lookupd peer of one nsqd."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Node) -> None:
         self.broker = broker
         self.peers: dict[str, LookupPeer] = {}
         self._nursery: trio.Nursery | None = None
@@ -232,7 +262,7 @@ class Lookup:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                self.set_addresses(self.broker.opts.nsqlookupd_tcp_addresses)
+                self.set_addresses(self.broker.settings.nsqlookupd_tcp_addresses)
                 task_status.started()
                 await trio.sleep_forever()
         finally:

@@ -3,8 +3,9 @@
 ``ProtocolV2`` sits between the byte pump (``tcp.py``) and the broker: ``header`` is the
 ``CommandReader`` hook that decides, from a command's line alone, whether a body follows and
 how big it may be (refusing bad params before reading a body, as nsqd does); ``handle`` runs
-a whole command. Errors are raised as ``ProtocolError`` with NSQ's exact code and text; the
-caller writes the error frame and, for fatal ones, closes the connection.
+a whole command. Errors are raised as ``ProtocolError`` with NSQ's exact code and text (the
+broker's and channels' errors, ``nsqd.errors``, are translated here and only here); the caller
+writes the error frame and, for fatal ones, closes the connection.
 
 Commands that answer nothing on success (RDY, FIN, REQ, TOUCH, NOP) really answer nothing:
 clients match responses to requests in order.
@@ -36,8 +37,16 @@ from nsq_common import (
 )
 
 from . import auth
-from .client import STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED
+from .errors import (
+    AuthError,
+    Exiting,
+    InFlightError,
+    NsqdError,
+    StoreFailed,
+    SubscribeRefused,
+)
 from .message import Message
+from .state import ANSWER_STATES, CLOSING, after, invalid
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -66,6 +75,16 @@ def _base10(text: bytes) -> int | None:
 
 def _name(raw: bytes) -> str:
     return raw.decode("utf-8", "surrogateescape")
+
+
+def _failed(code: ErrorCode, what: bytes, exc: NsqdError) -> ProtocolError:
+    """The one translation of nsqd's errors to the wire: ``<code> <what> failed <reason>``.
+
+    Only the domain errors listed in ``nsqd.errors`` come here; anything else is a bug and
+    goes up to ``tcp.handle_stream``, which logs it with its traceback and closes the
+    connection, so no exception text of a bug ever reaches a client.
+    """
+    return ProtocolError(code, f"{_name(what)} failed {exc}")
 
 
 class ProtocolV2:
@@ -126,12 +145,10 @@ class ProtocolV2:
             self._defer_ms(params[1])
             return self._dpub_spec
         if name == b"IDENTIFY":
-            if self.client.state != STATE_INIT:
-                raise ProtocolError(E.E_INVALID, "cannot IDENTIFY in current state")
+            after(self.client.state, name)
             return self._identify_spec
         if name == b"AUTH":
-            if self.client.state != STATE_INIT:
-                raise ProtocolError(E.E_INVALID, "cannot AUTH in current state")
+            after(self.client.state, name)
             if params:
                 raise ProtocolError(E.E_INVALID, "AUTH invalid number of parameters")
             return self._auth_spec
@@ -173,8 +190,8 @@ class ProtocolV2:
         topic = _name(topic_raw)
         try:
             await self.broker.publish(topic, msgs)
-        except Exception as exc:
-            raise ProtocolError(failed, f"{cmd.decode()} failed {exc}") from exc
+        except (Exiting, StoreFailed) as exc:
+            raise _failed(failed, cmd, exc) from exc
         counts = self.client.pub_counts
         counts[topic] = counts.get(topic, 0) + len(msgs)
         self.client.send_frame(OK_FRAME)
@@ -232,9 +249,9 @@ class ProtocolV2:
         topic = _name(topic_raw)
         try:
             await self.broker.publish(topic, self.broker.new_messages(bodies))
-        except Exception as exc:
+        except (Exiting, StoreFailed) as exc:
             code = E.E_MPUB_FAILED if first == b"MPUB" else E.E_PUB_FAILED
-            raise ProtocolError(code, f"{first.decode()} failed {exc}") from exc
+            raise _failed(code, first, exc) from exc
         counts = self.client.pub_counts
         counts[topic] = counts.get(topic, 0) + len(bodies)
         self.client.send_frame(OK_FRAME * replies)
@@ -295,7 +312,7 @@ class ProtocolV2:
                 self.broker.auth_http, self._auth_addresses, secret=client.auth_secret,
                 remote_ip=client.remote_address.rsplit(":", 1)[0], tls=client.tls,
                 common_name=client.tls_common_name, now=self.broker.now())
-        except auth.AuthError as exc:
+        except AuthError as exc:
             log.warning("client %s: %s", client.remote_address, exc)
             raise ProtocolError(E.E_AUTH_FAILED, "AUTH failed") from None
 
@@ -328,8 +345,7 @@ class ProtocolV2:
     async def sub(self, cmd: Command) -> None:
         params = cmd.params
         client = self.client
-        if client.state != STATE_INIT:
-            raise ProtocolError(E.E_INVALID, "cannot SUB in current state")
+        subscribed = after(client.state, b"SUB")
         if client.heartbeat_interval <= 0:
             raise ProtocolError(E.E_INVALID, "cannot SUB with heartbeats disabled")
         if len(params) < 2:
@@ -342,17 +358,17 @@ class ProtocolV2:
         await self._authorize(b"SUB", params[0], params[1])
         try:
             self.broker.subscribe(client, _name(params[0]), _name(params[1]))
-        except RuntimeError as exc:
-            raise ProtocolError(E.E_SUB_FAILED, f"SUB failed {exc}") from None
-        client.state = STATE_SUBSCRIBED
+        except (Exiting, SubscribeRefused) as exc:
+            raise _failed(E.E_SUB_FAILED, b"SUB", exc) from None
+        client.state = subscribed
         client.send_frame(OK_FRAME)
 
     def rdy(self, params: list[bytes]) -> None:
         client = self.client
-        if client.state == STATE_CLOSING:
+        if client.state is CLOSING:  # allowed, and ignored: a closing consumer takes no more
             return
-        if client.state != STATE_SUBSCRIBED:
-            raise ProtocolError(E.E_INVALID, "cannot RDY in current state")
+        if client.state not in ANSWER_STATES:
+            raise invalid(b"RDY")
         count = 1
         if params:
             parsed = _base10(params[0])
@@ -365,51 +381,53 @@ class ProtocolV2:
         if client.channel is not None:
             self.broker.mark_dirty(client.channel)
 
-    def _message_id(self, cmd: str, params: list[bytes], needed: int) -> bytes:
-        client = self.client
-        if client.state not in (STATE_SUBSCRIBED, STATE_CLOSING):
-            raise ProtocolError(E.E_INVALID, f"cannot {cmd} in current state")
+    def _message_id(self, cmd: bytes, params: list[bytes], needed: int) -> bytes:
+        # ANSWER_STATES is ALLOWED[cmd] for FIN, REQ and TOUCH, read without a dict lookup
+        if self.client.state not in ANSWER_STATES:
+            raise invalid(cmd)
         if len(params) < needed:
-            raise ProtocolError(E.E_INVALID, f"{cmd} insufficient number of params")
+            raise ProtocolError(E.E_INVALID, f"{cmd.decode()} insufficient number of params")
         message_id = params[0]
         if len(message_id) != 16:
             raise ProtocolError(E.E_INVALID, "invalid message ID")
         return message_id
 
     def fin(self, params: list[bytes]) -> None:
-        message_id = self._message_id("FIN", params, 1)
+        message_id = self._message_id(b"FIN", params, 1)
         channel = self.client.channel
         assert channel is not None
-        reason = channel.finish(self.client, message_id)
-        if reason:
-            raise ProtocolError(E.E_FIN_FAILED, f"FIN {_name(message_id)} failed {reason}")
+        try:
+            channel.finish(self.client, message_id)
+        except InFlightError as exc:
+            raise _failed(E.E_FIN_FAILED, b"FIN " + message_id, exc) from None
 
     def req(self, params: list[bytes]) -> None:
-        message_id = self._message_id("REQ", params, 2)
+        message_id = self._message_id(b"REQ", params, 2)
         ms = _base10(params[1])
         if ms is None:
             raise ProtocolError(E.E_INVALID, f"REQ could not parse timeout {_name(params[1])}")
         ms = min(ms, self._max_req_ms)  # nsqd clamps silently
         channel = self.client.channel
         assert channel is not None
-        reason = channel.requeue(self.client, message_id, ms / 1000, self.broker.now())
-        if reason:
-            raise ProtocolError(E.E_REQ_FAILED, f"REQ {_name(message_id)} failed {reason}")
+        try:
+            channel.requeue(self.client, message_id, ms / 1000, self.broker.now())
+        except InFlightError as exc:
+            raise _failed(E.E_REQ_FAILED, b"REQ " + message_id, exc) from None
 
     def touch(self, params: list[bytes]) -> None:
-        message_id = self._message_id("TOUCH", params, 1)
+        message_id = self._message_id(b"TOUCH", params, 1)
         channel = self.client.channel
         assert channel is not None
-        reason = channel.touch(self.client, message_id, self.broker.now())
-        if reason:
-            raise ProtocolError(E.E_TOUCH_FAILED, f"TOUCH {_name(message_id)} failed {reason}")
+        try:
+            channel.touch(self.client, message_id, self.broker.now())
+        except InFlightError as exc:
+            raise _failed(E.E_TOUCH_FAILED, b"TOUCH " + message_id, exc) from None
 
     def cls(self, params: list[bytes]) -> None:
         client = self.client
-        if client.state != STATE_SUBSCRIBED:
-            raise ProtocolError(E.E_INVALID, "cannot CLS in current state")
+        closing = after(client.state, b"CLS")
         client.rdy = 0
-        client.state = STATE_CLOSING
+        client.state = closing
         client.send_frame(CLOSE_WAIT_FRAME)
 
     def nop(self, params: list[bytes]) -> None:

@@ -11,8 +11,9 @@ import platform
 import resource
 import sys
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from nsq_common import NSQ_VERSION, format_go_duration
 
@@ -21,8 +22,21 @@ from .client import Client
 from .e2e import summary
 
 if TYPE_CHECKING:
-    from .broker import Broker
     from .topic import Topic
+
+
+class StatsSource(Protocol):
+    """What /stats reads of the broker (``broker.Broker`` is one): no import of it, so no
+    cycle."""
+
+    @property
+    def topics(self) -> Mapping[str, Topic]: ...
+    @property
+    def clients(self) -> Mapping[int, Client]: ...
+    @property
+    def health(self) -> str: ...
+    @property
+    def start_time(self) -> int: ...
 
 def _e2e(channels: list[Channel]) -> dict[str, Any]:
     return summary(c.e2e for c in channels if c.e2e is not None)
@@ -34,7 +48,7 @@ def client_stats(client: Client, topic_filter: str | None = None) -> dict[str, A
         "hostname": client.hostname,
         "version": "V2",
         "remote_address": client.remote_address,
-        "state": client.state,
+        "state": int(client.state),
         "ready_count": client.rdy,
         "in_flight_count": client.in_flight,
         "message_count": client.message_count,
@@ -67,7 +81,9 @@ def client_stats(client: Client, topic_filter: str | None = None) -> dict[str, A
 
 
 def channel_stats(channel: Channel, include_clients: bool) -> dict[str, Any]:
-    clients = ([client_stats(c) for c in channel.clients.values()] if include_clients else None)
+    # (a channel's consumers are Clients; the isinstance only tells the type checker so)
+    clients = ([client_stats(c) for c in channel.clients.values() if isinstance(c, Client)]
+               if include_clients else None)
     return {
         "channel_name": channel.name,
         "depth": channel.depth,
@@ -126,7 +142,7 @@ def memory_stats() -> dict[str, int]:
     }
 
 
-def stats(broker: Broker, *, topic: str | None = None, channel: str | None = None,
+def stats(broker: StatsSource, *, topic: str | None = None, channel: str | None = None,
           include_clients: bool = True, include_mem: bool = True) -> dict[str, Any]:
     """The /stats?format=json document."""
     topics: list[dict[str, Any]] | None

@@ -10,14 +10,27 @@ from __future__ import annotations
 
 import gc
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Protocol
 
 import trio
 
 from .stats import memory_stats
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from .options import Options
+    from .topic import Topic
+
+
+class StatsdSource(Protocol):
+    """What the statsd pusher reads of the broker (``broker.Broker`` is one)."""
+
+    @property
+    def opts(self) -> Options: ...
+    @property
+    def http_port(self) -> int: ...
+    @property
+    def topics(self) -> Mapping[str, Topic]: ...
 
 log = logging.getLogger("nsqd")
 
@@ -41,7 +54,7 @@ class StatsdState:
         return max(0, value - before)
 
 
-def collect(broker: Broker, state: StatsdState, key_prefix: str) -> list[str]:
+def collect(broker: StatsdSource, state: StatsdState, key_prefix: str) -> list[str]:
     """Every statsd line for this push."""
     opts = broker.opts
     lines: list[str] = []
@@ -97,7 +110,7 @@ def packets(lines: list[str], size: int) -> list[bytes]:
     return out
 
 
-async def run_statsd(broker: Broker) -> None:
+async def run_statsd(broker: StatsdSource) -> None:
     opts = broker.opts
     host, _, port = opts.statsd_address.rpartition(":")
     state = StatsdState()

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import zlib
 
-import snappy
+import snappy  # type: ignore[import-untyped]  # python-snappy ships no types
 import trio
 
 # Never inflate more than this from one read: a small "deflate bomb" cannot blow up memory.
@@ -32,7 +32,7 @@ class PrefixedStream(trio.abc.Stream):
         self.inner = inner
         self.prefix = prefix
 
-    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
         if self.prefix:
             data, self.prefix = self.prefix, b""
             await trio.lowlevel.checkpoint()
@@ -56,7 +56,7 @@ class _CompressedStream(trio.abc.Stream):
     def _compress(self, data: bytes) -> bytes:
         raise NotImplementedError
 
-    def _decompress(self, data: bytes) -> bytes:
+    def _decompress(self, data: bytes | bytearray) -> bytes:
         raise NotImplementedError
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
@@ -97,10 +97,12 @@ class SnappyStream(_CompressedStream):
         self._decompressor = snappy.StreamDecompressor()
 
     def _compress(self, data: bytes) -> bytes:
-        return self._compressor.add_chunk(data)
+        out: bytes = self._compressor.add_chunk(data)
+        return out
 
-    def _decompress(self, data: bytes) -> bytes:
-        return self._decompressor.decompress(data)
+    def _decompress(self, data: bytes | bytearray) -> bytes:
+        out: bytes = self._decompressor.decompress(data)
+        return out
 
 
 class DeflateStream(_CompressedStream):
@@ -112,7 +114,7 @@ class DeflateStream(_CompressedStream):
     def _compress(self, data: bytes) -> bytes:
         return self._compressor.compress(data) + self._compressor.flush(zlib.Z_SYNC_FLUSH)
 
-    def _decompress(self, data: bytes) -> bytes:
+    def _decompress(self, data: bytes | bytearray) -> bytes:
         d = self._decompressor
         if d.eof:
             raise CorruptStream("data after the end of the deflate stream")

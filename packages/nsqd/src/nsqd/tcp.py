@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
+from typing import cast
 
 import trio
 from nsq_common import (
@@ -40,7 +41,10 @@ MAGIC_TIMEOUT = 60.0  # nsqd's client timeout
 OUTPUT_HIGH_WATER = 4 * 1024 * 1024
 
 
-def _address(stream: trio.SocketStream) -> str:
+def _address(stream: trio.abc.Stream) -> str:
+    """The peer's ``host:port`` (of a socket stream; other streams, as tests', are unknown)."""
+    if not isinstance(stream, trio.SocketStream):
+        return "unknown:0"
     try:
         host, port = stream.socket.getpeername()[:2]
     except OSError:
@@ -49,7 +53,7 @@ def _address(stream: trio.SocketStream) -> str:
 
 
 class Connection:
-    def __init__(self, broker: Broker, stream: trio.SocketStream, client: Client) -> None:
+    def __init__(self, broker: Broker, stream: trio.abc.Stream, client: Client) -> None:
         self.broker = broker
         self.stream: trio.abc.Stream = stream
         # Held around every send, so an upgrade can swap ``stream`` between two sends.
@@ -146,7 +150,8 @@ class Connection:
             hb = client.heartbeat_interval
             timeout = 2 * hb if hb > 0 else math.inf
             with trio.move_on_after(timeout) as scope:
-                data = await self.stream.receive_some(READ_SIZE)
+                # (cast: trio's streams may return a bytearray, which the reader takes too)
+                data = cast(bytes, await self.stream.receive_some(READ_SIZE))
             if scope.cancelled_caught:
                 log.info("client %s: no data for %.1fs, closing", client.remote_address, timeout)
                 return
@@ -246,9 +251,17 @@ def _common_name(cert: dict | None) -> str:  # type: ignore[type-arg]
     return ""
 
 
-async def handle_stream(broker: Broker, stream: trio.SocketStream) -> None:
-    """Serve one TCP connection from accept to close."""
-    remote = _address(stream)
+async def handle_stream(broker: Broker, stream: trio.abc.Stream, remote: str | None = None
+                        ) -> None:
+    """Serve one connection from accept to close.
+
+    Any ``trio.abc.Stream`` will do (tests use memory streams); ``remote`` is the peer's
+    ``host:port``, read from the socket when not given. A bug (any exception that is not
+    the stream breaking) is logged at ERROR with its traceback and closes this connection
+    only.
+    """
+    if remote is None:
+        remote = _address(stream)
     try:
         magic = b""
         with trio.move_on_after(MAGIC_TIMEOUT):

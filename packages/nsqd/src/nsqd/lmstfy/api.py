@@ -21,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from ..errors import Exiting, StoreFailed
 from . import ids, names
 from .queues import JobQueues, job_json
 from .state import State
@@ -87,7 +88,8 @@ def query_params(request: Request) -> dict[str, str]:
 
 def _parts(request: Request) -> list[str]:
     """The path's segments after ``/api``: namespace, queue, then the rest."""
-    return request.scope["path"].split("/")[2:]
+    path: str = request.scope["path"]
+    return path.split("/")[2:]
 
 
 def _attributes(request: Request) -> bytes | None:
@@ -192,7 +194,7 @@ class DataApi:
         try:
             job_ids = await self.queues.publish(namespace, queue, bodies, delay=delay, ttl=ttl,
                                                 tries=tries, attributes=attributes)
-        except RuntimeError:
+        except (Exiting, StoreFailed):
             raise refuse(500, "internal error") from None
         if bulk:
             return answer(201, {"msg": "published", "job_ids": job_ids})

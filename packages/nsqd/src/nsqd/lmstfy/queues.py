@@ -63,7 +63,7 @@ class JobQueues:
         """Store the jobs; their ids, in order.
 
         Raises:
-            RuntimeError: nsqd is exiting or could not store them.
+            Exiting, StoreFailed: nsqd is exiting or could not store them.
         """
         channel = await self._open(namespace, queue)
         ts = time.time_ns()
@@ -191,11 +191,11 @@ def job_json(namespace: str, queue: str, msg: Message, *, remain_tries: int | No
     """A job as lmstfy answers it (without ``msg``): ``remain_tries`` is what the job has
     left after its deliveries so far, unless given."""
     now_ns = time.time_ns()
-    is_job = isinstance(msg, Job)
-    delay = msg.delay if is_job else 0
-    attributes = msg.attributes if is_job else None
+    job = msg if isinstance(msg, Job) else None
+    delay = job.delay if job is not None else 0
+    attributes = job.attributes if job is not None else None
     if remain_tries is None:
-        remain_tries = max(msg.tries - msg.attempts, 0) if is_job else 0
+        remain_tries = max(job.tries - job.attempts, 0) if job is not None else 0
     return {
         "namespace": namespace,
         "queue": queue,

@@ -1,0 +1,102 @@
+"""Every error nsqd raises on purpose, in one tree (as httpx's ``_exceptions.py``).
+
+::
+
+    NsqdError                  an error of nsqd's own making (anything else is a bug)
+    ├── Exiting                nsqd is shutting down: nothing more is accepted
+    ├── StoreFailed            messages could not be stored (the disk queue's error, chained);
+    │                          nsqd reports itself unhealthy until a store succeeds again
+    ├── SubscribeRefused       SUB refused: too many consumers on the channel
+    ├── InFlightError          FIN/REQ/TOUCH of a message this client cannot answer
+    │   ├── NotInFlight        no message with that id is in flight
+    │   └── NotOwner           it is in flight to another client
+    ├── DiskQueueError         a disk queue's put/empty/close/delete failed
+    │   └── DiskQueueClosed    ... because the queue is closed (nsqd is exiting)
+    ├── AuthError              the auth servers could not be asked, or answered nonsense
+    └── StartError             nsqd cannot start (a port taken, the data path locked, ...)
+
+The broker, channels, disk queues and auth raise these; each boundary translates them once
+and only there:
+
+- TCP (``protocol.py``): ``ProtocolError`` with NSQ's code and text, e.g. ``E_PUB_FAILED PUB
+  failed exiting``, ``E_SUB_FAILED SUB failed consumers for t:c exceeds limit of 2``,
+  ``E_FIN_FAILED FIN <id> failed ID not in flight``, ``E_AUTH_FAILED AUTH failed``.
+- HTTP (``http_api.py``, ``lmstfy``): ``Exiting`` is 503 ``EXITING``, ``StoreFailed`` 500
+  ``INTERNAL_ERROR``.
+- the command line (``__main__.py``): one ``FATAL`` line per ``StartError`` or ``OSError``.
+
+Anything that is not an ``NsqdError`` (nor an ``OSError`` at start-up) is a bug: it is never
+turned into an error frame or an answer carrying its text; the edge that catches it logs it
+at ERROR with its traceback (``tcp.handle_stream`` then closes that one connection, the HTTP
+app answers 500 ``INTERNAL_ERROR``).
+
+Each error's text (``str(exc)``) is NSQ's reason, which the boundaries quote as is.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AuthError",
+    "DiskQueueClosed",
+    "DiskQueueError",
+    "Exiting",
+    "InFlightError",
+    "NotInFlight",
+    "NotOwner",
+    "NsqdError",
+    "StartError",
+    "StoreFailed",
+    "SubscribeRefused",
+]
+
+
+class NsqdError(Exception):
+    """Base of every error nsqd raises on purpose."""
+
+
+class Exiting(NsqdError):
+    """nsqd is shutting down and accepts nothing more."""
+
+    def __init__(self, text: str = "exiting") -> None:
+        super().__init__(text)
+
+
+class StoreFailed(NsqdError):
+    """Messages could not be stored; the disk queue's error is the cause (``__cause__``)."""
+
+
+class SubscribeRefused(NsqdError):
+    """A SUB refused for a reason of the channel's (NSQ's text for E_SUB_FAILED)."""
+
+
+class InFlightError(NsqdError):
+    """A FIN, REQ or TOUCH for a message the client cannot answer."""
+
+
+class NotInFlight(InFlightError):
+    def __init__(self) -> None:
+        super().__init__("ID not in flight")
+
+
+class NotOwner(InFlightError):
+    def __init__(self) -> None:
+        super().__init__("client does not own message")
+
+
+class DiskQueueError(NsqdError):
+    """A put/empty/close/delete that failed (I/O error, bad size, queue closed)."""
+
+
+class DiskQueueClosed(DiskQueueError):
+    """The disk queue is closed: nsqd is exiting."""
+
+    def __init__(self) -> None:
+        super().__init__("exiting")
+
+
+class AuthError(NsqdError):
+    """The auth servers could not be asked, or answered nonsense."""
+
+
+class StartError(NsqdError):
+    """nsqd cannot start; the text is Go's: ``failed to instantiate nsqd - <why>``."""
