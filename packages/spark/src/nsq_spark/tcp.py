@@ -30,6 +30,8 @@ from .options import Options
 
 log = logging.getLogger("nsq_spark")
 
+DRAIN_TIMEOUT = 5.0  # seconds closing waits for the answers to leave
+
 T = TypeVar("T")
 
 
@@ -110,14 +112,18 @@ class TcpConsumers:
         self._arrived = trio.Event()
         consumer = Consumer(options.topic, options.channel or "", config=config,
                             lookupd_http_addresses=list(options.lookupd),
-                            nsqd_tcp_addresses=list(options.nsqd), drain_timeout=0.0)
+                            nsqd_tcp_addresses=list(options.nsqd), drain_timeout=DRAIN_TIMEOUT)
         async with consumer, trio.open_nursery() as nursery:
             nursery.start_soon(self._pump, consumer)
             nursery.start_soon(self._touch_loop)
             started.set()
             await self._stop.wait()
             nursery.cancel_scope.cancel()
-            consumer.stop()
+            # Give back what is held, so every message is answered and the graceful close
+            # (CLS, then the connection closes once nothing is in flight) writes the FINs
+            # queued before it; Go's nsqd would otherwise keep them until they time out.
+            self._release([*self._held, *self._buffer])
+            self._buffer.clear()
 
     async def _pump(self, consumer: Consumer) -> None:
         assert self._arrived is not None
@@ -139,20 +145,20 @@ class TcpConsumers:
 
     async def _take(self, at_most: int, wait: float,
                     accept: Callable[[Message], bool] | None) -> list[Message]:
-        assert self._arrived is not None
-        if not self._buffer:
-            self._arrived = trio.Event()
-            with trio.move_on_after(wait):
-                await self._arrived.wait()
         taken: list[Message] = []
         buffer = self._buffer
-        while buffer and len(taken) < at_most:
-            message = buffer.popleft()
-            self._held.add(message)
-            if accept is None or accept(message):
-                taken.append(message)
-            elif message.has_responded:
-                self._held.discard(message)
+        with trio.move_on_after(wait):
+            while not taken:  # messages ``accept`` keeps out do not end the wait
+                while not buffer:
+                    self._arrived = trio.Event()
+                    await self._arrived.wait()
+                while buffer and len(taken) < at_most:
+                    message = buffer.popleft()
+                    self._held.add(message)
+                    if accept is None or accept(message):
+                        taken.append(message)
+                    elif message.has_responded:
+                        self._held.discard(message)
         return taken
 
     def _finish(self, messages: list[Message]) -> None:
