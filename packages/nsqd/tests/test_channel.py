@@ -7,7 +7,7 @@ from nsqd.channel import Channel, spread
 from nsqd.client import Client
 from nsqd.errors import NotInFlight, NotOwner
 from nsqd.guid import GuidFactory
-from nsqd.message import Message
+from nsqd.message import QueuedMessage
 from nsqd.state import State
 from nsqd.topic import Topic
 
@@ -32,12 +32,12 @@ def make_client(cid: int, rdy: int, msg_timeout: float = 60.0) -> Client:
     return c
 
 
-def messages(n: int) -> list[Message]:
-    return [Message(b"%016x" % i, b"body%d" % i, 0) for i in range(n)]
+def messages(n: int) -> list[QueuedMessage]:
+    return [QueuedMessage(b"%016x" % i, b"body%d" % i, 0) for i in range(n)]
 
 
 def delivered(client: Client) -> int:
-    data = client.take_output()
+    data = client.output.take()
     return data.count(b"body")
 
 

@@ -1,9 +1,9 @@
 from nsqd.inflight import DeferredQueue, InFlightQueue
-from nsqd.message import Message
+from nsqd.message import QueuedMessage
 
 
-def msg(i: int, deadline: float) -> Message:
-    m = Message(b"%016x" % i, b"x", 0)
+def msg(i: int, deadline: float) -> QueuedMessage:
+    m = QueuedMessage(b"%016x" % i, b"x", 0)
     m.deadline = deadline
     return m
 

@@ -4,7 +4,7 @@ import trio
 import trio.testing
 from nsqd.channel import PULLER, Channel
 from nsqd.client import Client
-from nsqd.message import Message
+from nsqd.message import QueuedMessage
 from nsqd.state import State
 
 
@@ -19,8 +19,8 @@ class Owner:
         pass
 
 
-def messages(n: int) -> list[Message]:
-    return [Message(b"%016x" % i, b"body%d" % i, 0) for i in range(n)]
+def messages(n: int) -> list[QueuedMessage]:
+    return [QueuedMessage(b"%016x" % i, b"body%d" % i, 0) for i in range(n)]
 
 
 async def test_pulled_messages_are_in_flight_for_their_ttr_then_come_back():

@@ -5,7 +5,7 @@ import time
 
 from nsqd.backlog import decode_record, encode_record
 from nsqd.channel import Channel
-from nsqd.message import Message
+from nsqd.message import QueuedMessage
 from nsqd.metadata import ChannelMeta, TopicMeta, decode, encode
 from nsqd.topic import Topic
 
@@ -19,7 +19,7 @@ class Owner:
 
 
 def test_a_message_without_ttl_is_written_in_go_s_format():
-    msg = Message(b"0123456789abcdef", b"body", 1_700_000_000_000_000_000, attempts=3)
+    msg = QueuedMessage(b"0123456789abcdef", b"body", 1_700_000_000_000_000_000, attempts=3)
     record = encode_record(msg)
     assert record == struct.pack(">qH", msg.timestamp, 3) + msg.id + b"body"
     back = decode_record(record)
@@ -28,20 +28,20 @@ def test_a_message_without_ttl_is_written_in_go_s_format():
 
 
 def test_a_message_with_ttl_keeps_it_on_disk():
-    msg = Message(b"0123456789abcdef", b"body", 10, attempts=2, expires=99)
+    msg = QueuedMessage(b"0123456789abcdef", b"body", 10, attempts=2, expires=99)
     back = decode_record(encode_record(msg))
     assert (back.id, back.body, back.timestamp, back.attempts, back.expires) == (
         msg.id, b"body", 10, 2, 99)
 
 
-def expiring(n: int, expires: int) -> list[Message]:
-    return [Message(b"%016x" % i, b"m%d" % i, 0, expires=expires) for i in range(n)]
+def expiring(n: int, expires: int) -> list[QueuedMessage]:
+    return [QueuedMessage(b"%016x" % i, b"m%d" % i, 0, expires=expires) for i in range(n)]
 
 
 async def test_expired_messages_are_dropped_and_counted_not_delivered():
     ch = Channel("t", "c", Owner(), max_msg_timeout=900)
     past, future = time.time_ns() - 1, time.time_ns() + 10**12
-    await ch.put([*expiring(2, past), Message(b"f" * 16, b"fresh", 0, expires=future)], now=0.0)
+    await ch.put([*expiring(2, past), QueuedMessage(b"f" * 16, b"fresh", 0, expires=future)], now=0.0)
     assert not ch.backlog.extended  # nothing told it yet: the topic does (see below)
     ch.backlog.extended = True
     assert [m.body for m in ch.peek(5, now=0.0)] == [b"fresh"]
@@ -54,11 +54,11 @@ async def test_a_topic_default_ttl_reaches_every_message_and_tells_the_channels(
     topic = Topic("t")
     ch = Channel("t", "c", Owner(), max_msg_timeout=900)
     topic.add_channel(ch)
-    plain = Message(b"0" * 16, b"a", 1_000)
+    plain = QueuedMessage(b"0" * 16, b"a", 1_000)
     await topic.put([plain])
     assert plain.expires == 0 and not ch.backlog.extended  # no TTL: nothing to check, ever
     topic.message_ttl = 5
-    msgs = [Message(b"1" * 16, b"b", 1_000), Message(b"2" * 16, b"c", 1_000, expires=7)]
+    msgs = [QueuedMessage(b"1" * 16, b"b", 1_000), QueuedMessage(b"2" * 16, b"c", 1_000, expires=7)]
     await topic.put(msgs)
     assert [m.expires for m in msgs] == [1_000 + 5 * 10**9, 7]  # its own TTL wins
     assert ch.backlog.extended

@@ -26,11 +26,11 @@ from collections import deque
 from collections.abc import Callable
 
 import trio
+from nsq_common import MESSAGE_HEADER  # the record starts as a message frame's payload
 
 from .diskqueue import DiskQueue, Pos
-from .message import Job, Message
+from .message import Job, QueuedMessage
 
-_HEADER = struct.Struct(">qH")
 _EXPIRES = struct.Struct(">Bq")
 _JOB = struct.Struct(">qHIqH")  # expires, tries, delay, due, attributes' length
 #: In the attempts field of a record: an extension (our job fields) follows the id.
@@ -40,7 +40,7 @@ EXTENDED = 0x8000
 MAX_EXTENSION = 1 + _JOB.size + 8192
 
 
-def encode_record(msg: Message) -> bytes:
+def encode_record(msg: QueuedMessage) -> bytes:
     """The disk record: NSQ's 26-byte message header and the body, as Go's nsqd writes it.
 
     A message with an expiry, or a job (beyond NSQ), is written with the top bit of the
@@ -53,9 +53,9 @@ def encode_record(msg: Message) -> bytes:
     if msg.is_job:
         return _encode_job(msg)  # type: ignore[arg-type]
     if msg.expires:
-        return (_HEADER.pack(msg.timestamp, min(msg.attempts, EXTENDED - 1) | EXTENDED) + msg.id
+        return (MESSAGE_HEADER.pack(msg.timestamp, min(msg.attempts, EXTENDED - 1) | EXTENDED) + msg.id
                 + _EXPIRES.pack(8, msg.expires) + msg.body)
-    return _HEADER.pack(msg.timestamp, msg.attempts) + msg.id + msg.body
+    return MESSAGE_HEADER.pack(msg.timestamp, msg.attempts) + msg.id + msg.body
 
 
 def _encode_job(job: Job) -> bytes:
@@ -64,12 +64,12 @@ def _encode_job(job: Job) -> bytes:
     # a job without attributes and one with none: the length is 0 or 1 + the JSON's
     fields = _JOB.pack(job.expires, job.tries, job.delay, job.due,
                        0 if attributes is None else len(extra) + 1)
-    return (_HEADER.pack(job.timestamp, min(job.attempts, EXTENDED - 1) | EXTENDED) + job.id
+    return (MESSAGE_HEADER.pack(job.timestamp, min(job.attempts, EXTENDED - 1) | EXTENDED) + job.id
             + bytes((len(fields),)) + fields + extra + job.body)
 
 
-def decode_record(record: bytes) -> Message:
-    timestamp, attempts = _HEADER.unpack_from(record)
+def decode_record(record: bytes) -> QueuedMessage:
+    timestamp, attempts = MESSAGE_HEADER.unpack_from(record)
     if attempts & EXTENDED:
         size = record[26]
         attempts &= ~EXTENDED
@@ -81,15 +81,15 @@ def decode_record(record: bytes) -> Message:
                        expires=expires, tries=tries, delay=delay, due=due,
                        attributes=attributes)
         expires = _EXPIRES.unpack_from(record, 26)[1] if size >= 8 else 0
-        return Message(record[10:26], record[27 + size:], timestamp, attempts,
+        return QueuedMessage(record[10:26], record[27 + size:], timestamp, attempts,
                        expires=expires)
-    return Message(record[10:26], record[26:], timestamp, attempts)
+    return QueuedMessage(record[10:26], record[26:], timestamp, attempts)
 
 
 class Backlog:
     def __init__(self, mem_size: int, disk: DiskQueue | None,
                  on_readable: Callable[[], None]) -> None:
-        self.memory: deque[Message] = deque()
+        self.memory: deque[QueuedMessage] = deque()
         self.mem_size = mem_size
         self.disk = disk
         self.dropped = 0
@@ -119,11 +119,11 @@ class Backlog:
         """Messages that ``take`` can hand out right now."""
         return bool(self.memory) or (self.disk is not None and self.disk.ready() > 0)
 
-    def put_back(self, msgs: list[Message]) -> None:
+    def put_back(self, msgs: list[QueuedMessage]) -> None:
         """Messages coming back to the queue: memory, always."""
         self.memory.extend(msgs)
 
-    async def put(self, msgs: list[Message]) -> None:
+    async def put(self, msgs: list[QueuedMessage]) -> None:
         """New messages: memory while there is room, the rest to disk (awaited).
 
         Raises:
@@ -147,7 +147,7 @@ class Backlog:
         if msgs:
             await self.disk.put([encode_record(m) for m in msgs])
 
-    def peek(self, n: int) -> list[Message]:
+    def peek(self, n: int) -> list[QueuedMessage]:
         """The next ``n`` messages ``take`` would hand out (memory, then what the disk queue
         has read ahead), left in place; the disk ones are decoded copies."""
         out = list(itertools.islice(self.memory, n))
@@ -155,7 +155,7 @@ class Backlog:
             out += [decode_record(record) for record in self.disk.peek(n - len(out))]
         return out
 
-    def take(self, n: int) -> list[Message]:
+    def take(self, n: int) -> list[QueuedMessage]:
         """Up to ``n`` messages, memory first, then what the disk queue has read ahead."""
         memory = self.memory
         if len(memory) >= n:
@@ -169,7 +169,7 @@ class Backlog:
                 self.extended = any(m.expires or m.is_job for m in out[first_from_disk:])
         return out
 
-    def _take_from_disk(self, out: list[Message], n: int) -> None:
+    def _take_from_disk(self, out: list[QueuedMessage], n: int) -> None:
         if self.disk is not None:
             if self._explicit:
                 read = self.disk.pop_with_positions(n - len(out))
@@ -207,7 +207,7 @@ class Backlog:
         self._unacked.clear()
         self._pending.clear()
 
-    def clear_memory(self) -> list[Message]:
+    def clear_memory(self) -> list[QueuedMessage]:
         msgs = list(self.memory)
         self.memory.clear()
         return msgs

@@ -1,12 +1,10 @@
-"""The broker's state: topics, channels, clients, and the tasks that move messages.
+"""The broker: the registry of topics, channels and clients, publishing and subscribing, and
+the lifecycle of the tasks that move messages.
 
-- the pump task delivers messages for every channel marked dirty (new messages, a freed
-  in-flight slot, a RDY change, an unpause), so delivery is batched per wake-up, never a
-  task or an await per message;
-- the queue scan task runs every 100 ms, as nsqd's does, and requeues timed-out in-flight
-  messages and releases due deferred ones;
-- each topic has one task moving held messages to its channels, and each disk queue one task
-  reading ahead; the metadata writer saves nsqd.dat after changes.
+Its parts live apart: delivery and timeouts in ``pump.py`` (the pump and queue-scan tasks),
+nsqd.dat in ``metadata.py`` (its writer task), messages across restarts in ``saving.py``.
+Each topic has one task moving held messages to its channels, and each disk queue one task
+reading ahead; the broker starts and stops them with their topic or channel.
 
 Everything runs on the one Trio thread, so no locks are needed: a handler's changes are
 atomic between its awaits. ``close`` saves every message (queued, in flight, deferred) of
@@ -26,8 +24,8 @@ import trio
 from nsq_common import NSQ_VERSION, ServerFeatures
 from nsq_serving import ConnectionCounts  # type: ignore[import-untyped]  # no py.typed yet
 
-from . import deferred_store, metadata
-from .backlog import MAX_EXTENSION, Backlog, encode_record
+from . import deferred_store, metadata, saving
+from .backlog import MAX_EXTENSION, Backlog
 from .channel import Channel
 from .client import Client
 from .deadletters import SUFFIX as DEAD_LETTER_SUFFIX
@@ -44,8 +42,9 @@ from .errors import (
 )
 from .guid import GuidFactory
 from .lookup import Lookup
-from .message import Message
+from .message import QueuedMessage
 from .options import Options, Settings
+from .pump import Pump
 from .statsd import run_statsd
 from .tls import server_context, tls_required
 from .topic import Topic
@@ -54,8 +53,6 @@ if TYPE_CHECKING:
     import httpx
 
 log = logging.getLogger("nsqd")
-
-QUEUE_SCAN_INTERVAL = 0.1
 
 
 class Broker:
@@ -99,9 +96,11 @@ class Broker:
         self.mem_queue_size = 0 if opts.sync_every == 1 else opts.mem_queue_size
         self._next_client_id = 0  # also the count of TCP clients accepted so far
         self.http_connections = ConnectionCounts()  # kept by nsq_serving, for /metrics
-        self._dirty: set[Channel] = set()
-        self._dirty_event = trio.Event()
-        self._metadata_event = trio.Event()
+        self.pump = Pump(clock, self.iter_channels, self.store_dead_letters)
+        # Channels call this once per FIN: the pump's own bound method, no call in between.
+        self.mark_dirty: Callable[[Channel], None] = self.pump.mark_dirty
+        self.metadata = metadata.MetadataWriter(opts.data_path, self.topics.values, log)
+        self.metadata_changed: Callable[[], None] = self.metadata.changed
         self._nursery: trio.Nursery | None = None
         self._scopes: dict[object, trio.CancelScope] = {}
         self.lookup = Lookup(self)
@@ -135,9 +134,9 @@ class Broker:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 self._load()
-                nursery.start_soon(self._pump_loop)
-                nursery.start_soon(self._queue_scan_loop)
-                nursery.start_soon(self._metadata_loop)
+                nursery.start_soon(self.pump.run)
+                nursery.start_soon(self.pump.run_scan)
+                nursery.start_soon(self.metadata.run)
                 await nursery.start(self.lookup.run)
                 if self.opts.statsd_address:
                     nursery.start_soon(run_statsd, self)
@@ -166,7 +165,7 @@ class Broker:
         if topics:
             log.info("loaded metadata: %d topics", len(topics))
         self._loaded = True
-        self._write_metadata_now()
+        self.metadata.write_now()
 
     def _spawn(self, key: object, fn: Callable[[], Awaitable[None]]) -> None:
         assert self._nursery is not None, "the broker is not running"
@@ -200,7 +199,7 @@ class Broker:
                       disk=None if name.endswith("#ephemeral") else self._disk_queue(name),
                       clock=self.now)
         self.topics[name] = topic
-        self._restore_deferred(name, topic)
+        saving.restore_deferred(self.opts.data_path, name, topic, self.now())
         self._spawn(topic, topic.run)
         self.metadata_changed()
         log.info("TOPIC(%s): created", name)
@@ -222,7 +221,7 @@ class Broker:
                                             self.opts.e2e_processing_latency_window_time,
                                             self.now) if percentiles else None)
         channel.default_max_attempts = self.opts.max_attempts
-        self._restore_deferred(queue_name, channel)
+        saving.restore_deferred(self.opts.data_path, queue_name, channel, self.now())
         topic.add_channel(channel)
         self._spawn(channel, channel.backlog.run)
         if durable and self._dead_letter_meta(channel).exists():
@@ -267,7 +266,7 @@ class Broker:
         channel = topic.channels.pop(name)
         channel.deleted = True
         channel.wake_pullers()  # they find it deleted and answer
-        self._dirty.discard(channel)
+        self.pump.forget(channel)
         self._stop(channel)
         for client in list(channel.clients.values()):
             client.disconnect()
@@ -327,16 +326,16 @@ class Broker:
 
     # -- publishing and subscribing -------------------------------------------------------
     def new_messages(self, bodies: list[bytes], defer: float = 0.0, ttl: int = 0
-                     ) -> list[Message]:
+                     ) -> list[QueuedMessage]:
         """Messages for ``bodies``: consecutive ids, one timestamp (one clock read per batch),
         expiring ``ttl`` seconds after it when ``ttl`` is given."""
         ts = time.time_ns()
         first = self.guid.take(len(bodies))
         expires = ts + ttl * 1_000_000_000 if ttl else 0
-        return [Message(b"%016x" % (first + i), body, ts, 0, defer, expires)
+        return [QueuedMessage(b"%016x" % (first + i), body, ts, 0, defer, expires)
                 for i, body in enumerate(bodies)]
 
-    async def publish(self, topic_name: str, msgs: list[Message], *, extended: bool = False
+    async def publish(self, topic_name: str, msgs: list[QueuedMessage], *, extended: bool = False
                       ) -> None:
         """Store ``msgs`` in a topic (created if needed).
 
@@ -400,82 +399,9 @@ class Broker:
             client.channel = None
             channel.remove_client(client)
 
-    # -- the loops -------------------------------------------------------------------------
-    def mark_dirty(self, channel: Channel) -> None:
-        self._dirty.add(channel)
-        self._dirty_event.set()
-
+    # -- delivery ------------------------------------------------------------------------
     def iter_channels(self) -> list[Channel]:
         return [c for t in self.topics.values() for c in t.channels.values()]
-
-    async def _pump_loop(self) -> None:
-        while True:
-            await self._dirty_event.wait()
-            self._dirty_event = trio.Event()
-            dirty, self._dirty = self._dirty, set()
-            now = self.now()
-            for channel in dirty:
-                if not channel.deleted:
-                    channel.pump(now)
-            for channel in dirty:
-                if channel.dead_letters_pending and not channel.deleted:
-                    await self.store_dead_letters(channel)
-            await trio.lowlevel.checkpoint()
-
-    async def _queue_scan_loop(self) -> None:
-        while True:
-            await trio.sleep(QUEUE_SCAN_INTERVAL)
-            now = self.now()
-            for channel in self.iter_channels():
-                if channel.in_flight or channel.deferred:
-                    channel.scan(now)
-
-    # -- metadata ----------------------------------------------------------------------------
-    def metadata_changed(self) -> None:
-        self._metadata_event.set()
-
-    def _metadata(self) -> list[metadata.TopicMeta]:
-        return [
-            metadata.TopicMeta(t.name, t.paused, tuple(
-                metadata.ChannelMeta(c.name, c.paused, c.max_attempts, c.dead_letter_expired)
-                for c in t.channels.values()
-                if not c.ephemeral), t.message_ttl)
-            for t in self.topics.values() if not t.ephemeral
-        ]
-
-    def _write_metadata_now(self) -> None:
-        path = metadata.metadata_path(self.opts.data_path)
-        metadata.write_atomic(path, metadata.encode(self._metadata()))
-
-    async def _metadata_loop(self) -> None:
-        path = metadata.metadata_path(self.opts.data_path)
-        while True:
-            await self._metadata_event.wait()
-            self._metadata_event = trio.Event()
-            data = metadata.encode(self._metadata())
-            try:
-                await trio.to_thread.run_sync(metadata.write_atomic, path, data)
-            except OSError as exc:
-                log.error("failed to persist metadata - %s", exc)
-
-    # -- deferred messages across restarts ------------------------------------------------
-    def _restore_deferred(self, queue_name: str, owner: Topic | Channel) -> None:
-        path = deferred_store.deferred_path(self.opts.data_path, queue_name)
-        entries = deferred_store.load(path)
-        if not entries:
-            return
-        wall, now = time.time_ns(), self.now()
-        for due, msg in entries:
-            delay = max(0.0, (due - wall) / 1e9)
-            if isinstance(owner, Channel):
-                msg.deadline = now + delay
-                owner.deferred.add(msg)
-            else:
-                msg.defer = max(delay, 1e-9)
-                owner.backlog.put_back([msg])
-        if any(msg.expires or msg.is_job for _, msg in entries):
-            owner.backlog.extended = True
-        log.info("%s: restored %d deferred messages", queue_name, len(entries))
 
     # -- shutdown --------------------------------------------------------------------------
     async def close(self) -> None:
@@ -493,41 +419,9 @@ class Broker:
     async def _save_everything(self) -> None:
         for client in list(self.clients.values()):
             self.remove_client(client)  # their in-flight messages go back to the queues
-        wall, now = time.time_ns(), self.now()
-        for topic in list(self.topics.values()):
-            for channel in list(topic.channels.values()):
-                await self.store_dead_letters(channel)
-                msgs = channel.backlog.clear_memory() + channel.in_flight.clear()
-                deferred = [(wall + int(max(0.0, m.deadline - now) * 1e9), m)
-                            for m in channel.deferred.clear()]
-                await self._save(f"{topic.name}:{channel.name}", channel.backlog, msgs,
-                                 deferred)
-            held = topic.backlog.clear_memory()
-            deferred = [(wall + int(m.defer * 1e9), m) for m in held if m.defer]
-            await self._save(topic.name, topic.backlog, [m for m in held if not m.defer],
-                             deferred)
+        await saving.save_all(list(self.topics.values()), self.opts.data_path, self.now(),
+                              self.store_dead_letters)
         try:
-            self._write_metadata_now()
+            self.metadata.write_now()
         except OSError as exc:
             log.error("failed to persist metadata - %s", exc)
-
-    async def _save(self, queue_name: str, backlog: Backlog, msgs: list[Message],
-                    deferred: list[tuple[int, Message]]) -> None:
-        disk = backlog.disk
-        if disk is None:
-            return  # ephemeral: nothing survives, as in NSQ
-        try:
-            if msgs:
-                await disk.put([encode_record(m) for m in msgs])
-            deferred_path = deferred_store.deferred_path(self.opts.data_path, queue_name)
-            await trio.to_thread.run_sync(deferred_store.save, deferred_path, deferred)
-            backlog.ack_all()  # every message read from disk is written back (or done)
-            # The queue's run() has stopped (cancelled): only close() persists that commit;
-            # without it a restart would deliver the records just written back a second time.
-            await disk.close()
-        except (DiskQueueError, OSError) as exc:
-            log.error("%s: failed to save messages at shutdown - %s", queue_name, exc)
-        else:
-            if msgs or deferred:
-                log.info("%s: saved %d messages and %d deferred", queue_name, len(msgs),
-                         len(deferred))

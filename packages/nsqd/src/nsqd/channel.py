@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from .deadletters import DeadLetters
     from .diskqueue import DiskQueue
     from .e2e import LatencyStream
-    from .message import Message
+    from .message import QueuedMessage
 
 
 #: The owner (``client_id``) of messages in flight to HTTP pullers (client ids start at 1).
@@ -50,7 +50,7 @@ class Consumer(Protocol):
 
     def ready_slots(self) -> int: ...
 
-    def send_messages(self, msgs: list[Message]) -> None: ...
+    def send_messages(self, msgs: list[QueuedMessage]) -> None: ...
 
 
 class Owner(Protocol):
@@ -138,12 +138,12 @@ class Channel:
     def _disk_readable(self) -> None:
         self._changed()
 
-    def _requeue(self, msgs: list[Message]) -> None:
+    def _requeue(self, msgs: list[QueuedMessage]) -> None:
         self.backlog.put_back(msgs)
         self._changed()
 
     # -- arrivals ------------------------------------------------------------------------
-    async def put(self, msgs: list[Message], now: float) -> None:
+    async def put(self, msgs: list[QueuedMessage], now: float) -> None:
         """Accept new messages from the topic (already this channel's own copies).
 
         Raises:
@@ -194,7 +194,7 @@ class Channel:
             # short for, or one whose sampled-out messages did not count: take again.
             ready = [c for c in ready if c.ready_slots() > 0]
 
-    def _deliverable(self, msgs: list[Message], now: float) -> list[Message]:
+    def _deliverable(self, msgs: list[QueuedMessage], now: float) -> list[QueuedMessage]:
         """``msgs`` without the expired (dropped), the delayed jobs (deferred till due), the
         deleted jobs, and those whose attempts are used up (to the dead letters); none of
         these checks runs on a channel that never needs it."""
@@ -205,13 +205,13 @@ class Channel:
             msgs = self._defer_jobs(msgs, now)
         return self._within_attempts(msgs)
 
-    def _within_attempts(self, msgs: list[Message]) -> list[Message]:
+    def _within_attempts(self, msgs: list[QueuedMessage]) -> list[QueuedMessage]:
         """``msgs`` without those delivered as often as they may be, which become dead
         letters: a job's own tries, else the channel's limit."""
         limit = self.max_attempts or self.default_max_attempts
         if self.backlog.extended:
-            kept: list[Message] = []
-            spent: list[Message] = []
+            kept: list[QueuedMessage] = []
+            spent: list[QueuedMessage] = []
             for msg in msgs:
                 most = msg.tries if msg.is_job else limit  # type: ignore[attr-defined]
                 (spent if most and msg.attempts >= most else kept).append(msg)
@@ -225,7 +225,7 @@ class Channel:
             self.owner.mark_dirty(self)  # the broker stores them after this pump
         return kept
 
-    def _defer_jobs(self, msgs: list[Message], now: float) -> list[Message]:
+    def _defer_jobs(self, msgs: list[QueuedMessage], now: float) -> list[QueuedMessage]:
         """``msgs`` without the jobs not due yet, which wait in ``deferred``. Taken from the
         disk queue they stay unacknowledged there until done with, so a delayed job outlives
         even a ``kill -9`` under ``--sync-every 1``."""
@@ -239,7 +239,7 @@ class Channel:
                 kept.append(msg)
         return kept
 
-    def _drop_cancelled(self, msgs: list[Message]) -> list[Message]:
+    def _drop_cancelled(self, msgs: list[QueuedMessage]) -> list[QueuedMessage]:
         cancelled = self._cancelled
         kept = []
         for msg in msgs:
@@ -324,7 +324,7 @@ class Channel:
             self._requeue(msgs)
         return len(msgs)
 
-    def _drop_expired(self, msgs: list[Message]) -> list[Message]:
+    def _drop_expired(self, msgs: list[QueuedMessage]) -> list[QueuedMessage]:
         """``msgs`` without those past their expiry, which are counted and dropped (or kept
         as dead letters with ``dead_letter_expired``)."""
         now_ns = time.time_ns()
@@ -340,7 +340,7 @@ class Channel:
                     self.backlog.ack(msg.id)
         return kept
 
-    def _deliver(self, client: Consumer, batch: list[Message], now: float) -> None:
+    def _deliver(self, client: Consumer, batch: list[QueuedMessage], now: float) -> None:
         if client.sample_rate:
             # NSQ's sampling: a message not drawn is consumed without delivery, for this channel.
             rate = client.sample_rate
@@ -358,7 +358,7 @@ class Channel:
         client.message_count += len(batch)
         client.send_messages(batch)
 
-    def _put_in_flight(self, msgs: list[Message], owner: int, now: float, deadline: float
+    def _put_in_flight(self, msgs: list[QueuedMessage], owner: int, now: float, deadline: float
                        ) -> None:
         """One more delivery of each of ``msgs``, in flight to ``owner`` until ``deadline``."""
         add = self.in_flight.add
@@ -370,7 +370,7 @@ class Channel:
             msg.deadline = deadline
             add(msg)
 
-    def peek(self, n: int, now: float) -> list[Message]:
+    def peek(self, n: int, now: float) -> list[QueuedMessage]:
         """The next ``n`` messages the channel would deliver (waiting in memory, then on disk,
         then deferred ones already due), taking nothing and counting nothing."""
         out = self.backlog.peek(n)
@@ -384,11 +384,11 @@ class Channel:
                 and m.id not in self._cancelled]
 
     # -- HTTP pulling ------------------------------------------------------------------------
-    def pull(self, n: int, ttr: float, now: float) -> list[Message]:
+    def pull(self, n: int, ttr: float, now: float) -> list[QueuedMessage]:
         """Up to ``n`` waiting messages, in flight for ``ttr`` seconds, owned by HTTP pullers
         (``PULLER``): they count in ``in_flight`` and time out like any delivery."""
         backlog = self.backlog
-        msgs: list[Message] = []
+        msgs: list[QueuedMessage] = []
         while not msgs:
             if self.paused or self.deleted or not backlog.has_ready():
                 return []
@@ -403,7 +403,7 @@ class Channel:
             self._pullers_wakeup = trio.Event()
         await self._pullers_wakeup.wait()
 
-    def _take_pulled(self, message_id: bytes) -> Message | None:
+    def _take_pulled(self, message_id: bytes) -> QueuedMessage | None:
         msg = self.in_flight.get(message_id)
         if msg is None or msg.client_id != PULLER:
             return None
@@ -439,7 +439,7 @@ class Channel:
         return True
 
     # -- answers from clients --------------------------------------------------------------
-    def _take_in_flight(self, client: Consumer, message_id: bytes) -> Message:
+    def _take_in_flight(self, client: Consumer, message_id: bytes) -> QueuedMessage:
         msg = self.in_flight.get(message_id)
         if msg is None:
             raise NotInFlight
@@ -462,7 +462,7 @@ class Channel:
         client.finish_count += 1
         self._finished(msg)
 
-    def _finished(self, msg: Message) -> None:
+    def _finished(self, msg: QueuedMessage) -> None:
         """A FIN (over TCP or HTTP): the message is done with, its latency observed."""
         self.backlog.ack(msg.id)
         if self.e2e is not None:
@@ -478,7 +478,7 @@ class Channel:
         client.requeue_count += 1
         self._put_back(msg, delay, now)
 
-    def _put_back(self, msg: Message, delay: float, now: float) -> None:
+    def _put_back(self, msg: QueuedMessage, delay: float, now: float) -> None:
         """A REQ (over TCP or HTTP): back to the queue at once, or deferred by ``delay``."""
         self.requeue_count += 1
         if delay > 0:

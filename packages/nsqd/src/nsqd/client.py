@@ -1,11 +1,7 @@
-"""One TCP client's state: identity, negotiated settings, RDY and counters, and its output
-buffer.
+"""One TCP client's session: identity, negotiated settings, state, RDY and counters.
 
-The output buffer follows nsqd: message frames collect until the buffer reaches the client's
-output_buffer_size, the client stops being ready for more (in flight has reached RDY), or the
-output_buffer_timeout passes since the first unflushed frame; responses, errors and heartbeats
-go out at once. The connection's writer task (``tcp.py``) does the sending; this class only
-decides, and calls ``wake`` when the writer has something to look at.
+What it has to send is its ``output`` (``output.OutputBuffer``); the connection (``tcp.py``)
+owns the socket, and the protocol (``protocol.py``) changes the session.
 """
 
 from __future__ import annotations
@@ -14,19 +10,16 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from nsq_common import MESSAGE_FRAME_PREFIX
-
+from .output import OutputBuffer
 from .state import INIT, SUBSCRIBED, State
 
 if TYPE_CHECKING:
     from .auth import AuthState
     from .channel import Channel
-    from .message import Message
-
-_pack_prefix = MESSAGE_FRAME_PREFIX.pack
+    from .message import QueuedMessage
 
 
-def _no_wake() -> None:
+def _no_disconnect() -> None:
     pass
 
 
@@ -51,8 +44,6 @@ class Client:
         self.pub_counts: dict[str, int] = {}
         self.msg_timeout = msg_timeout
         self.heartbeat_interval = heartbeat_interval
-        self.output_buffer_size = output_buffer_size
-        self.output_buffer_timeout = output_buffer_timeout
         self.sample_rate = 0
         self.tls = False
         self.tls_common_name = ""
@@ -63,15 +54,11 @@ class Client:
         self.snappy = False
         self.deflate = False
         self.identified = False
-        self.clock = clock
-        # output buffer
-        self.out: list[bytes] = []
-        self.out_bytes = 0
-        self.urgent = False
-        self.flush_at = 0.0
-        self.wake: Callable[[], None] = _no_wake
+        self.output = OutputBuffer(output_buffer_size, output_buffer_timeout, clock)
+        # responses and errors go straight to the buffer (a bound method: no call in between)
+        self.send_frame: Callable[[bytes], None] = self.output.send_frame
         # set by the connection: close it (channel deleted, shutdown)
-        self.disconnect: Callable[[], None] = _no_wake
+        self.disconnect: Callable[[], None] = _no_disconnect
 
     # -- readiness -------------------------------------------------------------------------
     def ready_slots(self) -> int:
@@ -81,40 +68,6 @@ class Client:
         return self.rdy - self.in_flight
 
     # -- output ------------------------------------------------------------------------------
-    def send_frame(self, frame: bytes) -> None:
-        """Queue a response or error frame; it is flushed at once with whatever is buffered."""
-        self.out.append(frame)
-        self.out_bytes += len(frame)
-        self.urgent = True
-        self.wake()
-
-    def send_messages(self, msgs: list[Message]) -> None:
-        out = self.out
-        append = out.append
-        pack = _pack_prefix
-        first = not out
-        size = 0
-        for msg in msgs:
-            body = msg.body
-            append(pack(30 + len(body), 2, msg.timestamp, msg.attempts))
-            append(msg.id)
-            append(body)
-            size += 34 + len(body)
-        self.out_bytes += size
-        if (self.out_bytes >= self.output_buffer_size or self.rdy <= self.in_flight
-                or not self.output_buffer_timeout):
-            self.urgent = True
-            self.wake()
-        elif first:
-            self.flush_at = self.clock() + self.output_buffer_timeout
-            self.wake()
-
-    def take_output(self) -> bytes:
-        data = b"".join(self.out)
-        self.out.clear()
-        self.out_bytes = 0
-        self.urgent = False
-        return data
-
-    def flush_due(self, now: float) -> bool:
-        return bool(self.out) and (self.urgent or now >= self.flush_at)
+    def send_messages(self, msgs: list[QueuedMessage]) -> None:
+        """Deliver ``msgs`` (already counted in flight) to the output buffer."""
+        self.output.add_messages(msgs, self.rdy <= self.in_flight)

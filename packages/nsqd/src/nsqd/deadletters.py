@@ -11,7 +11,7 @@ right after the pump; only then are the originals acknowledged on the channel's 
 from __future__ import annotations
 
 from .backlog import Backlog
-from .message import Message
+from .message import QueuedMessage
 
 SUFFIX = "#dead"
 
@@ -19,12 +19,12 @@ SUFFIX = "#dead"
 class DeadLetters:
     def __init__(self, backlog: Backlog) -> None:
         self.backlog = backlog
-        self.pending: list[Message] = []
+        self.pending: list[QueuedMessage] = []
 
     def __len__(self) -> int:
         return len(self.backlog) + len(self.pending)
 
-    async def store(self) -> list[Message]:
+    async def store(self) -> list[QueuedMessage]:
         """Write the pending dead letters; the ones written.
 
         Raises:
@@ -40,10 +40,10 @@ class DeadLetters:
             raise
         return msgs
 
-    def peek(self, n: int) -> list[Message]:
+    def peek(self, n: int) -> list[QueuedMessage]:
         return (self.backlog.peek(n) + self.pending)[:n]
 
-    def take(self, n: int) -> list[Message]:
+    def take(self, n: int) -> list[QueuedMessage]:
         """Up to ``n`` of the oldest stored dead letters, acknowledged off their queue."""
         msgs = self.backlog.take(n)
         for msg in msgs:

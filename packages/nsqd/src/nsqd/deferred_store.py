@@ -14,7 +14,7 @@ import struct
 from pathlib import Path
 
 from .backlog import decode_record, encode_record
-from .message import Message
+from .message import QueuedMessage
 from .metadata import write_atomic
 
 _ENTRY = struct.Struct(">qi")
@@ -24,7 +24,7 @@ def deferred_path(data_path: str, queue_name: str) -> Path:
     return Path(data_path or ".") / f"{queue_name}.deferred.dat"
 
 
-def save(path: Path, entries: list[tuple[int, Message]]) -> None:
+def save(path: Path, entries: list[tuple[int, QueuedMessage]]) -> None:
     """Write ``(due wall-clock ns, message)`` pairs; an empty list removes the file."""
     if not entries:
         path.unlink(missing_ok=True)
@@ -37,7 +37,7 @@ def save(path: Path, entries: list[tuple[int, Message]]) -> None:
     write_atomic(path, b"".join(parts))
 
 
-def load(path: Path) -> list[tuple[int, Message]]:
+def load(path: Path) -> list[tuple[int, QueuedMessage]]:
     """Read and remove the file; a damaged tail is ignored (what came before is kept)."""
     try:
         data = path.read_bytes()

@@ -1,7 +1,7 @@
 """A file-backed FIFO of byte records, readable by (and able to read) go-diskqueue v1.1.0 data.
 
 The file format (data files, metadata, ``.bad`` files, record framing) is described in
-``_diskqueue_io``, which does all the file work.
+``diskfiles`` (``DiskFiles``), which does all the file work.
 
 Positions are ``(file_num, offset)`` tuples, so "is the reader behind the writer" is a tuple
 comparison. Four of them move:
@@ -49,7 +49,7 @@ from typing import TypeVar
 import attrs
 import trio
 
-from ._diskqueue_io import DiskFiles, Gone, Pos, PutRequest, WriteOutcome, settle, take_batch
+from .diskfiles import DiskFiles, Gone, Pos, PutRequest, WriteOutcome, settle, take_batch
 from .errors import DiskQueueClosed, DiskQueueError
 
 __all__ = ["DiskQueue", "DiskQueueClosed", "DiskQueueError", "Pos"]

@@ -40,7 +40,7 @@ from . import openapi
 from .broker import Broker
 from .channel import Channel
 from .errors import Exiting, StoreFailed
-from .message import Message
+from .message import QueuedMessage
 from .options import Options, Settings
 from .stats import stats, stats_text
 from .topic import Topic
@@ -226,7 +226,7 @@ class HttpApi:
             "max_deflate_level": o.max_deflate_level,
         })
 
-    async def _publish(self, topic: str, msgs: list[Message], *, extended: bool = False
+    async def _publish(self, topic: str, msgs: list[QueuedMessage], *, extended: bool = False
                        ) -> None:
         try:
             await self.broker.publish(topic, msgs, extended=extended)
@@ -550,7 +550,7 @@ _CONFIG_KEYS = frozenset(Options.keys()) - {"config", "version", "verbose"}
 _SETTINGS_KEYS = frozenset(Settings.keys())
 
 
-def message_json(msg: Message) -> dict[str, Any]:
+def message_json(msg: QueuedMessage) -> dict[str, Any]:
     """A message as the HTTP API shows it: its body in base64, and as text when it is UTF-8."""
     out: dict[str, Any] = {"id": msg.id.decode("latin-1"), "attempts": msg.attempts,
                            "timestamp": msg.timestamp,

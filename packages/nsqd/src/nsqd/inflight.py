@@ -16,16 +16,16 @@ import itertools
 from collections import OrderedDict
 from collections.abc import Iterator
 
-from .message import Message
+from .message import QueuedMessage
 
 
 class InFlightQueue:
     __slots__ = ("_all", "_dead", "_heap", "_ordered", "_seq", "_tail")
 
     def __init__(self) -> None:
-        self._all: dict[bytes, Message] = {}
-        self._ordered: OrderedDict[bytes, Message] = OrderedDict()
-        self._heap: list[tuple[float, int, Message]] = []
+        self._all: dict[bytes, QueuedMessage] = {}
+        self._ordered: OrderedDict[bytes, QueuedMessage] = OrderedDict()
+        self._heap: list[tuple[float, int, QueuedMessage]] = []
         self._tail = float("-inf")
         self._seq = itertools.count()
         self._dead = 0
@@ -36,13 +36,13 @@ class InFlightQueue:
     def __contains__(self, message_id: bytes) -> bool:
         return message_id in self._all
 
-    def __iter__(self) -> Iterator[Message]:
+    def __iter__(self) -> Iterator[QueuedMessage]:
         return iter(list(self._all.values()))
 
-    def get(self, message_id: bytes) -> Message | None:
+    def get(self, message_id: bytes) -> QueuedMessage | None:
         return self._all.get(message_id)
 
-    def add(self, msg: Message) -> None:
+    def add(self, msg: QueuedMessage) -> None:
         """Track ``msg`` until ``msg.deadline``; its id must not be present."""
         self._all[msg.id] = msg
         if msg.deadline >= self._tail:
@@ -51,7 +51,7 @@ class InFlightQueue:
         else:
             heapq.heappush(self._heap, (msg.deadline, next(self._seq), msg))
 
-    def remove(self, message_id: bytes) -> Message | None:
+    def remove(self, message_id: bytes) -> QueuedMessage | None:
         msg = self._all.pop(message_id, None)
         if msg is None:
             return None
@@ -63,9 +63,9 @@ class InFlightQueue:
             self._tail = float("-inf")
         return msg
 
-    def pop_due(self, now: float) -> list[Message]:
+    def pop_due(self, now: float) -> list[QueuedMessage]:
         """Remove and return every message whose deadline is at or before ``now``."""
-        due: list[Message] = []
+        due: list[QueuedMessage] = []
         ordered = self._ordered
         while ordered:
             key = next(iter(ordered))
@@ -95,7 +95,7 @@ class InFlightQueue:
             candidates.append(self._heap[0][0])
         return min(candidates) if candidates else None
 
-    def clear(self) -> list[Message]:
+    def clear(self) -> list[QueuedMessage]:
         msgs = list(self._all.values())
         self.__init__()  # type: ignore[misc]
         return msgs
@@ -116,7 +116,7 @@ class DeferredQueue:
     __slots__ = ("_heap", "_ids", "_seq")
 
     def __init__(self) -> None:
-        self._heap: list[tuple[float, int, Message]] = []
+        self._heap: list[tuple[float, int, QueuedMessage]] = []
         self._ids: set[bytes] = set()
         self._seq = itertools.count()
 
@@ -126,14 +126,14 @@ class DeferredQueue:
     def __contains__(self, message_id: bytes) -> bool:
         return message_id in self._ids
 
-    def __iter__(self) -> Iterator[Message]:
+    def __iter__(self) -> Iterator[QueuedMessage]:
         return iter([m for _, _, m in self._heap])
 
-    def add(self, msg: Message) -> None:
+    def add(self, msg: QueuedMessage) -> None:
         heapq.heappush(self._heap, (msg.deadline, next(self._seq), msg))
         self._ids.add(msg.id)
 
-    def pop_due(self, now: float) -> list[Message]:
+    def pop_due(self, now: float) -> list[QueuedMessage]:
         due = []
         heap = self._heap
         while heap and heap[0][0] <= now:
@@ -142,7 +142,7 @@ class DeferredQueue:
             due.append(msg)
         return due
 
-    def remove(self, message_id: bytes) -> Message | None:
+    def remove(self, message_id: bytes) -> QueuedMessage | None:
         """Take one message out before it is due (a job deleted while delayed): a scan."""
         if message_id not in self._ids:
             return None
@@ -155,7 +155,7 @@ class DeferredQueue:
     def next_deadline(self) -> float | None:
         return self._heap[0][0] if self._heap else None
 
-    def clear(self) -> list[Message]:
+    def clear(self) -> list[QueuedMessage]:
         msgs = [m for _, _, m in self._heap]
         self._heap.clear()
         self._ids.clear()

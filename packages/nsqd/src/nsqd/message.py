@@ -1,5 +1,9 @@
 """A message inside nsqd: the wire fields plus its in-flight bookkeeping.
 
+``QueuedMessage`` is named apart from ``nsq_common.Message`` (a decoded message frame, what a
+consumer reads) and the client library's message (a consumer's handle to FIN or REQ it): this
+one lives in nsqd's queues, waiting, deferred or in flight.
+
 Kept as a plain ``__slots__`` class rather than attrs because one is made per message per
 channel on the hot path; attribute access and construction must be as cheap as CPython allows.
 A job (lmstfy's API, beyond NSQ) is a message with a few more fields, in a subclass, so that
@@ -9,7 +13,7 @@ plain messages pay nothing for them.
 from __future__ import annotations
 
 
-class Message:
+class QueuedMessage:
     __slots__ = ("attempts", "body", "client_id", "deadline", "defer", "delivered", "expires",
                  "id", "timestamp")
     #: A class-level flag, so that telling a job from a message costs no slot.
@@ -27,12 +31,12 @@ class Message:
         self.delivered = 0.0  # when it went in flight; TOUCH cannot extend past + max-msg-timeout
         self.expires = expires  # ns since the epoch after which it is never delivered; 0: never
 
-    def copy(self) -> Message:
+    def copy(self) -> QueuedMessage:
         """A fresh copy for another channel: same id, body, timestamp, deferral and expiry."""
-        return Message(self.id, self.body, self.timestamp, 0, self.defer, self.expires)
+        return QueuedMessage(self.id, self.body, self.timestamp, 0, self.defer, self.expires)
 
 
-class Job(Message):
+class Job(QueuedMessage):
     """A message published through lmstfy's API: its own limit of deliveries, the delay its
     id carries, the wall-clock time it becomes ready, and its attributes."""
 

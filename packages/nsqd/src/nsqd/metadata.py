@@ -9,12 +9,19 @@ new one, never half of one. Ephemeral topics and channels are never written.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import attrs
+import trio
 from nsq_common import NSQ_VERSION, go_errno_text, go_json, is_valid_name
+
+if TYPE_CHECKING:
+    from .topic import Topic
 
 FILE_NAME = "nsqd.dat"
 
@@ -139,3 +146,47 @@ def write_atomic(path: Path, data: bytes) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, path)
+
+
+def topic_metadata(topics: Iterable[Topic]) -> list[TopicMeta]:
+    """What nsqd.dat keeps of ``topics``: every durable topic and channel, with settings."""
+    return [
+        TopicMeta(t.name, t.paused, tuple(
+            ChannelMeta(c.name, c.paused, c.max_attempts, c.dead_letter_expired)
+            for c in t.channels.values()
+            if not c.ephemeral), t.message_ttl)
+        for t in topics if not t.ephemeral
+    ]
+
+
+class MetadataWriter:
+    """Writes nsqd.dat after topics or channels change: ``changed`` is cheap and may be
+    called any number of times; ``run`` writes once per wake-up, in a worker thread."""
+
+    def __init__(self, data_path: str, topics: Callable[[], Iterable[Topic]],
+                 logger: logging.Logger) -> None:
+        self.path = metadata_path(data_path)
+        self._topics = topics
+        self._log = logger
+        self._event = trio.Event()
+
+    def changed(self) -> None:
+        self._event.set()
+
+    def write_now(self) -> None:
+        """Write at once, blocking (at start and at shutdown).
+
+        Raises:
+            OSError: it could not be written.
+        """
+        write_atomic(self.path, encode(topic_metadata(self._topics())))
+
+    async def run(self) -> None:
+        while True:
+            await self._event.wait()
+            self._event = trio.Event()
+            data = encode(topic_metadata(self._topics()))
+            try:
+                await trio.to_thread.run_sync(write_atomic, self.path, data)
+            except OSError as exc:
+                self._log.error("failed to persist metadata - %s", exc)

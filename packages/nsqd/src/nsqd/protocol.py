@@ -45,7 +45,7 @@ from .errors import (
     StoreFailed,
     SubscribeRefused,
 )
-from .message import Message
+from .message import QueuedMessage
 from .state import ANSWER_STATES, CLOSING, after, invalid
 
 if TYPE_CHECKING:
@@ -185,7 +185,7 @@ class ProtocolV2:
         await self._async[cmd.name](cmd)
 
     # -- publishing --------------------------------------------------------------------------
-    async def _publish(self, cmd: bytes, topic_raw: bytes, msgs: list[Message],
+    async def _publish(self, cmd: bytes, topic_raw: bytes, msgs: list[QueuedMessage],
                        failed: ErrorCode) -> None:
         topic = _name(topic_raw)
         try:
@@ -275,8 +275,8 @@ class ProtocolV2:
         neg = negotiate(req, features)
         client.identified = True
         client.heartbeat_interval = neg.heartbeat_interval / 1000
-        client.output_buffer_size = neg.output_buffer_size
-        client.output_buffer_timeout = neg.output_buffer_timeout / 1000
+        client.output.size = neg.output_buffer_size
+        client.output.timeout = neg.output_buffer_timeout / 1000
         client.sample_rate = neg.sample_rate
         client.msg_timeout = neg.msg_timeout / 1000
         if not req.feature_negotiation:

@@ -66,7 +66,7 @@ class Connection:
         self._closing = False
         self._writer_done = trio.Event()
         self._scope: trio.CancelScope | None = None
-        client.wake = self._wake
+        client.output.wake = self._wake
         client.disconnect = self._disconnect
 
     def _wake(self) -> None:
@@ -96,6 +96,7 @@ class Connection:
 
     async def _read_loop(self, data: bytes) -> None:
         client = self.client
+        output = client.output
         reader = self.reader
         proto = self.protocol
         sync_handlers = proto.sync_handlers
@@ -138,12 +139,12 @@ class Connection:
                     except ConnectionAbort as exc:
                         log.info("client %s: %s, closing", client.remote_address, exc)
                         return
-                if client.urgent and not self._send_lock.locked():
+                if output.urgent and not self._send_lock.locked():
                     # Answers to this chunk's commands go out now, from here: waking the
                     # writer task for them would add a task switch to every round trip of
                     # a request/response client (a publisher waiting for each OK).
                     await self._send()
-                elif client.out_bytes > OUTPUT_HIGH_WATER:
+                elif output.out_bytes > OUTPUT_HIGH_WATER:
                     self._drained = trio.Event()
                     self._wake()
                     await self._drained.wait()
@@ -160,6 +161,7 @@ class Connection:
 
     async def _write_loop(self) -> None:
         client = self.client
+        output = client.output
         now = trio.current_time
         hb_interval = client.heartbeat_interval
         next_hb = now() + hb_interval if hb_interval > 0 else math.inf
@@ -172,17 +174,17 @@ class Connection:
                 if t >= next_hb:
                     client.send_frame(HEARTBEAT_FRAME)
                     next_hb = t + hb_interval
-                if client.out and (client.urgent or self._closing or t >= client.flush_at):
+                if output.out and (output.urgent or self._closing or t >= output.flush_at):
                     if not await self._send():
                         return
-                    if client.out_bytes <= OUTPUT_HIGH_WATER:
+                    if output.out_bytes <= OUTPUT_HIGH_WATER:
                         self._drained.set()
                     continue
                 if self._closing:
                     return
                 deadline = next_hb
-                if client.out:
-                    deadline = min(deadline, client.flush_at)
+                if output.out:
+                    deadline = min(deadline, output.flush_at)
                 self._wake_event = trio.Event()
                 with trio.move_on_at(deadline):
                     await self._wake_event.wait()
@@ -200,7 +202,7 @@ class Connection:
         hb = self.client.heartbeat_interval
         with trio.move_on_after(hb if hb > 0 else math.inf) as scope:
             async with self._send_lock:
-                data = self.client.take_output()
+                data = self.client.output.take()
                 if data:
                     await self.stream.send_all(data)
         if scope.cancelled_caught:
@@ -214,7 +216,7 @@ class Connection:
         snappy or deflate, each confirmed with an OK through the new layer."""
         client = self.client
         async with self._send_lock:
-            pending = client.take_output()  # the IDENTIFY reply
+            pending = client.output.take()  # the IDENTIFY reply
             if pending:
                 await self.stream.send_all(pending)
             stream: trio.abc.Stream = self.stream

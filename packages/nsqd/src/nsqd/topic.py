@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from .diskqueue import DiskQueue
-    from .message import Message
+    from .message import QueuedMessage
 
 DRAIN_BATCH = 1000
 
@@ -55,7 +55,7 @@ class Topic:
         """Something may flow to the channels now (a new channel, an unpause, disk data)."""
         self._wake.set()
 
-    async def put(self, msgs: list[Message], *, extended: bool = False) -> None:
+    async def put(self, msgs: list[QueuedMessage], *, extended: bool = False) -> None:
         """Publish: straight to the channels, or held in the backlog. ``extended``: some of
         ``msgs`` have an expiry of their own or are jobs.
 
@@ -76,7 +76,7 @@ class Topic:
         else:
             await self._fan_out(msgs)
 
-    async def _fan_out(self, msgs: list[Message]) -> None:
+    async def _fan_out(self, msgs: list[QueuedMessage]) -> None:
         channels = list(self.channels.values())
         now = self.now()
         if self.backlog.extended:  # the channels must look at expiries from now on

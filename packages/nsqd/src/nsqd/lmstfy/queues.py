@@ -19,7 +19,7 @@ import trio
 
 from ..broker import Broker
 from ..channel import Channel
-from ..message import Job, Message
+from ..message import Job, QueuedMessage
 from . import ids, names
 from .state import State
 
@@ -31,7 +31,7 @@ class Taken:
     """A job handed out, and the queue it came from."""
 
     queue: str
-    msg: Message
+    msg: QueuedMessage
 
 
 class JobQueues:
@@ -70,7 +70,7 @@ class JobQueues:
         ms = ts // 1_000_000
         expires = ts + ttl * NS if ttl else 0
         due = ts + delay * NS if delay else 0
-        jobs: list[Message] = [Job(ids.new_message_id(ms), body, ts, expires=expires,
+        jobs: list[QueuedMessage] = [Job(ids.new_message_id(ms), body, ts, expires=expires,
                                    tries=tries, delay=delay, due=due, attributes=attributes)
                                for body in bodies]
         await self.broker.publish(channel.topic_name, jobs, extended=True)
@@ -115,14 +115,14 @@ class JobQueues:
             channel.cancel(msg_id)
 
     # -- looking ------------------------------------------------------------------------------
-    def peek(self, namespace: str, queue: str) -> Message | None:
+    def peek(self, namespace: str, queue: str) -> QueuedMessage | None:
         channel = self.channel(namespace, queue)
         if channel is None:
             return None
         head = channel.peek(1, self.broker.now())
         return head[0] if head else None
 
-    def find(self, namespace: str, queue: str, job_id: str) -> Message | None:
+    def find(self, namespace: str, queue: str, job_id: str) -> QueuedMessage | None:
         """The job wherever it is: in flight, delayed, waiting (in memory or read ahead from
         disk), or a dead letter."""
         channel = self.channel(namespace, queue)
@@ -163,7 +163,7 @@ class JobQueues:
             await self.state.save()
 
     # -- dead letters -------------------------------------------------------------------------
-    def dead_letter_head(self, namespace: str, queue: str) -> tuple[int, Message | None]:
+    def dead_letter_head(self, namespace: str, queue: str) -> tuple[int, QueuedMessage | None]:
         channel = self.channel(namespace, queue)
         if channel is None or not channel.dead_letter_count:
             return 0, None
@@ -186,7 +186,7 @@ class JobQueues:
         return len(channel.dead_letters.take(limit))
 
 
-def job_json(namespace: str, queue: str, msg: Message, *, remain_tries: int | None = None
+def job_json(namespace: str, queue: str, msg: QueuedMessage, *, remain_tries: int | None = None
              ) -> dict[str, object]:
     """A job as lmstfy answers it (without ``msg``): ``remain_tries`` is what the job has
     left after its deliveries so far, unless given."""
