@@ -1,14 +1,23 @@
-"""Samples of the last minutes, rates from counters, and the SVG sparklines."""
+"""The graphs' history: tiers and their bounds, decimation, monotonic counters and rates,
+node totals, the series bound. Time is passed in (``now=``) or a fake clock: no sleeping."""
 
-from nsqadmin.history import History, sparkline
+import itertools
+
+from nsqadmin.history import STALE_WHEN_FULL, History
 from nsqadmin.stats import TopicStats, aggregate_topic
 
 
-def totals(depth: int, messages: int) -> TopicStats:
-    raw = {"topic_name": "t", "depth": depth, "backend_depth": 0, "message_count": messages,
-           "paused": False, "channels": [{"channel_name": "c", "depth": depth,
+def per_node(node: str, depth: int, messages: int, *, topic: str = "t", channel: str = "c",
+             in_flight: int = 0) -> TopicStats:
+    raw = {"topic_name": topic, "depth": depth, "backend_depth": 0, "message_count": messages,
+           "paused": False, "channels": [{"channel_name": channel, "depth": depth,
+                                          "in_flight_count": in_flight,
                                           "message_count": messages}]}
-    return aggregate_topic("t", [TopicStats.parse(raw, "n:1", "h")])
+    return TopicStats.parse(raw, node, "h")
+
+
+def totals(depth: int, messages: int) -> TopicStats:
+    return aggregate_topic("t", [per_node("n:1", depth, messages)])
 
 
 def test_rates_from_message_counts():
@@ -21,35 +30,113 @@ def test_rates_from_message_counts():
     assert history.rate("t", "c") == 10.0
 
 
-def test_counter_reset_gives_no_negative_rate():
+def test_counter_fed_directly_gives_no_rate_across_a_drop():
     history = History()
     for now, count in ((0.0, 100), (5.0, 120), (10.0, 3), (15.0, 13)):
-        history.observe(("messages", "t", ""), count, now)
+        history.observe(("messages", "t", "", ""), count, now)
     assert history.rates("t") == [4.0, 2.0]
+    assert history.rate_points(("messages", "t", "", ""))[1] == (10.0, None)
 
 
-def test_close_samples_replace_and_old_ones_expire():
-    history = History(window=60.0, min_spacing=1.0)
-    history.observe(("depth", "t", ""), 1, now=0.0)
-    history.observe(("depth", "t", ""), 2, now=0.5)
-    assert history.values("depth", "t") == [2]
-    history.observe(("depth", "t", ""), 3, now=30.0)
-    history.observe(("depth", "t", ""), 4, now=70.0)
-    assert history.values("depth", "t") == [3, 4]
-    history.record([], now=500.0)
-    assert history.values("depth", "t") == []
+def test_nsqd_restart_counts_from_zero_never_negative():
+    history = History()
+    counts = [("a:1", 1000), ("b:1", 500)]
+    history.record([per_node(n, 0, c) for n, c in counts], now=0.0)
+    history.record([per_node("a:1", 0, 1100), per_node("b:1", 0, 550)], now=10.0)
+    history.record([per_node("a:1", 0, 30), per_node("b:1", 0, 600)], now=20.0)  # a restarted
+    assert history.rates("t") == [15.0, 8.0]  # (100 + 50) / 10, (30 + 50) / 10
+    assert all(r >= 0 for r in history.rates("t", "c"))
 
 
-def test_sparkline_is_accessible_svg():
-    svg = str(sparkline([1, 5, 3], "Depth of t"))
-    assert svg.startswith("<svg") and 'role="img"' in svg
-    assert "<title>Depth of t: now 3, low 1, high 5</title>" in svg
-    assert svg.count(",") >= 3 and "<polyline" in svg
-    waiting = str(sparkline([1], "Rate of <t>"))
-    assert "collecting samples" in waiting and "&lt;t&gt;" in waiting
+def test_a_node_missing_for_a_while_is_not_a_burst():
+    history = History()
+    history.record([per_node("a:1", 0, 1000), per_node("b:1", 0, 1_000_000)], now=0.0)
+    history.record([per_node("a:1", 0, 1010)], now=10.0)  # b did not answer
+    history.record([per_node("a:1", 0, 1020), per_node("b:1", 0, 1_000_100)], now=20.0)
+    assert history.rates("t") == [1.0, 11.0]  # b's 100 arrive when it answers again
+    assert history.values("depth", "t") == [0, 0, 0]
 
 
-def test_long_series_are_averaged_down():
-    svg = str(sparkline(list(range(600)), "Depth"))
-    assert svg.split('points="')[1].split('"')[0].count(" ") == 59
-    assert "now 599, low 0, high 599" in svg  # the summary reads the real values
+def test_sliding_point_then_settles_at_the_spacing():
+    history = History(min_spacing=1.0)
+    key = ("depth", "t", "", "")
+    for now, value in ((0.0, 1), (0.5, 2), (0.9, 3), (1.2, 4), (1.5, 5)):
+        history.observe(key, value, now)
+    # 0.5 and 0.9 were replaced by 1.2 (less than 1 s after 0): every point a real sample
+    assert history.points(key) == [(0.0, 1), (1.2, 4), (1.5, 5)]
+    assert history.latest(key) == 5
+
+
+def test_tiers_are_bounded_and_cover_their_windows():
+    history = History(min_spacing=1.0)
+    key = ("messages", "t", "", "")
+    for second in range(0, 7 * 3600):  # 7 hours of one sample a second
+        history.observe(key, second * 10.0, float(second))
+    fine, hour, six = (history.points(key, w) for w in ("10m", "1h", "6h"))
+    assert len(fine) <= 602 and len(hour) <= 362 and len(six) <= 362
+    end = 7 * 3600 - 1
+    assert fine[-1] == hour[-1] == six[-1] == (end, end * 10.0)  # the latest, everywhere
+    assert end - fine[0][0] <= 600 and end - fine[0][0] >= 590
+    assert end - hour[0][0] <= 3600 and end - hour[0][0] >= 3580
+    assert end - six[0][0] <= 21600 and end - six[0][0] >= 21500
+    for points, spacing in ((hour, 10.0), (six, 60.0)):
+        gaps = [b[0] - a[0] for a, b in itertools.pairwise(points)]
+        assert min(gaps[:-1]) >= spacing
+    # decimated, not averaged: rates between kept points are exact
+    assert {r for _, r in history.rate_points(key, "6h")} == {10.0}
+
+
+def test_fine_tier_is_capped_even_without_spacing():
+    history = History(min_spacing=0.0)
+    key = ("depth", "t", "", "")
+    for i in range(5000):
+        history.observe(key, i, i * 0.01)
+    assert len(history.points(key)) == 602
+
+
+def test_node_totals_only_from_complete_stats():
+    history = History()
+    stats = [per_node("a:1", 3, 10, topic="t1", in_flight=2),
+             per_node("a:1", 4, 20, topic="t2", in_flight=1), per_node("b:1", 7, 5, topic="t1")]
+    history.record(stats, now=0.0, nodes=["a:1", "c:1"])  # c answered with no topics
+    # depth of a node: its topics' and their channels' depths
+    assert history.latest(("depth", "", "", "a:1")) == 3 + 3 + 4 + 4
+    assert history.latest(("in_flight", "", "", "a:1")) == 3
+    assert history.latest(("messages", "", "", "a:1")) == 30
+    assert history.latest(("depth", "", "", "c:1")) == 0
+    assert history.latest(("depth", "", "", "b:1")) is None
+    assert history.latest(("depth", "t1", "", "")) == 10  # topics summed over nodes
+    assert history.latest(("in_flight", "t1", "c", "")) == 2
+    # a node page's stats: the node's totals, not (partial) topic sums
+    history.record([per_node("b:1", 9, 6, topic="t1")], now=5.0, nodes=["b:1"], topics=False)
+    assert history.latest(("depth", "", "", "b:1")) == 18
+    assert history.latest(("depth", "t1", "", "")) == 10
+
+
+def test_series_bound_refuses_new_keys_until_old_ones_go_stale():
+    history = History(max_series=3)
+    for name in ("a", "b", "c", "d"):
+        history.observe(("depth", name, "", ""), 1, now=0.0)
+    assert len(history) == 3 and history.latest(("depth", "d", "", "")) is None
+    history.record([], now=STALE_WHEN_FULL / 2)
+    history.observe(("depth", "a", "", ""), 2, now=STALE_WHEN_FULL / 2)
+    history.record([], now=STALE_WHEN_FULL + 1)  # b and c unused for too long: dropped
+    assert sorted(k[1] for k in history) == ["a"]
+    assert history.observe(("depth", "d", "", ""), 1, now=STALE_WHEN_FULL + 1)
+
+
+def test_series_expire_after_the_longest_window():
+    history = History()
+    history.record([totals(1, 1)], now=0.0)
+    history.record([], now=6 * 3600 - 1)
+    assert history.points(("depth", "t", "", ""), "6h") == [(0.0, 1)]
+    history.record([], now=6 * 3600 + 1)
+    assert len(history) == 0
+
+
+def test_fake_clock_is_used_when_no_time_is_given():
+    ticks = itertools.count(100)
+    history = History(clock=lambda: float(next(ticks)))
+    history.observe(("depth", "t", "", ""), 1)
+    history.observe(("depth", "t", "", ""), 2)
+    assert history.points(("depth", "t", "", "")) == [(100.0, 1), (101.0, 2)]

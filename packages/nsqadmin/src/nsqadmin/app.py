@@ -1,8 +1,9 @@
 """``create_app(options)``: the nsqadmin Starlette application.
 
 The routes keep the Go nsqadmin's URL layout (pages, ``/api/...``, ``/config/:opt``, ``/ping``,
-``/static/...``) under ``--base-path``. The lifespan runs two background tasks: the
-notification sender and the sampler that feeds the sparklines every ``--refresh-interval``.
+``/static/...``) under ``--base-path``. The lifespan runs the background tasks: the
+notification sender, the sampler that feeds the sparklines and graphs every
+``--refresh-interval``, and with ``--history-file`` the saver (which also saves on the way out).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from . import api, views
+from . import api, graphs, history_file, views
 from .auth import USER_KEY, BasicAuth, RequireBasicAuth, credentials
 from .cluster import ClusterInfo
 from .history import History
@@ -93,14 +94,14 @@ class Admin:
 
 
 async def sample(admin: Admin) -> None:
-    """Record one sample of every topic and channel (and the counter) for the sparklines."""
+    """Record one sample of every topic, channel and node (and the counter) for the graphs."""
     try:
         nodes = await admin.cluster.nodes()
         stats = await admin.cluster.stats(nodes.value, include_clients=False)
     except ClusterError as exc:
         log.debug("sampler: %s", exc)
         return
-    views.record_history(admin, stats.value.topics)
+    views.record_history(admin, stats.value.topics, stats.value.health)
     views.record_counter(admin, stats.value)
 
 
@@ -134,7 +135,8 @@ def create_app(options: Options, cluster: ClusterInfo | None = None, *,
         cluster: the cluster to show; by default one built from ``options`` over ``client``.
         client: the HTTP client for daemons and notifications; by default one built from
             ``options`` and closed when the app's lifespan ends.
-        history: where sparkline samples are kept (a fresh one by default).
+        history: where samples for the graphs are kept (by default a fresh one of
+            ``--history-max-series``); filled from ``--history-file`` when there is one.
         sampling: sample the cluster in the background while the lifespan runs.
         connections: the server's connection counts, for ``/metrics``.
 
@@ -149,7 +151,11 @@ def create_app(options: Options, cluster: ClusterInfo | None = None, *,
     if cluster is None:
         cluster = ClusterInfo(Upstream(http), list(options.nsqlookupd_http_addresses),
                               list(options.nsqd_http_addresses))
-    admin = Admin(options, cluster, history or History(),
+    if history is None:
+        history = History(max_series=options.history_max_series)
+    if options.history_file:
+        history_file.load(history, options.history_file)
+    admin = Admin(options, cluster, history,
                   Notifier(options.notification_http_endpoint, http), basic_auth)
 
     @asynccontextmanager
@@ -159,6 +165,9 @@ def create_app(options: Options, cluster: ClusterInfo | None = None, *,
                 await nursery.start(admin.notifier.run)
                 if sampling:
                     nursery.start_soon(run_sampler, admin, options.refresh_interval)
+                if options.history_file:
+                    nursery.start_soon(history_file.run_saver, history, options.history_file,
+                                       options.history_save_interval)
                 try:
                     yield
                 finally:
@@ -183,6 +192,7 @@ def create_app(options: Options, cluster: ClusterInfo | None = None, *,
         Route("/ping", ping, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
         *views.routes(),
+        *graphs.routes(),
         *api.routes(options),
         Mount("/static", StaticFiles(directory=static_dir), name="static"),
     ]

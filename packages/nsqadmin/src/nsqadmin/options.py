@@ -64,7 +64,12 @@ def build_flagset() -> FlagSet:
         "python -m nsqadmin.passwd); when set, changing the cluster needs HTTP basic auth as "
         "one of these users (and one of --admin-user, if given); reading stays open")
     add("refresh-interval", "duration", 5.0, "how often pages refresh their tables in place and "
-        "the cluster is sampled for sparklines")
+        "the cluster is sampled for sparklines and graphs")
+    add("history-file", "string", "", "path to a file that keeps the graphs' history across "
+        "restarts (written every --history-save-interval and on exit; loaded at start)")
+    add("history-save-interval", "duration", 60.0, "how often --history-file is written")
+    add("history-max-series", "int", 1000, "most graph series (one metric of one topic, "
+        "channel or node; at most ~21 KiB each) kept in memory")
     return fs
 
 
@@ -110,6 +115,9 @@ class Options:
     statsd_interval: float = 60.0
     dev_static_dir: str = ""
     refresh_interval: float = 5.0
+    history_file: str = ""
+    history_save_interval: float = 60.0
+    history_max_series: int = 1000
 
     @classmethod
     def from_values(cls, values: dict[str, Any]) -> Options:
@@ -158,3 +166,7 @@ class Options:
                                  f"({self.allow_config_from_cidr}) - {exc}") from None
         if self.refresh_interval <= 0:
             raise ValueError("--refresh-interval must be positive")
+        if self.history_save_interval <= 0:
+            raise ValueError("--history-save-interval must be positive")
+        if self.history_max_series < 1:
+            raise ValueError("--history-max-series must be at least 1")

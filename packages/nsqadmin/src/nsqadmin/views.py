@@ -19,9 +19,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from . import actions
+from . import actions, graphs
 from .cluster import RESPAWN_BATCH
-from .history import sparkline
+from .history import WINDOW_NAMES
+from .sparkline import sparkline
 from .stats import Node, QueuedMessage, TopicStats, aggregate_topic
 from .upstream import ClusterError, UpstreamError
 
@@ -63,20 +64,22 @@ class Warnings:
         return len(self.errors)
 
 
-def record_history(admin: Admin, per_node: Iterable[TopicStats]) -> list[TopicStats]:
-    """Sum per-node topic stats into one per topic, and sample them for the sparklines."""
+def record_history(admin: Admin, per_node: Iterable[TopicStats],
+                   nodes: Iterable[str] = ()) -> list[TopicStats]:
+    """Sample per-node topic stats for the graphs (and ``nodes``' totals: the nodes whose
+    every topic is in ``per_node``), and sum them into one per topic."""
+    per_node = list(per_node)
+    admin.history.record(per_node, nodes=nodes)
     by_topic: dict[str, list[TopicStats]] = {}
     for stats in per_node:
         by_topic.setdefault(stats.topic_name, []).append(stats)
-    totals = [aggregate_topic(name, parts) for name, parts in sorted(by_topic.items())]
-    admin.history.record(totals)
-    return totals
+    return [aggregate_topic(name, parts) for name, parts in sorted(by_topic.items())]
 
 
 def record_counter(admin: Admin, stats: Stats) -> int:
     """Sample the counter: every message every channel has been given, over all nodes."""
     total = sum(c.message_count for c in stats.channels.values())
-    admin.history.observe(("messages", "*", "*"), total)
+    admin.history.observe(("messages", "*", "*", ""), total)
     return total
 
 
@@ -104,6 +107,7 @@ def render(request: Request, page: str, context: Context, *, status: int = 200,
         "is_admin": admin.offers_actions(request), "lookupd_mode": admin.cluster.lookupd_mode,
         "lookupds": admin.cluster.lookupd_addresses, "live_url": _live_url(admin, page, request),
         "report": report, "report_oob": partial and report is not None, **_charts(admin),
+        "windows": WINDOW_NAMES,
         **context,
     }
     flash = None
@@ -168,11 +172,11 @@ async def load_topics(request: Request) -> Context:
             listed = await admin.cluster.lookupd_topics()
             warnings.add(listed.errors)
             names.update(listed.value)
-        nodes, per_node, _ = await _nodes_and_stats(admin, warnings)
+        nodes, per_node, stats = await _nodes_and_stats(admin, warnings)
     except ClusterError as exc:
         warnings.add(exc.errors)
         return {"fatal": exc.kind, "warnings": warnings, "topics": [], "nodes": []}
-    totals = {t.topic_name: t for t in record_history(admin, per_node)}
+    totals = {t.topic_name: t for t in record_history(admin, per_node, stats.health)}
     rows = [totals.get(name) or TopicStats(node="", hostname="", topic_name=name)
             for name in sorted(names | totals.keys())]
     return {"topics": rows, "nodes": nodes, "warnings": warnings}
@@ -182,24 +186,27 @@ async def load_topic(request: Request) -> Context:
     admin = admin_of(request)
     topic = request.path_params["topic"]
     warnings = Warnings()
+    drawn = graphs.lazily(graphs.for_topic, admin.history, topic, graphs.window_of(request))
     try:
         producers, per_node, _ = await _nodes_and_stats(admin, warnings, topic=topic,
                                                         producers=True)
     except ClusterError as exc:
         warnings.add(exc.errors)
         return {"fatal": exc.kind, "warnings": warnings, "topic": topic, "stats": None,
-                "producers": [], "unreachable": []}
+                "producers": [], "unreachable": [], "graphs": drawn}
     totals = record_history(admin, per_node)
     stats = totals[0] if totals else aggregate_topic(topic, [])
     unreachable = [p for p in producers if p.address in warnings]
     return {"topic": topic, "stats": stats, "producers": producers,
-            "unreachable": unreachable, "warnings": warnings}
+            "unreachable": unreachable, "warnings": warnings, "graphs": drawn}
 
 
 async def load_channel(request: Request) -> Context:
     admin = admin_of(request)
     topic, channel = request.path_params["topic"], request.path_params["channel"]
     warnings = Warnings()
+    drawn = graphs.lazily(graphs.for_channel, admin.history, topic, channel,
+                          graphs.window_of(request))
     try:
         producers, per_node, stats = await _nodes_and_stats(admin, warnings, topic=topic,
                                                             channel=channel, clients=True,
@@ -207,7 +214,7 @@ async def load_channel(request: Request) -> Context:
     except ClusterError as exc:
         warnings.add(exc.errors)
         return {"fatal": exc.kind, "warnings": warnings, "topic": topic, "channel": channel,
-                "stats": None, "unreachable": []}
+                "stats": None, "unreachable": [], "graphs": drawn}
     record_history(admin, per_node)
     unreachable = [p for p in producers if p.address in warnings]
     totals = stats.channels.get(channel)
@@ -218,7 +225,8 @@ async def load_channel(request: Request) -> Context:
         warnings.add(found.errors)
         dead_letters = found.value
     return {"topic": topic, "channel": channel, "stats": totals, "dead_letters": dead_letters,
-            "respawn_batch": RESPAWN_BATCH, "unreachable": unreachable, "warnings": warnings}
+            "respawn_batch": RESPAWN_BATCH, "unreachable": unreachable, "warnings": warnings,
+            "graphs": drawn}
 
 
 async def load_peek(request: Request) -> Context:
@@ -286,9 +294,12 @@ async def load_node(request: Request) -> Context:
         stats = await cluster.stats([node], include_clients=True)
         topics = sorted(stats.value.topics, key=lambda t: t.topic_name)
         health = stats.value.health.get(node.http_address, health)
+        admin.history.record(topics, nodes=[node.http_address], topics=False)
     except ClusterError as exc:
         warnings.add(exc.errors)
     return {
+        "graphs": graphs.lazily(graphs.for_node, admin.history, node.http_address,
+                                graphs.window_of(request)),
         "node_name": name, "node": node, "topics": topics, "health": health,
         "total_messages": sum(t.message_count for t in topics),
         "total_clients": sum(len(c.clients or ()) for t in topics for c in t.channels or ()),

@@ -1,0 +1,186 @@
+"""nsqadmin's graphs against a real nsqd: on the topic, channel and node pages, the window
+chooser, the refreshable fragment, values equal to nsqd's /stats, and ``--history-file`` across
+a restart of the real nsqadmin process."""
+
+import gzip
+import itertools
+import json
+import re
+import signal
+
+import httpx
+import pytest
+import trio
+from nsq_testing import DEADLINE, start_daemon, until, wait_until
+from nsqadmin import Options, create_app
+from nsqadmin.history import History
+
+HTMX = {"HX-Request": "true"}
+
+
+@pytest.fixture(scope="module")
+def nsqd(tmp_path_factory):
+    data = tmp_path_factory.mktemp("graphs-nsqd")
+    daemon = start_daemon("nsqd", ["--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0",
+                                   "--broadcast-address=127.0.0.1", f"--data-path={data}"])
+    yield daemon
+    daemon.stop()
+
+
+@pytest.fixture
+async def admin(nsqd, nursery):
+    """An in-process nsqadmin whose history's clock moves one (fake) second per reading."""
+    ticks = itertools.count(1_700_000_000)
+    history = History(clock=lambda: float(next(ticks)))
+    options = Options(nsqd_http_addresses=[nsqd.http_address], refresh_interval=2.0)
+    app = create_app(options, history=history, sampling=False)
+    ready, done = trio.Event(), trio.Event()
+
+    async def lifespan():
+        async with app.router.lifespan_context(app):
+            ready.set()
+            await done.wait()
+
+    nursery.start_soon(lifespan)
+    await ready.wait()
+    transport = httpx.ASGITransport(app=app, client=("127.0.0.1", 40000))
+    async with httpx.AsyncClient(transport=transport, base_url="http://admin.test") as client:
+        yield client
+    done.set()
+
+
+async def publish(nsqd, topic, count, channel="work"):
+    async with httpx.AsyncClient(timeout=DEADLINE) as http:
+        base = f"http://{nsqd.http_address}"
+        (await http.post(f"{base}/topic/create", params={"topic": topic})).raise_for_status()
+        (await http.post(f"{base}/channel/create", params={"topic": topic, "channel": channel})
+         ).raise_for_status()
+        (await http.post(f"{base}/mpub", params={"topic": topic},
+                         content=b"\n".join(b"m%d" % n for n in range(count)))).raise_for_status()
+        body = (await http.get(f"{base}/stats", params={"format": "json", "topic": topic})).json()
+    return body["topics"][0]
+
+
+def latest(html: str, label: str, chart: int = 0) -> str:
+    """The ``data-latest`` of ``label`` in the page's ``chart``-th chart."""
+    svg = html.split('<svg class="chart"')[chart + 1]
+    return re.search(rf'data-label="{label}" data-latest="([^"]*)"', svg).group(1)
+
+
+async def test_channel_page_graphs_match_stats(admin, nsqd):
+    stats = await publish(nsqd, "gr_orders", 37)
+    for _ in range(3):  # three samples (a fake second apart)
+        page = (await admin.get("/topics/gr_orders/work")).text
+    channel = stats["channels"][0]
+    assert latest(page, "Depth") == str(channel["depth"]) == "37"
+    assert latest(page, "In flight") == "0"
+    assert latest(page, "Rate", chart=1) == "0"
+    assert 'id="graphs"' in page and 'hx-get="/graphs/topics/gr_orders/work?window=10m"' in page
+    assert 'hx-trigger="every 2s"' in page
+    assert re.search(r'<text class="tick ytick"[^>]*>40</text>', page)
+    assert re.search(r'<text class="tick xtick"[^>]*>\d\d:\d\d</text>', page)
+    assert ">messages</text>" in page and ">messages/s</text>" in page
+    assert "Depth and in flight of channel work: now Depth 37, In flight 0" in page
+    # the live region's refresh does not redraw the graphs (they refresh on their own)
+    live = (await admin.get("/topics/gr_orders/work", headers=HTMX)).text
+    assert 'id="graphs"' not in live and 'id="live"' in live
+
+
+async def test_fragment_windows_and_rates(admin, nsqd):
+    await publish(nsqd, "gr_rates", 10)
+    await admin.get("/topics/gr_rates")
+    await publish(nsqd, "gr_rates", 20)
+    page = (await admin.get("/topics/gr_rates")).text
+    assert "Depth of gr_rates: now 0" in page  # the topic's own queue: all went to its channel
+    assert re.search(r"Messages per second to gr_rates: now [\d.]+/s", page)
+    for window, name in (("10m", "10 minutes"), ("1h", "1 hour"), ("6h", "6 hours")):
+        fragment = await admin.get("/graphs/topics/gr_rates", params={"window": window})
+        assert fragment.status_code == 200
+        assert fragment.headers["cache-control"] == "no-store"
+        text = fragment.text
+        assert text.lstrip().startswith('<section id="graphs"')
+        assert f'aria-current="true">{name}</a>' in text
+        assert f'hx-get="/graphs/topics/gr_rates?window={window}"' in text
+        assert latest(text, "Depth") == "0"
+    # without JavaScript the chooser is links to the page itself
+    page = (await admin.get("/topics/gr_rates", params={"window": "6h"})).text
+    assert 'href="/topics/gr_rates?window=1h"' in page
+    assert 'aria-current="true">6 hours</a>' in page
+    assert re.search(r'class="tick xtick"[^>]*>\d\d:00</text>', page)  # hourly ticks
+    junk = (await admin.get("/graphs/topics/gr_rates", params={"window": "1y"})).text
+    assert 'aria-current="true">10 minutes</a>' in junk
+
+
+async def test_node_page_graphs_its_totals(admin, nsqd):
+    await publish(nsqd, "gr_node", 5)
+    page = (await admin.get(f"/nodes/{nsqd.http_address}")).text
+    assert f'hx-get="/graphs/nodes/{nsqd.http_address}?window=10m"' in page
+    async with httpx.AsyncClient(timeout=DEADLINE) as http:
+        stats = (await http.get(f"http://{nsqd.http_address}/stats",
+                                params={"format": "json"})).json()
+    waiting = sum(t["depth"] + sum(c["depth"] for c in t["channels"]) for t in stats["topics"])
+    assert latest(page, "Depth") == str(waiting)
+    fragment = (await admin.get(f"/graphs/nodes/{nsqd.http_address}")).text
+    assert "Messages per second to node" in fragment
+
+
+async def test_unknown_names_draw_empty_graphs(admin):
+    text = (await admin.get("/graphs/topics/nope/none")).text
+    assert "collecting samples" in text and "data-latest" not in text
+
+
+def graph_latest(base: str, path: str) -> str | None:
+    text = httpx.get(f"{base}/graphs{path}", timeout=DEADLINE).text
+    found = re.search(r'data-label="Depth" data-latest="([^"]*)"', text)
+    return found.group(1) if found else None
+
+
+def first_time(base: str, path: str) -> float:
+    text = httpx.get(f"{base}/graphs{path}", timeout=DEADLINE).text
+    return min(float(t) for t in re.findall(r'<rect [^>]*data-t="([\d.]+)"', text))
+
+
+def test_history_file_survives_a_restart(nsqd, tmp_path):
+    trio.run(publish, nsqd, "gr_restart", 12)
+    path = tmp_path / "history.gz"
+    args = [f"--nsqd-http-address={nsqd.http_address}", "--http-address=127.0.0.1:0",
+            "--refresh-interval=1s", f"--history-file={path}", "--history-save-interval=1h"]
+    first = start_daemon("nsqadmin", args, expect=("HTTP",))
+    try:
+        base = f"http://{first.http_address}"
+        wait_until(lambda: graph_latest(base, "/topics/gr_restart/work") == "12",
+                   what="the sampler's first samples")
+        before = first_time(base, "/topics/gr_restart/work")
+    finally:
+        assert first.stop(signal.SIGTERM) == 0
+    saved = json.loads(gzip.decompress(path.read_bytes()))  # written on the way out
+    keys = [tuple(s["key"]) for s in saved["series"]]
+    assert ("depth", "gr_restart", "work", "") in keys
+    assert ("depth", "", "", nsqd.http_address) in keys
+
+    second = start_daemon("nsqadmin", args, expect=("HTTP",))
+    try:
+        base = f"http://{second.http_address}"
+        # straight away, before any new sample: the old points are there
+        assert first_time(base, "/topics/gr_restart/work") == before
+        assert graph_latest(base, "/topics/gr_restart/work") == "12"
+        assert "history: " in "".join(second.log) and "series restored" in "".join(second.log)
+    finally:
+        second.stop()
+
+
+async def test_sampler_keeps_graphs_current_without_page_loads(nsqd, nursery):
+    await publish(nsqd, "gr_sampled", 4)
+    options = Options(nsqd_http_addresses=[nsqd.http_address], refresh_interval=0.05)
+    app = create_app(options)
+    history = app.state.admin.history
+    done = trio.Event()
+
+    async def lifespan():
+        async with app.router.lifespan_context(app):
+            await done.wait()
+
+    nursery.start_soon(lifespan)
+    await until(lambda: len(history.points(("depth", "gr_sampled", "work", ""))) >= 2)
+    assert history.latest(("depth", "", "", nsqd.http_address)) is not None
+    done.set()

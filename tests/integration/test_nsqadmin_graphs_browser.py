@@ -1,0 +1,136 @@
+"""nsqadmin's graphs in a real browser (Playwright driving Debian's Chromium, headless) against
+a real nsqadmin process and nsqd: a known number of messages is published, the channel page's
+graph must come to show exactly /stats' depth, with value and time axes labelled; it refreshes
+in place, changes window, shows hover values; screenshots go to artifacts/screenshots/."""
+
+import re
+from pathlib import Path
+
+import httpx
+import pytest
+from nsq_testing import DEADLINE
+
+sync_api = pytest.importorskip("playwright.sync_api")
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "artifacts" / "screenshots"
+PUBLISHED = 37
+
+
+@pytest.fixture
+def browser():
+    if not CHROMIUM.exists():
+        pytest.skip("Chromium is not installed (apt-get install chromium)")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                                             args=ARGS)
+        sync_api.expect.set_options(timeout=DEADLINE * 1000)
+        try:
+            yield browser
+        finally:
+            sync_api.expect.set_options(timeout=5_000)
+            browser.close()
+
+
+def shoot(target, name: str, **options) -> Path:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"nsqadmin-{name}.png"
+    target.screenshot(path=str(path), **options)
+    assert path.stat().st_size > 0
+    return path
+
+
+def depth_in_stats(nsqd, topic: str, channel: str) -> int:
+    body = httpx.get(f"http://{nsqd.http_address}/stats", timeout=DEADLINE,
+                     params={"format": "json", "topic": topic, "channel": channel}).json()
+    return body["topics"][0]["channels"][0]["depth"]
+
+
+def publish(nsqd, topic: str, count: int, first: int = 0) -> None:
+    body = b"\n".join(b"order %d" % n for n in range(first, first + count))
+    httpx.post(f"http://{nsqd.http_address}/mpub", params={"topic": topic},
+               content=body, timeout=DEADLINE).raise_for_status()
+
+
+def test_channel_graph_shows_what_stats_says(run_daemon, browser):
+    nsqd = run_daemon("nsqd", "--broadcast-address=127.0.0.1")
+    base_nsqd = f"http://{nsqd.http_address}"
+    httpx.post(f"{base_nsqd}/topic/create", params={"topic": "orders"}).raise_for_status()
+    httpx.post(f"{base_nsqd}/channel/create",
+               params={"topic": "orders", "channel": "billing"}).raise_for_status()
+    publish(nsqd, "orders", PUBLISHED)
+    admin = run_daemon("nsqadmin", f"--nsqd-http-address={nsqd.http_address}",
+                       "--refresh-interval=1s", expect=("HTTP",))
+    base = f"http://{admin.http_address}"
+    expect = sync_api.expect
+
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.set_default_timeout(DEADLINE * 1000)
+    page.goto(base + "/topics/orders/billing")
+    page.wait_for_function("() => window.htmx !== undefined")
+    page.evaluate("() => { window.stillHere = true }")
+    graphs = page.locator("#graphs")
+    depth_chart, rate_chart = graphs.locator("svg.chart").nth(0), graphs.locator("svg.chart").nth(1)
+    expect(depth_chart).to_be_visible()
+    depth = depth_chart.locator('.legend-item[data-label="Depth"]')
+    expect(depth).to_have_attribute("data-latest", str(PUBLISHED))
+    assert int(depth.get_attribute("data-latest")) == depth_in_stats(nsqd, "orders", "billing")
+    expect(depth).to_contain_text(f"Depth {PUBLISHED}")
+    expect(depth_chart.locator('.legend-item[data-label="In flight"]')).to_have_attribute(
+        "data-latest", "0")
+
+    # axes: value ticks from 0 up past the depth, clock times, both units named
+    for chart, unit in ((depth_chart, "messages"), (rate_chart, "messages/s")):
+        ticks = chart.locator("text.ytick").all_text_contents()
+        assert ticks[0] == "0" and len(ticks) >= 2, ticks
+        times = chart.locator("text.xtick").all_text_contents()
+        assert len(times) >= 4 and all(re.fullmatch(r"\d\d:\d\d", t) for t in times), times
+        units = chart.locator("text.unit").all_text_contents()
+        assert units[0] == unit and units[1].startswith("time ("), units
+    top = float(depth_chart.locator("text.ytick").last.get_attribute("data-value"))
+    assert top >= PUBLISHED
+    shoot(page, "graphs-channel", full_page=True)
+
+    # the graphs refresh in place: more messages show up, and the rate chart draws them
+    publish(nsqd, "orders", 13, first=PUBLISHED)
+    expect(depth).to_have_attribute("data-latest", str(PUBLISHED + 13))
+    assert depth_in_stats(nsqd, "orders", "billing") == PUBLISHED + 13
+    page.wait_for_function(
+        """() => [...document.querySelectorAll('#graphs svg.chart')[1]
+                   .querySelectorAll('.hover rect')]
+                 .some(r => parseFloat(r.dataset.values) > 0)""")
+    assert page.evaluate("() => window.stillHere") is True
+
+    # hover: the strip under the pointer is shaded and carries the values as its tooltip
+    strip = depth_chart.locator(".hover rect").last
+    strip.hover()
+    shade = strip.evaluate("r => getComputedStyle(r).fillOpacity")
+    assert float(shade) > 0
+    tooltip = strip.locator("title").text_content()
+    assert re.fullmatch(rf"\d\d:\d\d:\d\d · Depth {PUBLISHED + 13} · In flight 0", tooltip)
+    shoot(graphs, "graphs-channel-hover")
+
+    # another window: the region is swapped, the address bar keeps the choice
+    graphs.get_by_role("link", name="6 hours").click()
+    expect(graphs.get_by_role("link", name="6 hours")).to_have_attribute("aria-current", "true")
+    expect(page).to_have_url(re.compile(r"\?window=6h$"))
+    expect(graphs.locator("svg.chart").first.locator('.legend-item[data-label="Depth"]')
+           ).to_have_attribute("data-latest", str(PUBLISHED + 13))
+    assert page.evaluate("() => window.stillHere") is True
+    page.reload()
+    expect(graphs.get_by_role("link", name="6 hours")).to_have_attribute("aria-current", "true")
+
+    # the topic and node pages have theirs
+    page.goto(base + "/topics/orders")
+    expect(page.locator("#graphs svg.chart")).to_have_count(2)
+    page.goto(f"{base}/nodes/{nsqd.http_address}")
+    node_depth = page.locator('#graphs .legend-item[data-label="Depth"]')
+    expect(node_depth).to_have_attribute("data-latest", str(PUBLISHED + 13))
+    shoot(page, "graphs-node", full_page=True)
+
+    phone = browser.new_page(viewport={"width": 390, "height": 844})
+    phone.goto(base + "/topics/orders/billing")
+    expect(phone.locator("#graphs svg.chart").first).to_be_visible()
+    shoot(phone, "graphs-channel-phone", full_page=True)
