@@ -84,7 +84,7 @@ def plan(addresses: list[str], total: int, cap: int) -> list[NsqdShare]:
         pieces = -(-share // cap)
         per_nsqd.append([NsqdShare(address, share // pieces + (1 if j < share % pieces else 0))
                          for j in range(pieces)])
-    out = []
+    out: list[NsqdShare] = []
     for j in range(max(map(len, per_nsqd), default=0)):
         out.extend(pieces[j] for pieces in per_nsqd if j < len(pieces))
     return out

@@ -42,7 +42,7 @@ COMMIT_POLL = 0.25  # seconds between looks at Spark's commit log
 DEFAULT_MSG_TIMEOUT = 60.0  # asked of nsqd when the msgTimeout option does not say
 
 
-class MessagesPartition(InputPartition):  # type: ignore[misc]
+class MessagesPartition(InputPartition):
     """A slice of one batch's messages, carried to the executor in the partition itself."""
 
     def __init__(self, topic: str, channel: str, entries: list[Entry]) -> None:

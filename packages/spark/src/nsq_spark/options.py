@@ -10,6 +10,7 @@ arrives as ``maxmessagespertrigger``. Connection options are the client library'
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import attrs
 from nsq_client import Config
@@ -75,7 +76,7 @@ class Options:
     batch_size: int  # sink: rows per MPUB
     config: tuple[tuple[str, str], ...]  # nsq_client.Config options, as text
 
-    def client_config(self, **overrides: object) -> Config:
+    def client_config(self, **overrides: Any) -> Config:
         config = Config()
         for name, text in self.config:
             config = config.set(name, text)

@@ -41,7 +41,7 @@ def _url(http_address: str, path: str) -> str:
     return base + path
 
 
-class PullPartition(InputPartition):  # type: ignore[misc]
+class PullPartition(InputPartition):
     """Part ``index`` of the batch ending at ``end``: pull up to ``part.count`` messages."""
 
     def __init__(self, topic: str, channel: str, log_dir: str, end: int, index: int, part: Part,

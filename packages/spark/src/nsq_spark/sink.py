@@ -301,7 +301,7 @@ class BatchWriter(DataSourceArrowWriter):
         self._options = options
         self._where = columns(schema, options)
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> Published:  # type: ignore[override]
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> Published:
         return publish(iterator, self._options, self._where)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -326,7 +326,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
         self._options = options
         self._where = columns(schema, options)
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> Published:  # type: ignore[override]
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> Published:
         return publish(iterator, self._options, self._where)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:

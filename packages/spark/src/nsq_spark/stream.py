@@ -41,7 +41,7 @@ from .pull import PullPartition, read_part
 from .rows import entries_batch
 
 
-class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
+class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """See the module docstring. Built cheaply: Spark also builds one in its planner and pickles
     it to the executors for ``read``; only the driver's calls open connections."""
 

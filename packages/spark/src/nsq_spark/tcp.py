@@ -62,7 +62,8 @@ class TcpConsumers:
         ``accept`` (run on the loop) can keep a message out of the result, e.g. a redelivery
         the caller answers itself; such a message stays held.
         """
-        return self._call(self._take, at_most, wait, accept)
+        taken: list[Message] = self._call(self._take, at_most, wait, accept)
+        return taken
 
     def finish(self, messages: Iterable[Message]) -> None:
         """FIN the messages (those of a committed batch) and stop holding them."""
