@@ -30,6 +30,7 @@ from .errors import (
     NSQSparkError,
     OptionError,
     PublishError,
+    SchemaError,
 )
 from .rows import SCHEMA
 
@@ -47,6 +48,7 @@ __all__ = [
     "NSQSparkError",
     "OptionError",
     "PublishError",
+    "SchemaError",
     "local_session",
     "register",
 ]

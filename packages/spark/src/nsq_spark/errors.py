@@ -2,6 +2,7 @@
 
     NSQSparkError
     ├── OptionError        a missing or bad option (also a ValueError)
+    ├── SchemaError        the sink's DataFrame has no body column, or a row it cannot send
     ├── ConsumerError      the driver's NSQ consumers stopped (their cause is chained)
     ├── BatchLogError      the batch log disagrees with the offsets Spark asks for
     └── PublishError       the sink could not publish a partition (Spark retries the task)
@@ -16,6 +17,10 @@ class NSQSparkError(Exception):
 
 class OptionError(NSQSparkError, ValueError):
     """An option is missing or does not parse; the message names it."""
+
+
+class SchemaError(NSQSparkError, ValueError):
+    """The DataFrame cannot be published: the message says which column or row is wrong."""
 
 
 class ConsumerError(NSQSparkError):

@@ -53,7 +53,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import trio
-from nsq_client import Producer
+from nsq_client import NSQError, Producer
 from nsq_common import is_valid_topic_name
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
@@ -63,6 +63,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import BinaryType, StringType, StructType
 
 from .discovery import all_nsqd
+from .errors import NSQSparkError, PublishError, SchemaError
 from .options import Options
 
 log = logging.getLogger("nsq_spark")
@@ -74,10 +75,6 @@ MAX_MPUB_BYTES = 4 * 1024 * 1024
 MAX_PENDING = 8
 #: How long a worker process reuses the nsqd list that nsqlookupd's ``/nodes`` gave.
 NODES_TTL = 30.0
-
-
-class SchemaError(ValueError):
-    """The DataFrame cannot be published: the message says which column is missing or wrong."""
 
 
 @dataclass(frozen=True)
@@ -256,8 +253,14 @@ def publish(batches: Iterable[pa.RecordBatch], options: Options, where: Columns)
     try:
         trio.run(_publish, itertools.chain([first], rest), options, where, addresses, topics)
     except BaseExceptionGroup as group:  # one failure, shown as itself to Spark's user
-        raise _single(group) from None
-    return Published(topics, addresses[0])
+        error = _single(group)
+    except (NSQError, OSError) as exc:
+        error = exc
+    else:
+        return Published(topics, addresses[0])
+    if isinstance(error, NSQSparkError):
+        raise error
+    raise PublishError(f"publishing to nsqd {', '.join(addresses)} failed: {error}") from error
 
 
 def _single(error: BaseException) -> BaseException:
