@@ -12,7 +12,6 @@ so a row's directory names the worker and the executor that handled it.
 from __future__ import annotations
 
 import collections
-import importlib.util
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -150,11 +149,12 @@ def drained(http: httpx.Client, nsqd: Daemon, topic: str, channel: str
 
 
 def stream_to_parquet(spark: SparkSession, nsqd: Daemon, topic: str, tmp_path: Path,
-                      **options: str) -> tuple[DataFrame, Any]:
+                      via: tuple[str, str] | None = None, **options: str) -> tuple[DataFrame, Any]:
     """Run ``topic``/``spark`` through the nsq source into Parquet with Trigger.AvailableNow, to
-    its end; the rows written and the finished query."""
+    its end; the rows written and the finished query. ``via`` names the nsqd (default: its
+    TCP address, so the driver holds the consumers)."""
     checkpoint, out = tmp_path / "checkpoint", tmp_path / "out"
-    reader = (spark.readStream.format("nsq").option("nsqd", nsqd.tcp_address)
+    reader = (spark.readStream.format("nsq").option(*(via or ("nsqd", nsqd.tcp_address)))
               .option("topic", topic).option("channel", "spark")
               .option("checkpointLocation", str(checkpoint)))
     for key, value in options.items():
@@ -216,6 +216,26 @@ def test_one_batch_is_read_on_both_executors(spark, cluster, nsqd, http, tmp_pat
                what="channel depth 0, in_flight 0")
 
 
+def test_executors_pull_over_http_on_the_cluster(spark, cluster, nsqd, http, tmp_path):
+    """Given nsqd's HTTP address, the executors consume themselves: the driver plans parts by
+    depth, each executor pulls its part and logs it under the checkpoint, the driver FINishes."""
+    bodies = publish(http, nsqd, "cluster_http", "spark")
+    rows, _ = stream_to_parquet(spark, nsqd, "cluster_http", tmp_path,
+                                    via=("nsqdHttp", nsqd.http_address),
+                                    maxMessagesPerTrigger=str(COUNT), idleTimeout="3s")
+    got = rows.collect()
+    assert sorted(bytes(r.body) for r in got) == sorted(bodies)
+    assert len({r.id for r in got}) == COUNT
+    assert {r.nsqd for r in got} == {nsqd.tcp_address}
+    parts = list((tmp_path / "checkpoint" / "sources" / "nsq").glob("*.part-*"))
+    assert len(parts) >= 2, "the executors logged the parts they pulled"
+    found = executors(cluster, [r.place for r in got])
+    assert len(found) >= 2, f"pulled by one executor only: {found}"
+    stats = wait_until(drained(http, nsqd, "cluster_http", "spark"), timeout=SPARK_DEADLINE,
+                       what="channel depth 0, in_flight 0")
+    assert stats["timeout_count"] == 0 and stats["requeue_count"] == 0
+
+
 def consume(nsqd: Daemon, topic: str, channel: str, count: int) -> list[bytes]:
     """``count`` message bodies of ``topic``/``channel``, each FINished."""
 
@@ -234,8 +254,6 @@ def consume(nsqd: Daemon, topic: str, channel: str, count: int) -> list[bytes]:
     return trio.run(main)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("nsq_spark.sink") is None,
-                    reason="nsq_spark.sink (df.write.format('nsq')) has not landed yet")
 def test_sink_on_the_cluster_publishes_every_row_once(spark, cluster, nsqd, http):
     topic, channel = "cluster_sink", "check"
     create_channel(http, nsqd, topic, channel)

@@ -18,7 +18,7 @@ def test_options_are_case_insensitive_and_typed():
                "nsqd": "a:1, b:2", "checkpointLocation": "/ck"}, reading=True)
     assert (o.max_messages_per_trigger, o.msg_timeout, o.idle_timeout) == (500, 90.0, 0.25)
     assert o.nsqd == ("a:1", "b:2") and o.lookupd == ("127.0.0.1:4161",)
-    assert o.checkpoint == "/ck" and o.mode == "auto" and o.max_in_flight == 2500
+    assert o.checkpoint == "/ck" and o.mode == "auto" and o.max_in_flight == 10_000
 
 
 def test_client_options_in_either_spelling():

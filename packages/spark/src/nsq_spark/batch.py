@@ -10,7 +10,7 @@ Planning (driver): the nsqd that have the topic are ``nsqd`` (TCP addresses, tak
 are), else those nsqlookupd's ``/lookup?topic=`` names, else those behind ``nsqdHttp``
 (their ``/info`` gives the TCP port). ``maxMessages`` (default :data:`DEFAULT_MAX_MESSAGES`)
 is split evenly over them, and each nsqd's share again into pieces of at most
-``maxInFlight`` (default 2500, nsqd's default ``--max-rdy-count``): one
+``maxInFlight``, and at most 2500 (nsqd's default ``--max-rdy-count``): one
 :class:`NsqdShare` partition per piece. The split is needed because a message is finished
 only once the task has handed over its last row, so one connection can hold no more than its
 RDY count; several partitions on one nsqd are several consumers of the channel, and nsqd
@@ -46,7 +46,7 @@ from nsq_client import Consumer, Message
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from .discovery import topic_nsqd
-from .options import Options
+from .options import MAX_RDY, Options
 from .rows import record_batch
 
 log = logging.getLogger("nsq_spark")
@@ -99,7 +99,7 @@ class BatchReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         options = self._options
         limit = options.max_messages or DEFAULT_MAX_MESSAGES
-        shares = plan(topic_nsqd(options), limit, options.max_in_flight)
+        shares = plan(topic_nsqd(options), limit, min(options.max_in_flight, MAX_RDY))
         log.info("reading up to %d messages of %s/%s from %s in %d partitions", limit,
                  options.topic, options.channel, options.sources, len(shares))
         return list(shares)

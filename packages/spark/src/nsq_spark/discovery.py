@@ -80,6 +80,11 @@ def _ask_nsqd_http(options: Options) -> list[str]:
     return found
 
 
+def tcp_addresses_of(options: Options) -> list[str]:
+    """The TCP addresses of the nsqd named by ``nsqdHttp``."""
+    return _ask_nsqd_http(options)
+
+
 def topic_nsqd(options: Options) -> list[str]:
     """TCP addresses of the nsqd to read ``options.topic`` from."""
     if options.nsqd:

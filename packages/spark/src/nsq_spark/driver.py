@@ -336,7 +336,7 @@ class HttpDriver(Driver):
         self.nodes = nodes
 
     def _next_batch(self, start: int, at_most: float, available_now: bool) -> Batch | None:
-        room = int(min(at_most, self.options.max_in_flight * max(1, len(self.nodes))))
+        room = int(min(at_most, self.options.max_in_flight))
         idle = self.options.idle_timeout if available_now else POLL_WAIT
         waited = 0.0
         while True:

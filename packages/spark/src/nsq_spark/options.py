@@ -23,7 +23,8 @@ _CONFIG_FIELDS = {name.replace("_", ""): name for name in attrs.fields_dict(Conf
                   if name not in ("tls_context", "max_in_flight", "msg_timeout")}
 _CONFIG_FIELDS["tls"] = "tls_v1"
 
-DEFAULT_MAX_IN_FLIGHT = 2500  # nsqd's default --max-rdy-count
+DEFAULT_MAX_IN_FLIGHT = 10_000  # messages a stream may hold at once (planned and prefetched)
+MAX_RDY = 2500  # nsqd's default --max-rdy-count: messages one connection may hold
 
 
 def _addresses(text: str) -> tuple[str, ...]:

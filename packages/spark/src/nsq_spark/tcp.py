@@ -17,18 +17,22 @@ more than that before some are finished.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable
+from contextlib import AsyncExitStack
 from typing import Any, TypeVar
 
 import trio
 from nsq_client import Consumer, Message
 
+from .discovery import tcp_addresses_of
 from .errors import ConsumerError
-from .options import Options
+from .options import MAX_RDY, Options
 
 log = logging.getLogger("nsq_spark")
+
 
 DRAIN_TIMEOUT = 5.0  # seconds closing waits for the answers to leave
 
@@ -103,19 +107,28 @@ class TcpConsumers:
 
     async def _main(self, started: threading.Event) -> None:
         options = self._options
+        # nsqd lets one connection hold at most --max-rdy-count messages (2500 by default),
+        # and a batch is held until Spark commits it: more in flight takes more connections.
+        count = max(1, math.ceil(options.max_in_flight / MAX_RDY))
         config = options.client_config(
-            max_in_flight=options.max_in_flight,
+            max_in_flight=math.ceil(options.max_in_flight / count),
             max_attempts=0,  # Spark's query decides, never the client
             # Asked for explicitly, so the TOUCH interval fits whatever nsqd's default is.
             msg_timeout=self._msg_timeout)
         self._token = trio.lowlevel.current_trio_token()
         self._stop = trio.Event()
         self._arrived = trio.Event()
-        consumer = Consumer(options.topic, options.channel or "", config=config,
-                            lookupd_http_addresses=list(options.lookupd),
-                            nsqd_tcp_addresses=list(options.nsqd), drain_timeout=DRAIN_TIMEOUT)
-        async with consumer, trio.open_nursery() as nursery:
-            nursery.start_soon(self._pump, consumer)
+        nsqd = list(options.nsqd)
+        if not nsqd and not options.lookupd:
+            nsqd = await trio.to_thread.run_sync(tcp_addresses_of, options)
+        consumers = [Consumer(options.topic, options.channel or "", config=config,
+                              lookupd_http_addresses=list(options.lookupd),
+                              nsqd_tcp_addresses=nsqd, drain_timeout=DRAIN_TIMEOUT)
+                     for _ in range(count)]
+        async with AsyncExitStack() as stack, trio.open_nursery() as nursery:
+            for consumer in consumers:
+                await stack.enter_async_context(consumer)
+                nursery.start_soon(self._pump, consumer)
             nursery.start_soon(self._touch_loop)
             started.set()
             await self._stop.wait()
