@@ -13,7 +13,8 @@ and ``Trigger.AvailableNow``, into Spark's ``noop`` sink, so what is timed is th
 and Spark's streaming machinery. It checks through ``/stats`` that the channel ended with
 depth 0 and nothing in flight. Printed per mode, each run and the median: messages/s over the
 whole query (its start and the idle wait that ends AvailableNow included), and over the time
-its batches took by Spark's own progress reports (``triggerExecution``). Wall times: a busy machine makes every figure worse.
+its batches took by Spark's own progress reports (``triggerExecution``). Wall times: a busy
+machine makes every figure worse.
 """
 
 from __future__ import annotations
