@@ -19,12 +19,9 @@ Forms from another origin are refused (``Origin`` / ``Sec-Fetch-Site``), as are 
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs, urlsplit
+from typing import Any
+from urllib.parse import parse_qs
 
 import attrs
 from nsq_common import is_valid_channel_name, is_valid_topic_name
@@ -33,108 +30,15 @@ from starlette.responses import RedirectResponse, Response
 
 from .cluster import ActionResult
 from .formatting import path_segment
+from .pages import Warnings, page_path, render, render_error
+from .report import Report, set_flash
+from .state import Admin, admin_of
 from .upstream import ClusterError
+from .web import is_htmx, same_origin
 
-if TYPE_CHECKING:
-    from .app import Admin
-
-FLASH_COOKIE = "nsqadmin_flash"
 MAX_FORM = 16 * 1024
 DESTRUCTIVE = {"empty", "delete", "tombstone", "empty_dead_letters"}
-PHRASES = {
-    "create_topic": "Created topic", "create_channel": "Created channel",
-    "delete_topic": "Deleted topic", "delete_channel": "Deleted channel",
-    "pause_topic": "Paused topic", "unpause_topic": "Unpaused topic",
-    "pause_channel": "Paused channel", "unpause_channel": "Unpaused channel",
-    "empty_topic": "Emptied topic", "empty_channel": "Emptied channel",
-    "tombstone_topic_producer": "Tombstoned topic",
-    "respawn_dead_letters": "Respawned", "empty_dead_letters": "Emptied",
-}
 DEAD_LETTER_VERBS = {"respawn_dead_letters", "empty_dead_letters"}  # beyond NSQ
-
-
-@attrs.frozen
-class Report:
-    """What an action did, shown once above the page."""
-
-    action: str
-    subject: str
-    done: tuple[str, ...] = ()
-    errors: tuple[tuple[str, str], ...] = ()
-    problem: str = ""
-
-    @classmethod
-    def of(cls, result: ActionResult, subject: str) -> Report:
-        """The report of ``result``; a daemon asked twice (lookupd on create) counts once."""
-        return cls(result.action, subject, tuple(dict.fromkeys(result.done)),
-                   tuple((e.address, e.message) for e in result.errors))
-
-    @property
-    def level(self) -> str:
-        if self.problem or (self.errors and not self.done):
-            return "error"
-        return "warning" if self.errors else "ok"
-
-    @property
-    def headline(self) -> str:
-        if self.problem:
-            return self.problem
-        phrase = PHRASES.get(self.action, self.action)
-        if not self.done and not self.errors:
-            return f"{phrase} {self.subject}: no daemon hosts it, nothing to do."
-        failed = {address for address, _ in self.errors}
-        if not self.done:
-            return f"Could not {self.verb} {self.subject}: {_daemons(len(failed))} failed."
-        if not self.errors:
-            return f"{phrase} {self.subject} on {_daemons(len(self.done))}."
-        return (f"{phrase} {self.subject} on {_daemons(len(self.done))}; "
-                f"failed on {_daemons(len(failed))}.")
-
-    @property
-    def verb(self) -> str:
-        return self.action.split("_", 1)[0]
-
-    def encode(self) -> str:
-        raw = {"a": self.action, "s": self.subject, "d": list(self.done)[:20],
-               "e": [[a, m[:300]] for a, m in self.errors[:10]], "p": self.problem}
-        # no "=" padding: cookie values with "=" get quoted
-        return base64.urlsafe_b64encode(json.dumps(raw).encode()).decode().rstrip("=")
-
-    @classmethod
-    def decode(cls, text: str) -> Report | None:
-        try:
-            raw = json.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
-            return cls(str(raw["a"]), str(raw["s"]), tuple(map(str, raw["d"])),
-                       tuple((str(a), str(m)) for a, m in raw["e"]), str(raw["p"]))
-        except (ValueError, KeyError, TypeError, binascii.Error):
-            return None
-
-
-def _daemons(count: int) -> str:
-    return f"{count} daemon{'' if count == 1 else 's'}"
-
-
-def read_flash(request: Request) -> Report | None:
-    text = request.cookies.get(FLASH_COOKIE)
-    return Report.decode(text) if text else None
-
-
-def clear_flash(response: Response, admin: Admin) -> None:
-    response.delete_cookie(FLASH_COOKIE, path=admin.path("/"))
-
-
-def _set_flash(response: Response, admin: Admin, report: Report) -> None:
-    response.set_cookie(FLASH_COOKIE, report.encode(), path=admin.path("/"), httponly=True,
-                        samesite="lax", max_age=60)
-
-
-def same_origin(request: Request) -> bool:
-    if request.headers.get("sec-fetch-site") == "cross-site":
-        return False
-    origin = request.headers.get("origin")
-    if not origin or origin == "null":
-        return origin is None
-    return urlsplit(origin).netloc == request.headers.get("host", "")
 
 
 async def read_form(request: Request) -> dict[str, str]:
@@ -213,19 +117,6 @@ def plan_action(admin: Admin, page: str, params: dict[str, str], form: dict[str,
     return Plan(verb, topic, channel, node, landing)
 
 
-def page_path(page: str, params: dict[str, str]) -> str:
-    if page == "topic":
-        return f"/topics/{path_segment(params['topic'])}"
-    if page == "channel":
-        return f"/topics/{path_segment(params['topic'])}/{path_segment(params['channel'])}"
-    if page == "peek":
-        return (f"/topics/{path_segment(params['topic'])}/{path_segment(params['channel'])}"
-                "/peek")
-    if page == "node":
-        return f"/nodes/{path_segment(params['node'])}"
-    return {"topics": "/", "lookup": "/lookup", "nodes": "/nodes", "counter": "/counter"}[page]
-
-
 async def perform(admin: Admin, plan: Plan, request: Request) -> ActionResult:
     cluster, notify = admin.cluster, admin.notifier.notify
     topic, channel = plan.topic, plan.channel
@@ -252,9 +143,7 @@ async def perform(admin: Admin, plan: Plan, request: Request) -> ActionResult:
 
 async def handle(request: Request, page: str, reload: Callable[[], Awaitable[dict[str, Any]]]
                  ) -> Response:
-    from . import views
-
-    admin = views.admin_of(request)
+    admin = admin_of(request)
     here = admin.path(page_path(page, dict(request.path_params)))
     refusal = ""
     if not same_origin(request):
@@ -262,18 +151,18 @@ async def handle(request: Request, page: str, reload: Callable[[], Awaitable[dic
     elif not admin.is_admin(request):
         refusal = "Only admin users may change the cluster."
     if refusal:
-        if views.is_htmx(request):
+        if is_htmx(request):
             return await _respond(request, page, Report("", "", problem=refusal), here, here,
                                   reload)
-        return views.render_error(request, 403, "Forbidden", refusal)
+        return render_error(request, 403, "Forbidden", refusal)
     form = await read_form(request)
     plan = plan_action(admin, page, dict(request.path_params), form)
     if isinstance(plan, str):
         report = Report(form.get("action", ""), "", problem=plan)
         return await _respond(request, page, report, here, here, reload)
     if plan.verb in DESTRUCTIVE and form.get("confirm") != "yes":
-        return views.render(request, "confirm", {"plan": plan, "form": form, "action_url": here,
-                                                 "warnings": views.Warnings()})
+        return render(request, "confirm", {"plan": plan, "form": form, "action_url": here,
+                                                 "warnings": Warnings()})
     try:
         result = await perform(admin, plan, request)
     except ClusterError as exc:
@@ -284,17 +173,15 @@ async def handle(request: Request, page: str, reload: Callable[[], Awaitable[dic
 
 async def _respond(request: Request, page: str, report: Report, landing: str, here: str,
                    reload: Callable[[], Awaitable[dict[str, Any]]]) -> Response:
-    from . import views
-
-    admin = views.admin_of(request)
-    if views.is_htmx(request):
+    admin = admin_of(request)
+    if is_htmx(request):
         if landing == here:
             context = await reload()
             context.pop("status", None)
             # htmx swaps only 2xx answers; the report carries any failure.
-            return views.render(request, page, context, report=report)
+            return render(request, page, context, report=report)
         response = Response(status_code=200, headers={"HX-Redirect": landing})
     else:
         response = RedirectResponse(landing, status_code=303)
-    _set_flash(response, admin, report)
+    set_flash(response, admin.path("/"), report)
     return response

@@ -11,26 +11,23 @@ import ipaddress
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 import httpx
-from nsq_common import PYTHON_LOG_LEVELS, go_json, is_valid_channel_name, is_valid_topic_name
+from nsq_common import PYTHON_LOG_LEVELS, is_valid_channel_name, is_valid_topic_name
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from .cluster import ActionResult
 from .options import LOG_LEVELS, Options
+from .state import admin_of as _admin
 from .stats import aggregate_topic
 from .upstream import ClusterError, UpstreamError, warning_message
-
-if TYPE_CHECKING:
-    from .app import Admin
+from .web import v1_error, v1_json
 
 log = logging.getLogger("nsqadmin")
-V1_HEADERS = {"X-NSQ-Content-Type": "nsq; version=1.0"}
-JSON_TYPE = "application/json; charset=utf-8"
 
 
 class ApiError(Exception):
@@ -38,20 +35,6 @@ class ApiError(Exception):
         super().__init__(message)
         self.status = status
         self.message = message
-
-
-def v1_json(value: Any, status: int = 200) -> Response:
-    return Response(go_json(value), status_code=status, media_type=JSON_TYPE,
-                    headers=V1_HEADERS)
-
-
-def v1_error(status: int, message: str) -> Response:
-    return v1_json({"message": message}, status)
-
-
-def _admin(request: Request) -> Admin:
-    admin: Admin = request.app.state.admin
-    return admin
 
 
 Handler = Callable[[Request], Awaitable[Any]]

@@ -12,13 +12,11 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import attrs
 import httpx
 import trio
-from nsq_common import NSQ_VERSION, format_go_duration
+from nsq_common import format_go_duration
 from nsq_serving import ConnectionCounts
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -30,67 +28,20 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from . import api, graphs, history_file, views
-from .auth import USER_KEY, BasicAuth, RequireBasicAuth, credentials
+from .auth import BasicAuth, RequireBasicAuth
 from .cluster import ClusterInfo
 from .history import History
 from .notify import Notifier
 from .options import Options
+from .pages import render_error
+from .state import PACKAGE_DIR, Admin
 from .upstream import ClusterError, Upstream, build_client
+from .web import is_api_path, v1_error
 
 if TYPE_CHECKING:
     from prometheus_client.registry import CollectorRegistry
-    from starlette.templating import Jinja2Templates
 
 log = logging.getLogger("nsqadmin")
-PACKAGE_DIR = Path(__file__).parent
-
-
-@attrs.define(eq=False)
-class Admin:
-    """Everything a request handler needs, kept on ``app.state.admin``."""
-
-    options: Options
-    cluster: ClusterInfo
-    history: History
-    notifier: Notifier
-    basic_auth: BasicAuth | None = None
-    _page_templates: Jinja2Templates | None = attrs.field(default=None, init=False)
-
-    @property
-    def templates(self) -> Jinja2Templates:
-        """The page templates, made when the first page is (Jinja2 is slow to import, and
-        nsqadmin answers /ping and the API sooner without it)."""
-        if self._page_templates is None:
-            self._page_templates = _templates()
-            self._page_templates.env.globals["bp"] = self.path
-        return self._page_templates
-
-    def is_admin(self, request: Request) -> bool:
-        """May this request change the cluster?
-
-        Anyone, unless ``--admin-user`` names who may: the user in ``--acl-http-header``, or
-        with ``--admin-basic-auth-file`` the basic-auth user, whose password ``RequireBasicAuth``
-        has checked before any request but a read gets here (a read is never an admin).
-        """
-        users = self.options.admin_users
-        if self.basic_auth is not None:
-            user = request.scope.get(USER_KEY)
-            return user is not None and (not users or user in users)
-        return not users or request.headers.get(self.options.acl_http_header, "") in users
-
-    def offers_actions(self, request: Request) -> bool:
-        """Whether pages show the action buttons. With basic auth, also to readers who have
-        not signed in: pressing one makes the browser ask for a user and password. The name
-        is not checked here; the action is."""
-        if self.basic_auth is None:
-            return self.is_admin(request)
-        given = credentials(request)
-        users = self.options.admin_users
-        return given is None or not users or given[0] in users
-
-    def path(self, path: str) -> str:
-        """``path`` under ``--base-path``."""
-        return self.options.base_path.rstrip("/") + path
 
 
 async def sample(admin: Admin) -> None:
@@ -109,19 +60,6 @@ async def run_sampler(admin: Admin, interval: float) -> None:
     while True:
         await sample(admin)
         await trio.sleep(interval)
-
-
-def _templates() -> Jinja2Templates:
-    from starlette.templating import Jinja2Templates  # deferred: see Admin.templates
-
-    from .formatting import install_filters
-
-    templates = Jinja2Templates(directory=str(PACKAGE_DIR / "templates"))
-    templates.env.trim_blocks = True
-    templates.env.lstrip_blocks = True
-    install_filters(templates.env)
-    templates.env.globals["version"] = NSQ_VERSION
-    return templates
 
 
 def create_app(options: Options, cluster: ClusterInfo | None = None, *,
@@ -243,14 +181,14 @@ async def ping(request: Request) -> Response:
 
 
 async def not_found(request: Request, exc: Exception) -> Response:
-    if "/api/" in request.url.path or "/config/" in request.url.path:
-        return api.v1_error(404, "NOT_FOUND")
-    return views.render_error(request, 404, "Not found",
+    if is_api_path(request.url.path):
+        return v1_error(404, "NOT_FOUND")
+    return render_error(request, 404, "Not found",
                               "There is no page at this address.")
 
 
 async def method_not_allowed(request: Request, exc: Exception) -> Response:
     headers: dict[str, Any] = dict(getattr(exc, "headers", None) or {})
-    response = api.v1_error(405, "METHOD_NOT_ALLOWED")
+    response = v1_error(405, "METHOD_NOT_ALLOWED")
     response.headers.update(headers)
     return response

@@ -36,8 +36,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .actions import same_origin
-from .api import v1_error
+from .web import is_api_path, same_origin, v1_error
 
 ALGORITHM = "pbkdf2_sha256"
 DEFAULT_ITERATIONS = 600_000  # OWASP's 2023 figure for PBKDF2-HMAC-SHA256
@@ -190,7 +189,7 @@ class RequireBasicAuth:
 
 def _refuse(scope: Scope, status: int, code: str, text: str,
             headers: dict[str, str] | None = None) -> Response:
-    if "/api/" in scope["path"] or "/config/" in scope["path"]:
+    if is_api_path(scope["path"]):
         response = v1_error(status, code)
         response.headers.update(headers or {})
         return response

@@ -11,7 +11,6 @@ the region and puts the window in the address bar so a reload keeps it).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import attrs
 from markupsafe import Markup
@@ -22,9 +21,7 @@ from starlette.routing import Route
 from .chart import Chart, Line, render
 from .formatting import path_segment
 from .history import DEFAULT_WINDOW, WINDOW_NAMES, WINDOWS, History, Key
-
-if TYPE_CHECKING:
-    from .app import Admin
+from .state import admin_of
 
 
 @attrs.frozen
@@ -86,7 +83,7 @@ def lazily(build: Callable[..., Graphs], *args: object) -> Callable[[], Graphs]:
 
 
 async def fragment(request: Request) -> Response:
-    admin: Admin = request.app.state.admin
+    admin = admin_of(request)
     params, window = request.path_params, window_of(request)
     if "node" in params:
         graphs = for_node(admin.history, params["node"], window)

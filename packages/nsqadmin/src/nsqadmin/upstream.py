@@ -191,9 +191,8 @@ def _v1_message(body: bytes) -> str:
         value = json.loads(text)
     except ValueError:
         return text[:500]
-    if isinstance(value, dict) and isinstance(value.get("message"), str):
-        return value["message"]
-    return text[:500]
+    message = value.get("message") if isinstance(value, dict) else None
+    return message if isinstance(message, str) else text[:500]
 
 
 def _url(address: str, path: str, params: dict[str, str] | None) -> str:

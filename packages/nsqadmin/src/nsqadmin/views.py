@@ -10,58 +10,25 @@ POSTs to the page URLs are admin actions, handled in ``actions.py``.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-import attrs
-from markupsafe import Markup
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from . import actions, graphs
 from .cluster import RESPAWN_BATCH
-from .history import WINDOW_NAMES
-from .sparkline import sparkline
+from .pages import Context, Warnings, page_path, render
+from .state import Admin, admin_of
 from .stats import Node, QueuedMessage, TopicStats, aggregate_topic
-from .upstream import ClusterError, UpstreamError
+from .upstream import ClusterError
 
 if TYPE_CHECKING:
-    from .app import Admin
     from .cluster import Stats
 
-Context = dict[str, Any]
 DEAD_LETTERS_SHOWN = 10  # per node, on the channel page
 PEEK_SHOWN, PEEK_MOST = 20, 100  # per node, on the peek page (``?n=``)
-
-
-def admin_of(request: Request) -> Admin:
-    admin: Admin = request.app.state.admin
-    return admin
-
-
-def is_htmx(request: Request) -> bool:
-    return request.headers.get("hx-request") == "true"
-
-
-@attrs.define(eq=False)
-class Warnings:
-    """Upstream errors met while loading a page, one per daemon address."""
-
-    errors: dict[str, UpstreamError] = attrs.field(factory=dict)
-
-    def add(self, errors: Iterable[UpstreamError]) -> None:
-        for error in errors:
-            self.errors.setdefault(error.address, error)
-
-    def __contains__(self, address: str) -> bool:
-        return address in self.errors
-
-    def __iter__(self) -> Iterator[UpstreamError]:
-        return iter(self.errors.values())
-
-    def __len__(self) -> int:
-        return len(self.errors)
 
 
 def record_history(admin: Admin, per_node: Iterable[TopicStats],
@@ -81,59 +48,6 @@ def record_counter(admin: Admin, stats: Stats) -> int:
     total = sum(c.message_count for c in stats.channels.values())
     admin.history.observe(("messages", "*", "*", ""), total)
     return total
-
-
-def _charts(admin: Admin) -> Context:
-    history = admin.history
-
-    def spark(metric: str, topic: str, channel: str = "", label: str = "") -> Markup:
-        values = history.rates(topic, channel) if metric == "rate" else history.values(
-            metric, topic, channel)
-        return sparkline(values, label or f"{metric} of {topic}")
-
-    def rate(topic: str, channel: str = "") -> float | None:
-        return history.rate(topic, channel)
-
-    return {"spark": spark, "rate_of": rate}
-
-
-def render(request: Request, page: str, context: Context, *, status: int = 200,
-           report: actions.Report | None = None) -> Response:
-    """A full page, or just its ``#live`` region for htmx (plus an out-of-band report)."""
-    admin = admin_of(request)
-    partial = is_htmx(request)
-    ctx: Context = {
-        "page": page, "refresh": admin.options.refresh_interval,
-        "is_admin": admin.offers_actions(request), "lookupd_mode": admin.cluster.lookupd_mode,
-        "lookupds": admin.cluster.lookupd_addresses, "live_url": _live_url(admin, page, request),
-        "report": report, "report_oob": partial and report is not None, **_charts(admin),
-        "windows": WINDOW_NAMES,
-        **context,
-    }
-    flash = None
-    if not partial and report is None:
-        flash = actions.read_flash(request)
-        ctx["report"] = flash
-    full = not partial or page in ("error", "confirm")
-    name = f"pages/{page}.html" if full else f"partials/{page}.html"
-    response = admin.templates.TemplateResponse(request, name, ctx, status_code=status)
-    response.headers["Cache-Control"] = "no-store"
-    response.headers["Vary"] = "HX-Request"
-    if flash is not None:
-        actions.clear_flash(response, admin)
-    return response
-
-
-def _live_url(admin: Admin, page: str, request: Request) -> str:
-    try:
-        return admin.path(actions.page_path(page, dict(request.path_params)))
-    except KeyError:
-        return ""
-
-
-def render_error(request: Request, status: int, title: str, text: str) -> Response:
-    return render(request, "error", {"title": title, "text": text, "warnings": Warnings()},
-                  status=status)
 
 
 Loader = Callable[[Request], Awaitable[Context]]
@@ -243,7 +157,7 @@ async def load_peek(request: Request) -> Context:
         return {"fatal": exc.kind, "warnings": warnings, "topic": topic, "channel": channel,
                 "n": n, "messages": []}
     warnings.add(found.errors)
-    here = actions.page_path("peek", dict(request.path_params))
+    here = page_path("peek", dict(request.path_params))
     return {"topic": topic, "channel": channel, "n": n, "messages": found.value,
             "warnings": warnings, "live_url": admin.path(f"{here}?n={n}")}
 

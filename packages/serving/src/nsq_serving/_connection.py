@@ -180,7 +180,7 @@ class Connection:
                 self.broken = _HEAD_TOO_LARGE
         return self.requests[0]
 
-    def _feed(self, data: bytes) -> None:
+    def _feed(self, data: bytes | bytearray) -> None:
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:

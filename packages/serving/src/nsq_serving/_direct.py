@@ -58,6 +58,6 @@ async def error_response(app: Any, request: Request, exc: Exception) -> Response
             return PlainTextResponse(exc.detail, exc.status_code, headers=exc.headers)
         log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
         return PlainTextResponse("Internal Server Error", 500)
-    if is_async_callable(handler):
-        return await handler(request, exc)
-    return handler(request, exc)
+    response: Response = (await handler(request, exc) if is_async_callable(handler)
+                          else handler(request, exc))
+    return response

@@ -38,11 +38,11 @@ def split_host_port(address: str) -> tuple[str, str]:
     return host, port
 
 
-def _shown(host: str, sockaddr: tuple) -> str:
+def _shown(host: str, sockaddr: tuple[object, ...]) -> str:
     """The address as Go's ``*net.TCPAddr`` prints it: no host when none was given."""
     if not host:
         return f":{sockaddr[1]}"
-    ip = sockaddr[0]
+    ip = str(sockaddr[0])
     return f"[{ip}]:{sockaddr[1]}" if ":" in ip else f"{ip}:{sockaddr[1]}"
 
 

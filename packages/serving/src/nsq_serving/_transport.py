@@ -63,7 +63,7 @@ class StreamTransport:
     def __init__(self, stream: trio.abc.Stream) -> None:
         self.stream = stream
 
-    async def receive(self) -> bytes:
+    async def receive(self) -> bytes | bytearray:
         return await self.stream.receive_some(RECEIVE_SIZE)
 
     async def send_all(self, data: bytes) -> None:
