@@ -5,17 +5,8 @@ import pytest
 import trio
 import trustme
 from nsq_client import Config, ConnectError, Consumer, Producer, ServerError
-from nsq_client._conn import split_address
 
 A = "10.0.0.1:4150"
-
-
-def test_split_address() -> None:
-    assert split_address("127.0.0.1:4150") == ("127.0.0.1", 4150)
-    assert split_address("[::1]:4150") == ("::1", 4150)
-    for bad in ("localhost", ":4150", "host:", "host:port"):
-        with pytest.raises(ValueError):
-            split_address(bad)
 
 
 async def roundtrip(fake_cluster: Any, **options: Any) -> Any:

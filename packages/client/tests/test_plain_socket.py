@@ -13,8 +13,8 @@ A, B = "10.0.0.1:4150", "10.0.0.2:4150"
 
 
 def link_conn(producer: Producer, address: str = A) -> Any:
-    conn = producer._links[address].conn
-    assert conn._fd is not None, "not on the plain-socket path"
+    conn = producer.connection(address)
+    assert conn is not None and conn.raw_socket, "not on the plain-socket path"
     return conn
 
 
@@ -24,7 +24,7 @@ async def test_stop_and_wait_publishes_are_answered_in_order(tcp_cluster: Any) -
             await p.pub("t", b"%d" % i)
             await p.mpub("t", [b"a%d" % i, b"b%d" % i])
         conn = link_conn(p)
-        assert not conn._lent and not p._links[A].pending
+        assert not conn.caller_reading and not p.unanswered(A)
     published = tcp_cluster[A].published
     assert len(published) == 400
     assert published[-2] == (b"PUB", [b"t"], b"199")
@@ -38,11 +38,11 @@ async def test_a_heartbeat_while_the_caller_reads_is_answered(tcp_cluster: Any) 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(p.pub, "t", b"held")
             await tcp_cluster.wait_for(lambda: len(nsqd.published) == 2)
-            assert link_conn(p)._lent  # the publishing task is reading the socket
+            assert link_conn(p).caller_reading  # the publishing task is reading the socket
             await nsqd.conn.heartbeat()
             await tcp_cluster.wait_for(lambda: b"NOP" in nsqd.conn.names())
             await nsqd.conn.release()
-        assert not link_conn(p)._lent
+        assert not link_conn(p).caller_reading
 
 
 async def test_a_cancelled_caller_leaves_its_answer_to_the_reader(tcp_cluster: Any) -> None:
@@ -59,16 +59,16 @@ async def test_a_cancelled_caller_leaves_its_answer_to_the_reader(tcp_cluster: A
         async with trio.open_nursery() as nursery:
             nursery.start_soon(give_up)
             # nsqd has the publish and holds its answer; the caller reads the socket for it
-            await tcp_cluster.wait_for(lambda: len(nsqd.published) == 2 and link_conn(p)._lent)
+            await tcp_cluster.wait_for(lambda: len(nsqd.published) == 2 and link_conn(p).caller_reading)
             caller.cancel()
         assert caller.cancelled_caught
-        link = p._links[A]
-        assert len(link.pending) == 1 and not link.conn._lent
+        conn = link_conn(p)
+        assert p.unanswered(A) == 1 and not conn.caller_reading
         await nsqd.conn.release()  # the reader task takes this OK
-        await tcp_cluster.wait_for(lambda: not link.pending)
+        await tcp_cluster.wait_for(lambda: not p.unanswered(A))
         nsqd.hold_responses = False
         await p.pub("t", b"after")
-        assert link is p._links[A] and not link.pending
+        assert conn is p.connection(A) and not p.unanswered(A)
     assert [body for _, _, body in nsqd.published] == [b"connect", b"given up", b"after"]
 
 
@@ -91,7 +91,7 @@ async def test_nsqd_closing_while_the_caller_reads_fails_over(tcp_cluster: Any) 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(p.pub, "t", b"second")
             await tcp_cluster.wait_for(lambda: len(a.published) == 2)
-            assert link_conn(p)._lent
+            assert link_conn(p).caller_reading
             a.down = True
             await a.conn.close()
         # Sent again to B once A's connection was gone; answered there.
@@ -106,7 +106,7 @@ async def test_nsqd_closing_while_the_only_caller_reads_raises(tcp_cluster: Any)
         async with trio.open_nursery() as nursery:
             async def close_soon() -> None:
                 await tcp_cluster.wait_for(lambda: len(nsqd.published) == 2)
-                assert link_conn(p)._lent
+                assert link_conn(p).caller_reading
                 nsqd.down = True
                 await nsqd.conn.close()
             nursery.start_soon(close_soon)
@@ -124,7 +124,7 @@ async def test_concurrent_publishers_share_the_connection(tcp_cluster: Any) -> N
                         await p.pub("t", b"%d.%d" % (i, j))
                     done.append(i)
                 nursery.start_soon(one)
-        assert not p._links[A].pending
+        assert not p.unanswered(A)
     assert sorted(done) == list(range(100))
     assert len(tcp_cluster[A].published) == 500
 

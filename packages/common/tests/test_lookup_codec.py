@@ -109,26 +109,26 @@ def test_response_reader() -> None:
     reader = LookupResponseReader()
     data = encode_lookup_response(b"OK") + encode_lookup_response(b"E_INVALID x")
     reader.receive_data(data[:3])
-    assert reader.next_response() is None
+    assert reader.next_event() is None
     reader.receive_data(data[3:5])
-    assert reader.next_response() is None
+    assert reader.next_event() is None
     reader.receive_data(data[5:8])
-    assert reader.next_response() == b"OK"
-    assert reader.next_response() is None
+    assert reader.next_event() == b"OK"
+    assert reader.next_event() is None
     reader.receive_data(data[8:])
-    assert reader.next_response() == b"E_INVALID x"
-    assert reader.next_response() is None
+    assert reader.next_event() == b"E_INVALID x"
+    assert reader.next_event() is None
 
 
 def test_response_reader_limits() -> None:
     reader = LookupResponseReader(max_size=10)
     reader.receive_data(struct.pack(">i", 11))
     with pytest.raises(FrameTooBig):
-        reader.next_response()
+        reader.next_event()
     reader = LookupResponseReader()
     reader.receive_data(struct.pack(">i", -1))
     with pytest.raises(ConnectionAbort):
-        reader.next_response()
+        reader.next_event()
 
 
 # --- server reader ----------------------------------------------------------------------------
@@ -342,7 +342,7 @@ def test_responses_any_chunking(answers: list[bytes], cuts: list[int]) -> None:
     got = []
     for chunk in _chunks(data, cuts):
         reader.receive_data(chunk)
-        while (answer := reader.next_response()) is not None:
+        while (answer := reader.next_event()) is not None:
             got.append(answer)
     assert got == answers
 

@@ -42,30 +42,30 @@ def reader() -> CommandReader:
 ])
 def test_refused_before_the_rest_of_the_body(prefix, text):
     r = reader()
-    r.feed(b"MPUB t\n" + size(900))  # declares far more than is sent
-    assert r.next_command() is None
-    r.feed(prefix)
+    r.receive_data(b"MPUB t\n" + size(900))  # declares far more than is sent
+    assert r.next_event() is None
+    r.receive_data(prefix)
     with pytest.raises(ProtocolError) as caught:
-        r.next_command()
+        r.next_event()
     assert caught.value.text.decode() == text
 
 
 def test_each_size_is_looked_at_once_and_a_good_body_still_arrives():
     body = commands.mpub_body([b"a" * 50, b"b", b"c" * 100])
     r = reader()
-    r.feed(b"MPUB t\n" + size(len(body)))
+    r.receive_data(b"MPUB t\n" + size(len(body)))
     for byte in body[:-1]:  # one byte at a time, all checked as they come
-        r.feed(bytes([byte]))
-        assert r.next_command() is None
-    r.feed(body[-1:])
-    cmd = r.next_command()
+        r.receive_data(bytes([byte]))
+        assert r.next_event() is None
+    r.receive_data(body[-1:])
+    cmd = r.next_event()
     assert cmd is not None and cmd.body == body
     # and the next MPUB is checked afresh
-    r.feed(b"MPUB t\n" + size(200) + size(1))
-    assert r.next_command() is None
-    r.feed(size(101))
+    r.receive_data(b"MPUB t\n" + size(200) + size(1))
+    assert r.next_event() is None
+    r.receive_data(size(101))
     with pytest.raises(ProtocolError, match="MPUB message too big 101 > 100"):
-        r.next_command()
+        r.next_event()
 
 
 def _outcome(fn):
@@ -91,14 +91,14 @@ def test_same_answer_as_the_whole_body_check(sizes, count_delta, data):
     whole = _outcome(lambda: decode_mpub_body(body, MAX_MSG, MAX_BODY))
     cuts = sorted(data.draw(st.lists(st.integers(0, len(body)), max_size=4)))
     r = reader()
-    r.feed(b"MPUB t\n" + size(len(body)))
+    r.receive_data(b"MPUB t\n" + size(len(body)))
 
     def run():
         last = 0
         for cut in [*cuts, len(body)]:
-            r.feed(body[last:cut])
+            r.receive_data(body[last:cut])
             last = cut
-            cmd = r.next_command()
+            cmd = r.next_event()
             if cmd is not None:
                 return decode_mpub_body(cmd.body, MAX_MSG, MAX_BODY)
         raise AssertionError("the whole body never came out")

@@ -25,29 +25,29 @@ def hook(name, params):
 
 def parse_all(reader):
     out = []
-    while (cmd := reader.next_command()) is not None:
+    while (cmd := reader.next_event()) is not None:
         out.append((cmd.name, cmd.params, cmd.body))
     return out
 
 
 def test_pipelined_commands_in_one_chunk():
     r = CommandReader(hook)
-    r.feed(b"NOP\r\nRDY 5\n" + commands.pub("t", b"hello") + b"FIN 0123456789abcdef\n")
+    r.receive_data(b"NOP\r\nRDY 5\n" + commands.pub("t", b"hello") + b"FIN 0123456789abcdef\n")
     assert parse_all(r) == [(b"NOP", [], None), (b"RDY", [b"5"], None),
                             (b"PUB", [b"t"], b"hello"), (b"FIN", [b"0123456789abcdef"], None)]
 
 
 def test_params_split_on_single_spaces_and_empty_line():
     r = CommandReader(hook)
-    r.feed(b"A  B\n\n")
+    r.receive_data(b"A  B\n\n")
     assert parse_all(r) == [(b"A", [b"", b"B"], None), (b"", [], None)]
 
 
 def test_bad_header_refused_before_body():
     r = CommandReader(hook)
-    r.feed(b"PUB\n")
+    r.receive_data(b"PUB\n")
     with pytest.raises(ProtocolError, match="insufficient"):
-        r.next_command()
+        r.next_event()
 
 
 @pytest.mark.parametrize(("size", "text"), [(0, "PUB invalid message body size 0"),
@@ -55,18 +55,18 @@ def test_bad_header_refused_before_body():
                                             (101, "PUB message too big 101 > 100")])
 def test_body_size_checked_from_the_length_alone(size, text):
     r = CommandReader(hook)
-    r.feed(b"PUB t\n" + size.to_bytes(4, "big", signed=True))
+    r.receive_data(b"PUB t\n" + size.to_bytes(4, "big", signed=True))
     with pytest.raises(ProtocolError) as info:
-        r.next_command()
+        r.next_event()
     assert info.value.description == text
     assert info.value.code == "E_BAD_MESSAGE"
 
 
 def test_overlong_line_aborts():
     r = CommandReader(hook, max_line=10)
-    r.feed(b"x" * 11)
+    r.receive_data(b"x" * 11)
     with pytest.raises(ConnectionAbort):
-        r.next_command()
+        r.next_event()
 
 
 cmds = st.lists(st.one_of(
@@ -84,14 +84,14 @@ cmds = st.lists(st.one_of(
 def test_any_chunking_gives_the_same_commands(items, data):
     wire = b"".join(items)
     whole = CommandReader(hook)
-    whole.feed(wire)
+    whole.receive_data(wire)
     expected = parse_all(whole)
     cuts = sorted(data.draw(st.lists(st.integers(0, len(wire)), max_size=12)))
     r = CommandReader(hook)
     got = []
     prev = 0
     for cut in [*cuts, len(wire)]:
-        r.feed(wire[prev:cut])
+        r.receive_data(wire[prev:cut])
         prev = cut
         got.extend(parse_all(r))
     assert got == expected
@@ -119,3 +119,12 @@ def test_mpub_body_round_trip_and_errors():
 @given(st.lists(st.binary(min_size=1, max_size=50), min_size=1, max_size=50))
 def test_mpub_round_trip(bodies):
     assert decode_mpub_body(commands.mpub_body(bodies), 50, 100000) == bodies
+
+
+def test_the_former_names_are_the_same_methods():
+    # nsqd's TCP edge calls feed / next_command until it moves to the shared vocabulary.
+    assert CommandReader.feed is CommandReader.receive_data
+    assert CommandReader.next_command is CommandReader.next_event
+    r = CommandReader(hook)
+    r.feed(b"NOP\n")
+    assert r.next_command().name == b"NOP"

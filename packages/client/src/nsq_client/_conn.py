@@ -2,101 +2,58 @@
 
 Life of a connection::
 
-    connect()    dial, "  V2", IDENTIFY (feature negotiation), TLS / deflate / snappy, AUTH
+    connect()    dial, then the handshake (_handshake: "  V2", IDENTIFY, TLS, compression, AUTH)
     subscribe()  SUB topic channel, expect OK                     (consumers only)
-    run()        a reader task and a writer task until the connection ends
+    run()        a reader task, a writer task (_writer) and a watchdog (_watchdog) until it ends
     close()      flush what is queued, then close; abort() closes at once
 
-The handshake reads frame by frame, taking exactly the bytes of each frame from the stream,
-because after the IDENTIFY reply the next bytes may already be TLS or compressed. After it,
-two tasks run and no task is ever started per message:
-
-* the **reader** receives up to 64 KiB, parses every whole frame in it by offset (a run of
-  ``OK`` answers in one C-level count), answers heartbeats with NOP, and hands the chunk's
-  messages to the handler as one list;
-* the **writer** sends whatever ``write()`` queued since its last send, in one ``send_all``:
-  a burst of FINs from a batch (queued as ids, joined into ``FIN`` commands at send time),
-  or of pipelined PUBs, leaves as one write. ``write_through()`` skips the writer for a
-  command that goes out on its own (an MPUB, a lone publish) when nothing else is queued.
+No task is ever started per message. The **reader** receives up to 64 KiB and hands it to the
+shared frame decoder (``nsq_common.FrameDecoder.next_events``), which scans every whole frame
+in it by offset and builds each ``Message`` straight from the received bytes; the reader
+answers heartbeats with NOP and hands the chunk's messages to the handler as one list. A run
+of ``OK`` answers comes out counted, as one ``on_ok`` call.
 
 A caller waiting for the answer to the only request on the wire may read and parse it itself
 (``read_here``) while the reader task steps aside: one task hand-off less per round trip.
 
-On a plain TCP connection both read and write the socket itself (``os.read``/``os.write``
-on the non-blocking socket) and use Trio only to wait for it; TLS and test streams go through
-the ``trio.abc.Stream``.
-
-Deadlines are go-nsq's: ``read_timeout`` without a byte (nsqd heartbeats every 30 s) or a send
-that cannot finish within ``write_timeout`` ends the connection. What happens on frames,
-answers and close is the handler's business (``ConnHandler``): the producer matches responses
-to requests, the consumer feeds its queue and its RDY and backoff state.
+On a plain TCP connection the stream is an ``FdStream`` (raw socket reads and writes, Trio
+only to wait); TLS and test streams are used as they are. What happens on frames, answers and
+close is the handler's business (``ConnHandler``): the producer matches responses to
+requests, the consumer feeds its queue and its RDY and backoff state.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import math
-import os
-import struct
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
-from nsq_common import (
-    FRAME_HEADER,
-    HEARTBEAT,
-    MAGIC_V2,
-    MESSAGE_HEADER_SIZE,
-    FrameDecoder,
-    FrameTooBig,
-    FrameType,
-    commands,
-)
-from trio.lowlevel import wait_readable, wait_writable
+from nsq_common import HEARTBEAT, FrameDecoder, FrameTooBig, FrameType, commands, split_address
 
 from ._backoff import Signal
-from ._compression import Codec, Deflate, Snappy
 from ._errors import ConnectError, ServerError
+from ._fdstream import READ_SIZE, FdStream
+from ._handshake import Handshake
 from ._message import Message
+from ._watchdog import timeout, watchdog
+from ._writer import SEND_ERRORS, WriteQueue
 
 if TYPE_CHECKING:
+    from ._compression import Codec
     from ._config import Config
 
 log = logging.getLogger("nsq_client")
 
-READ_SIZE = 65536
-_FRAME_MESSAGE = int(FrameType.MESSAGE)
-_FRAME_RESPONSE = int(FrameType.RESPONSE)
-_FRAME_ERROR = int(FrameType.ERROR)
+_RESPONSE = int(FrameType.RESPONSE)
 _NOP = commands.nop()
-_HANDSHAKE_MAX_FRAME = 1 << 20  # IDENTIFY / AUTH replies are a few hundred bytes
 # The largest frame a compressed connection takes when max_msg_size is not set (nsqd's
 # --max-msg-size defaults to 1 MiB): beyond it the connection fails with FrameTooBig.
 _COMPRESSED_MAX_FRAME = 64 << 20
-# The fixed part of a message frame, read in one go: the frame header (size, type), then
-# the message's timestamp and attempts (MESSAGE_HEADER) and its 16-byte id; the body follows.
-_MESSAGE_FRAME = struct.Struct(">iiqH16s")
-_MESSAGE_FRAME_MIN = FRAME_HEADER.size + MESSAGE_HEADER_SIZE
-assert _MESSAGE_FRAME.size == _MESSAGE_FRAME_MIN
-_OK_FRAME = FRAME_HEADER.pack(4 + 2, int(FrameType.RESPONSE)) + b"OK"
-_OK_FRAME_SIZE = len(_OK_FRAME)
-_OK_SIZE = 4 + 2  # the size field of an OK frame
-_HEARTBEAT_SIZE = 4 + len(HEARTBEAT)
+# A message frame's size field counts its type and the message header besides the body.
+_MESSAGE_OVERHEAD = 30
 
 Connector = Callable[[str, int], Awaitable[trio.abc.Stream]]
-
-
-def split_address(address: str) -> tuple[str, int]:
-    """``"host:port"`` or ``"[v6]:port"`` -> ``(host, port)``.
-
-    Raises:
-        ValueError: no port, or not a number.
-    """
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise ValueError(f"address {address!r} is not host:port")
-    return host.strip("[]"), int(port)
 
 
 async def open_tcp(host: str, port: int) -> trio.abc.Stream:
@@ -123,31 +80,8 @@ class ConnHandler(Protocol):
     def on_close(self, conn: Connection) -> None: ...
 
 
-def count_oks(data: bytes, start: int, end: int) -> int:
-    """How many whole ``OK`` frames follow one another in ``data[start:end]`` from ``start``.
-
-    One C-level ``count`` decides the common case, a run of nothing but OKs: n occurrences of
-    the 10-byte frame, not overlapping, in 10 * n bytes can only be the frames back to back.
-    Otherwise (a heartbeat or an error among them) they are stepped over one by one.
-    """
-    n = (end - start) // _OK_FRAME_SIZE
-    if not n:
-        return 0
-    if data.count(_OK_FRAME, start, start + n * _OK_FRAME_SIZE) == n:
-        return n
-    k = 0
-    while k < n and data.startswith(_OK_FRAME, start):
-        k += 1
-        start += _OK_FRAME_SIZE
-    return k
-
-
 class _Closed(Exception):
     """End of stream after CLS or close(): the read loop ends without an error."""
-
-
-def _timeout(seconds: float) -> float:
-    return seconds if seconds > 0 else math.inf
 
 
 class Connection:
@@ -169,33 +103,13 @@ class Connection:
         self._handler = handler
         self._connector = connector or open_tcp
         self._stream: trio.abc.Stream | None = None
-        # A plain TCP stream's socket: after the handshake, read and written directly
-        # (``os.read`` / ``os.write`` when the kernel is ready, Trio only to wait; see run()).
-        self._fd: int | None = None
+        self._handshake: Handshake | None = None
         self._codec: Codec | None = None
-        self._rbuf = b""  # handshake read-ahead, already decompressed
-        # The start of a frame not yet whole (pieces as received), its size so far and in all.
-        self._partial: list[bytes] = []
-        self._partial_size = 0
-        self._partial_need = 0
-        self._max_frame = config.max_msg_size + 30 if config.max_msg_size else 0
-        # A caller reading its own answer (read_here) has the socket; the reader task waits
-        # on _park meanwhile. _read_wait: the reader's wait for the socket, to call it off.
-        self._lent = False
-        self._park: trio.Event | None = None
-        self._read_wait: trio.CancelScope | None = None
-        self._wbuf = bytearray()
-        # Ids of messages FINished since the last write: they join the write queue as one
-        # ``FIN <id>\n...`` block (one C-level join) before anything else is queued or sent.
-        self._fins: list[bytes] = []
-        self._wake = trio.Event()
-        self._writer_idle = False  # the writer waits on _wake: the next write must set it
-        self._sending = False  # a send_all is in progress (writer task or write_now)
-        self._send_started = 0.0
+        self._max_frame = config.max_msg_size + _MESSAGE_OVERHEAD if config.max_msg_size else 0
+        self._decoder: FrameDecoder[Message] | None = None
+        self._writes = WriteQueue(self._fail)
         self._last_read = 0.0
-        self._write_timeout = _timeout(config.write_timeout)
         self._scope: trio.CancelScope | None = None
-        self._close_requested = False
         self.closed = False
         self._closed_event = trio.Event()
         self.error: BaseException | None = None
@@ -215,6 +129,17 @@ class Connection:
     def __repr__(self) -> str:
         return f"<Connection {self.address}>"
 
+    @property
+    def raw_socket(self) -> bool:
+        """Read and written on the socket itself (a plain TCP connection, once running)."""
+        return type(self._stream) is FdStream
+
+    @property
+    def caller_reading(self) -> bool:
+        """A caller reads its own answer now (``read_here``); the reader task stands aside."""
+        stream = self._stream
+        return type(stream) is FdStream and stream.lent
+
     # -- handshake -----------------------------------------------------------------------------
     async def connect(self) -> None:
         """Dial and negotiate.
@@ -226,10 +151,14 @@ class Connection:
         config = self.config
         host, port = split_address(self.address)
         try:
-            with trio.fail_after(_timeout(config.dial_timeout)):
+            with trio.fail_after(timeout(config.dial_timeout)):
                 self._stream = await self._connector(host, port)
-            with trio.fail_after(_timeout(config.read_timeout)):
-                await self._handshake(host)
+            with trio.fail_after(timeout(config.read_timeout)):
+                shake = self._handshake = Handshake(self._stream, config, self.address)
+                try:
+                    await shake.negotiate(host)
+                finally:
+                    self._stream = shake.stream
         except ConnectError:
             await self._abort_stream()
             raise
@@ -237,38 +166,13 @@ class Connection:
                 ServerError, FrameTooBig, ValueError) as exc:
             await self._abort_stream()
             raise ConnectError(f"{self.address}: {_describe(exc)}") from exc
-
-    async def _handshake(self, host: str) -> None:
-        config = self.config
-        await self._send(MAGIC_V2 + commands.identify(config.identify_body()))
-        data = await self._expect_response("IDENTIFY")
-        if not data.startswith(b"{"):
-            return  # plain OK: nsqd without feature negotiation
-        self.server = json.loads(data)
-        self.max_rdy_count = int(self.server.get("max_rdy_count", 2500))
-        if self.server.get("tls_v1"):
-            assert self._stream is not None
-            tls = trio.SSLStream(self._stream, config.ssl_context(), server_hostname=host)
-            await tls.do_handshake()
-            self._stream = tls
-            await self._expect_ok("TLS")
-        if self.server.get("deflate"):
-            self._codec = Deflate(int(self.server.get("deflate_level", config.deflate_level)))
-            await self._expect_ok("deflate")
-        if self.server.get("snappy"):
-            self._codec = Snappy()
-            await self._expect_ok("snappy")
+        self.server, self.max_rdy_count, self.auth = shake.server, shake.max_rdy_count, shake.auth
+        self._codec = self._writes.codec = shake.codec
         if self._codec is not None and not self._max_frame:
             # Inflating is bounded per call (see _compression); one frame is bounded too (by
             # max_msg_size when set), so a stream that compresses enormously cannot grow a
             # frame without end. nsqd does not say its --max-msg-size; this is far above it.
             self._max_frame = _COMPRESSED_MAX_FRAME
-        if self.server.get("auth_required"):
-            if not config.auth_secret:
-                raise ConnectError(f"{self.address}: Auth Required")
-            await self._send(commands.auth(config.auth_secret))
-            reply = await self._expect_response("AUTH")
-            self.auth = json.loads(reply)
 
     async def subscribe(self, topic: str, channel: str) -> None:
         """SUB and wait for its OK.
@@ -277,67 +181,16 @@ class Connection:
             ConnectError: nsqd refused (the ``ServerError`` with its code is the cause) or the
                 connection failed.
         """
+        shake = self._handshake
+        assert shake is not None, "subscribe() goes between connect() and run()"
         try:
-            with trio.fail_after(_timeout(self.config.read_timeout)):
-                await self._send(commands.sub(topic, channel))
-                await self._expect_ok("SUB")
+            with trio.fail_after(timeout(self.config.read_timeout)):
+                await shake.send(commands.sub(topic, channel))
+                await shake.expect_ok("SUB")
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError,
                 ServerError, FrameTooBig) as exc:
             await self._abort_stream()
             raise ConnectError(f"{self.address}: SUB {topic} {channel}: {_describe(exc)}") from exc
-
-    async def _expect_ok(self, step: str) -> None:
-        data = await self._expect_response(step)
-        if data != b"OK":
-            raise ConnectError(f"{self.address}: {step}: expected OK, got {data[:100]!r}")
-
-    async def _expect_response(self, step: str) -> bytes:
-        while True:
-            frame_type, data = await self._read_frame()
-            if frame_type == _FRAME_RESPONSE and data == HEARTBEAT:
-                await self._send(_NOP)
-                continue
-            if frame_type == _FRAME_ERROR:
-                raise ServerError.from_frame(data)
-            if frame_type != _FRAME_RESPONSE:
-                raise ConnectError(f"{self.address}: {step}: unexpected frame type {frame_type}")
-            return data
-
-    async def _read_frame(self) -> tuple[int, bytes]:
-        """Exactly one frame (never reading past it: the stream may change after it)."""
-        header = await self._receive_exactly(FRAME_HEADER.size)
-        size, _ = FRAME_HEADER.unpack(header)
-        if size < 4 or size > _HANDSHAKE_MAX_FRAME:
-            raise FrameTooBig(f"frame size {size} out of range")
-        decoder = FrameDecoder()
-        decoder.feed(header + await self._receive_exactly(size - 4))
-        frame = decoder.next_frame()
-        assert frame is not None
-        return frame
-
-    async def _receive_exactly(self, n: int) -> bytes:
-        assert self._stream is not None
-        while len(self._rbuf) < n:
-            # Uncompressed, ask for no more than the frame needs; compressed sizes are unknown,
-            # so read what comes and keep the rest for after the handshake.
-            codec = self._codec
-            more = codec.pending() if codec is not None else b""
-            if more:
-                self._rbuf += more
-                continue
-            want = READ_SIZE if codec else n - len(self._rbuf)
-            chunk = await self._stream.receive_some(want)
-            if not chunk:
-                raise trio.BrokenResourceError("connection closed by nsqd")
-            self._rbuf += codec.decompress(chunk) if codec else chunk
-        data, self._rbuf = self._rbuf[:n], self._rbuf[n:]
-        return data
-
-    async def _send(self, data: bytes) -> None:
-        assert self._stream is not None
-        if self._codec is not None:
-            data = self._codec.compress(data)
-        await self._stream.send_all(data)
 
     # -- running ---------------------------------------------------------------------------------
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -346,14 +199,15 @@ class Connection:
             async with trio.open_nursery() as nursery:
                 self._scope = nursery.cancel_scope
                 stream = self._stream
-                if type(stream) is trio.SocketStream and self._fd is None:
-                    # Plain TCP: read and write the (non-blocking) socket directly, and use
-                    # Trio only to wait for it. Trio's socket calls yield after every
-                    # successful send and receive and try a receive before waiting: per
-                    # round trip, several more passes of the scheduler than the I/O needs.
-                    self._fd = stream.socket.fileno()
+                if type(stream) is trio.SocketStream:
+                    self._stream = stream = FdStream(stream, lendable=self.read_by_callers)
+                self._writes.stream = stream
+                self._decoder = FrameDecoder(self._max_frame, message=Message, context=self)
                 nursery.start_soon(self._write_loop)
-                nursery.start_soon(self._watchdog)
+                self._last_read = trio.current_time()
+                nursery.start_soon(watchdog, timeout(self.config.read_timeout),
+                                   timeout(self.config.write_timeout), self._read_at,
+                                   self._send_started, self._fail)
                 task_status.started()
                 try:
                     await self._read_loop()
@@ -372,98 +226,46 @@ class Connection:
     async def wait_closed(self) -> None:
         await self._closed_event.wait()
 
+    def _read_at(self) -> float:
+        return self._last_read
+
+    def _send_started(self) -> float | None:
+        writes = self._writes
+        return writes.send_started if writes.sending else None
+
     async def _read_loop(self) -> None:
-        if self._rbuf:
-            data, self._rbuf = self._rbuf, b""
-            self._feed(data)
+        shake, self._handshake = self._handshake, None
+        if shake is not None and (leftover := shake.leftover()):
+            self._feed(leftover)
         while True:
             self._feed(await self._receive())
 
-    def _feed(self, chunk: bytes) -> None:
-        """Parse ``chunk`` after what was left of the previous one (a frame split over
-        receives). A frame larger than one receive is gathered in a list and joined once it
-        is whole, not copied on every receive."""
-        parts = self._partial
-        if chunk == _OK_FRAME and not parts:
-            self._handler.on_ok(self, 1)  # the answer to a lone publish: nothing to parse
-            return
-        if parts:
-            parts.append(chunk)
-            self._partial_size += len(chunk)
-            if self._partial_size < self._partial_need:
-                return
-            data = b"".join(parts)
-            parts.clear()
-        else:
-            data = chunk
-        pos = self._parse(data)
-        if pos < len(data):
-            rest = data[pos:]
-            parts.append(rest)
-            self._partial_size = len(rest)
-            # _parse checked the size of a frame whose header it saw.
-            self._partial_need = 4 + FRAME_HEADER.unpack_from(rest)[0] if len(rest) >= 8 else 8
-
-    def _parse(self, data: bytes) -> int:
-        """Every whole frame of ``data``, by offset, in one pass; returns where the first
-        incomplete frame starts (``len(data)`` when there is none).
-
-        No frame objects: a message frame becomes its ``Message`` straight from the received
-        bytes (one ``unpack_from`` for size, type, timestamp, attempts and id, one slice for
-        the body); a run of ``OK`` responses is counted, not parsed (``count_oks``), and
-        reported as one ``on_ok`` call.
-        """
+    def _feed(self, data: bytes) -> None:
+        """Decode ``data`` after what was left of the previous read, and report every whole
+        frame to the handler: runs of OKs and other answers in order, then the messages."""
+        decoder = self._decoder
+        assert decoder is not None
+        decoder.receive_data(data)
         handler = self._handler
-        max_size = self._max_frame
-        unpack_message = _MESSAGE_FRAME.unpack_from
-        end = len(data)
-        pos = 0
-        messages: list[Message] = []
-        oks = 0
-        while end - pos >= 8:
-            if end - pos >= _MESSAGE_FRAME_MIN:
-                size, frame_type, timestamp, attempts, message_id = unpack_message(data, pos)
-            else:
-                size, frame_type = FRAME_HEADER.unpack_from(data, pos)
-            if size < 4 or (max_size and size > max_size):
-                raise FrameTooBig(f"frame size {size} out of range"
-                                  + (f" (at most {max_size})" if max_size else ""))
-            stop = pos + 4 + size
-            if stop > end:
-                break
-            if frame_type == _FRAME_MESSAGE:
-                if stop - pos < _MESSAGE_FRAME_MIN:
-                    raise ValueError(f"message frame of {size - 4} bytes")
-                messages.append(Message(message_id, data[pos + _MESSAGE_FRAME_MIN : stop],
-                                        timestamp, attempts, self))
-            elif frame_type == _FRAME_RESPONSE:
-                if size == _OK_SIZE and data.startswith(b"OK", pos + 8):
-                    # Answers to pipelined publishes: count the whole run at once.
-                    n = count_oks(data, stop, end) + 1
-                    oks += n
-                    stop += (n - 1) * _OK_FRAME_SIZE
+        while True:
+            answers, messages = decoder.next_events()
+            if not (answers or messages):
+                return
+            for answer in answers:
+                if type(answer) is int:
+                    handler.on_ok(self, answer)
+                    continue
+                assert isinstance(answer, tuple)
+                frame_type, body = answer
+                if frame_type != _RESPONSE:
+                    handler.on_error(self, ServerError.from_frame(body))
+                elif body == HEARTBEAT:
+                    self.write(_NOP)
                 else:
-                    if oks:
-                        handler.on_ok(self, oks)
-                        oks = 0
-                    if size == _HEARTBEAT_SIZE and data.startswith(HEARTBEAT, pos + 8):
-                        self.write(_NOP)
-                    else:
-                        handler.on_response(self, data[pos + 8 : stop])
-            elif frame_type == _FRAME_ERROR:
-                if oks:
-                    handler.on_ok(self, oks)
-                    oks = 0
-                handler.on_error(self, ServerError.from_frame(data[pos + 8 : stop]))
-            else:
-                raise ValueError(f"unknown frame type {frame_type}")
-            pos = stop
-        if oks:
-            handler.on_ok(self, oks)
-        if messages:
-            self.in_flight += len(messages)
-            handler.on_messages(self, messages)
-        return pos
+                    handler.on_response(self, body)
+            if messages:
+                self.in_flight += len(messages)
+                handler.on_messages(self, messages)
 
     async def _receive(self) -> bytes:
         """The next bytes from nsqd (decompressed); ends the loop quietly on an expected EOF.
@@ -479,39 +281,13 @@ class Connection:
             if more:
                 await trio.lowlevel.checkpoint()
                 return more
-        fd = self._fd
-        if fd is None:
-            data = await stream.receive_some(READ_SIZE)
-        else:
-            # Wait first: the wait is this task's yield, and after a parsed chunk the socket
-            # is usually empty (trying first would mostly cost a failed read).
-            while True:
-                if self._lent:
-                    self._park = park = trio.Event()
-                    await park.wait()
-                    continue
-                if self.read_by_callers:
-                    # In a scope read_here can cancel (a scope costs a few µs: not for all).
-                    with trio.CancelScope() as self._read_wait:
-                        await wait_readable(fd)
-                    self._read_wait = None
-                else:
-                    await wait_readable(fd)
-                if self._stream is not stream:
-                    raise trio.ClosedResourceError("connection closed")
-                if self._lent:
-                    continue  # a caller took the socket (read_here) while this task waited
-                try:
-                    data = os.read(fd, READ_SIZE)
-                    break
-                except BlockingIOError:
-                    continue
+        data = await stream.receive_some(READ_SIZE)
         self._last_read = trio.current_time()
         if not data:
-            if self.closing or self._close_requested:
+            if self.closing or self._writes.closing:
                 raise _Closed
             raise trio.BrokenResourceError("connection closed by nsqd")
-        return codec.decompress(data) if codec is not None else data
+        return codec.decompress(bytes(data)) if codec is not None else bytes(data)
 
     async def read_here(self, settled: Callable[[], bool]) -> None:
         """Read and parse nsqd's frames from the calling task until ``settled()`` is true.
@@ -524,23 +300,13 @@ class Connection:
         plain TCP connection made ``read_by_callers`` and no other caller reads already;
         returns early when the connection ends.
         """
-        fd = self._fd
         stream = self._stream
-        if (fd is None or self._codec is not None or self._lent or self.closed
-                or not self.read_by_callers):
+        if (type(stream) is not FdStream or self._codec is not None or self.closed
+                or not self.read_by_callers or not stream.lend()):
             return
-        self._lent = True
-        if self._read_wait is not None:
-            self._read_wait.cancel()  # gives up the socket at once (Trio unregisters it)
         try:
             while not settled():
-                await wait_readable(fd)
-                if self._stream is not stream:
-                    return
-                try:
-                    data = os.read(fd, READ_SIZE)
-                except BlockingIOError:
-                    continue
+                data = await stream.receive_lent(READ_SIZE)
                 if not data:
                     return  # the reader reads the end of the stream again and ends it
                 self._last_read = trio.current_time()
@@ -550,26 +316,7 @@ class Connection:
         except (OSError, FrameTooBig, ValueError) as exc:
             self._fail(exc)
         finally:
-            self._lent = False
-            park, self._park = self._park, None
-            if park is not None:
-                park.set()
-
-    async def _watchdog(self) -> None:
-        """go-nsq's deadlines, without a cancel scope per read and per write (they cost more
-        than the I/O on a busy connection): a few times per timeout, look how long the last
-        read and the current send have been waiting."""
-        read_timeout = _timeout(self.config.read_timeout)
-        write_timeout = self._write_timeout
-        tick = min(read_timeout, write_timeout) / 4
-        self._last_read = trio.current_time()
-        while True:
-            await trio.sleep(tick)
-            now = trio.current_time()
-            if now - self._last_read > read_timeout:
-                self._fail(trio.TooSlowError(f"no data for {read_timeout:g}s"))
-            elif self._sending and now - self._send_started > write_timeout:
-                self._fail(trio.TooSlowError(f"write timed out after {write_timeout:g}s"))
+            stream.give_back()
 
     def _fail(self, exc: BaseException) -> None:
         if self.error is None:
@@ -578,64 +325,11 @@ class Connection:
         if self._scope is not None:
             self._scope.cancel()
 
+    # -- writing ---------------------------------------------------------------------------------
     async def _write_loop(self) -> None:
-        try:
-            while True:
-                if not (self._wbuf or self._fins) or self._sending:
-                    if self._close_requested and not self._sending:
-                        break
-                    self._wake = trio.Event()
-                    self._writer_idle = True
-                    await self._wake.wait()
-                    continue
-                await self._send_queued()
-        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            self._fail(exc)
+        await self._writes.run()
         if self._scope is not None:
             self._scope.cancel()
-
-    async def _send_queued(self, first: bytes = b"") -> None:
-        """Send ``first`` (when the queue is empty, without copying it into the queue), then
-        the write queue and what is queued meanwhile, until it is empty."""
-        assert self._stream is not None
-        stream = self._stream
-        codec = self._codec
-        self._sending = True
-        self._send_started = trio.current_time()
-        try:
-            send = stream.send_all if self._fd is None else self._send_fd
-            if first:
-                if self._wbuf or self._fins:
-                    if self._fins:
-                        self._queue_fins()
-                    self._wbuf += first
-                else:
-                    await send(codec.compress(first) if codec is not None else first)
-            while True:
-                if self._fins:
-                    self._queue_fins()
-                if not self._wbuf:
-                    break
-                data, self._wbuf = self._wbuf, bytearray()
-                await send(codec.compress(bytes(data)) if codec is not None else data)
-        finally:
-            self._sending = False
-
-    async def _send_fd(self, data: bytes | bytearray) -> None:
-        """``send_all`` on the socket itself: no yield when the kernel takes it all at once."""
-        stream = self._stream
-        fd = self._fd
-        assert fd is not None
-        with memoryview(data) as view:
-            while view:
-                try:
-                    sent = os.write(fd, view)
-                except BlockingIOError:
-                    await wait_writable(fd)
-                    if self._stream is not stream:
-                        raise trio.ClosedResourceError("connection closed") from None
-                    continue
-                view = view[sent:]
 
     async def write_now(self, data: bytes) -> None:
         """``write``, sending from the calling task when nothing else is being sent.
@@ -649,88 +343,52 @@ class Connection:
         # A cancellation now, before anything is queued, is clean. The send below can only be
         # cancelled after part of it went out (a full socket buffer): that aborts.
         await trio.lowlevel.checkpoint_if_cancelled()
-        if self._fd is not None and self._codec is None:
-            self.write_through(data)  # never waits, so there is nothing to cancel
+        writes = self._writes
+        if type(self._stream) is FdStream and self._codec is None:
+            writes.write_through(data)  # never waits, so there is nothing to cancel
             return
-        if self._sending or self._stream is None or self._scope is None:
+        if writes.sending or self._stream is None or self._scope is None:
             self.write(data)
             return
         try:
-            await self._send_queued(data)
-        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            await writes.send(data)
+        except SEND_ERRORS as exc:
             self._fail(exc)
         except trio.Cancelled:
             self.abort()
             raise
 
     def write_through(self, data: bytes) -> None:
-        """``write``, but when nothing is queued or being sent on a plain TCP connection,
-        give the bytes to the kernel at once; what it does not take now is queued for the
-        writer. Never blocks. Saves the hop to the writer task for a command that is sent on
-        its own anyway (an MPUB, a lone publish)."""
-        fd = self._fd
-        if (fd is None or self._codec is not None or self._sending or self._wbuf
-                or self._fins or self.closed):
-            self.write(data)
-            return
-        try:
-            sent = os.write(fd, data)
-        except BlockingIOError:
-            sent = 0
-        except OSError as exc:
-            self._fail(exc)
-            return
-        if sent < len(data):
-            self.write(data[sent:])
+        """``write``, but on a plain TCP connection with nothing queued or being sent, give
+        the bytes to the kernel at once (see ``WriteQueue.write_through``). Never blocks."""
+        if not self.closed:
+            self._writes.write_through(data)
 
     def write(self, data: bytes) -> None:
         """Queue bytes for the writer; they leave with the next send (never blocks)."""
-        if self.closed:
-            return
-        if self._fins:
-            self._queue_fins()
-        self._wbuf += data
-        if self._writer_idle:
-            self._writer_idle = False
-            self._wake.set()
-
-    def _queue_fins(self) -> None:
-        fins = self._fins
-        wbuf = self._wbuf
-        wbuf += b"FIN "
-        wbuf += b"\nFIN ".join(fins)
-        wbuf += b"\n"
-        fins.clear()
+        if not self.closed:
+            self._writes.write(data)
 
     def close(self) -> None:
         """Send what is queued, then close."""
-        self._close_requested = True
-        self._writer_idle = False
-        self._wake.set()  # the writer sends what is queued, then ends the connection
+        self._writes.finish()  # the writer sends what is queued, then ends the connection
 
     def abort(self) -> None:
         """Close now, dropping anything queued."""
-        self._close_requested = True
-        self._wbuf.clear()
-        self._fins.clear()
+        self._writes.drop()
         if self._scope is not None:
             self._scope.cancel()
 
     async def _abort_stream(self) -> None:
         stream, self._stream = self._stream, None
-        self._fd = None
         if stream is not None:
             with trio.CancelScope(shield=True):
                 await trio.aclose_forcefully(stream)
 
     # -- answering messages (called by Message) ----------------------------------------------------
     def finish_message(self, message: Message) -> None:
-        # write() and _answered() by hand: this runs once per message.
         if not self.closed:
-            self._fins.append(message.id)
-            if self._writer_idle:
-                self._writer_idle = False
-                self._wake.set()
+            self._writes.fin(message.id)
         self.in_flight -= 1
         self._handler.on_finished(self)
         if self.closing and self.in_flight <= 0:

@@ -45,8 +45,8 @@ from ._config import Config
 from ._conn import Connection, Connector
 from ._discovery import LookupdPoller
 from ._errors import ConnectError, ServerError
-from ._handling import CHECKPOINT_EVERY, Handler, MessageIterator, handler_worker
-from ._message import Message
+from ._handling import Handler, MessageIterator, handler_worker
+from ._message import Message, connection_of
 from ._rdy import Plan, RdyController
 
 log = logging.getLogger("nsq_client")
@@ -54,6 +54,8 @@ log = logging.getLogger("nsq_client")
 GiveUp = Callable[[Message], Awaitable[Any] | Any]
 
 _CLS = commands.cls()
+# Taking a queued message does not yield to Trio; once every this many, it does.
+CHECKPOINT_EVERY = 512
 
 
 @attrs.frozen
@@ -228,8 +230,9 @@ class Consumer:
             conn.write(_CLS)
         queue, self._queue = self._queue, deque()
         for message in queue:
-            message._conn.queued -= 1
-            if not message._responded and not message._conn.closed:
+            origin = connection_of(message)
+            origin.queued -= 1
+            if not message.has_responded and not origin.closed:
                 message.requeue(0, backoff=False)
         self._lot.unpark_all()
 
@@ -423,6 +426,25 @@ class Consumer:
         self._send_plan(plan)
 
     # -- handing messages out ----------------------------------------------------------------------
+    def take_nowait(self) -> Message | None:
+        """The next queued message if it can be handed out now, without yielding; None when
+        ``next_message`` must be awaited (nothing queued, a checkpoint is due, or the first
+        message needs care: its connection is gone or it is past ``max_attempts``).
+
+        ``next_message``'s fast path, for ``async for``: it runs once per message.
+        """
+        queue = self._queue
+        if queue and self._handed_since_checkpoint < CHECKPOINT_EVERY:
+            message = queue[0]
+            conn = connection_of(message)
+            limit = self._max_attempts
+            if not conn.closed and (message.attempts <= limit or not limit):
+                queue.popleft()
+                conn.queued -= 1
+                self._handed_since_checkpoint += 1
+                return message
+        return None
+
     async def next_message(self) -> Message | None:
         """The next message, waiting for one; None once the consumer is stopping.
 
@@ -439,14 +461,15 @@ class Consumer:
             queue = self._queue
             if queue:
                 message = queue.popleft()
-                message._conn.queued -= 1
-                if message._conn.closed:
+                conn = connection_of(message)
+                conn.queued -= 1
+                if conn.closed:
                     continue  # its connection is gone; nsqd will deliver it again
                 if self._max_attempts and message.attempts > self._max_attempts:
                     try:
                         await self._give_up(message)
                     except BaseException:
-                        if not message._responded:
+                        if not message.has_responded:
                             queue.appendleft(message)
                         raise
                     continue
@@ -464,7 +487,7 @@ class Consumer:
             result = self.on_give_up(message)
             if inspect.isawaitable(result):
                 await result
-        if not message._responded:
+        if not message.has_responded:
             message.finish()
 
     def __aiter__(self) -> AsyncIterator[Message]:

@@ -19,22 +19,32 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from ._message import Message
-
-if TYPE_CHECKING:
-    from ._consumer import Consumer
+from ._message import Message, connection_of, finish_unanswered, requeue_unanswered
 
 log = logging.getLogger("nsq_client")
 
 Handler = Callable[[Message], Awaitable[Any] | Any]
 
-# Taking a queued message does not yield to Trio; once every this many, it does.
-CHECKPOINT_EVERY = 512
+
+class MessageSource(Protocol):
+    """Where the messages come from (a ``Consumer``)."""
+
+    @property
+    def topic(self) -> str: ...
+
+    @property
+    def channel(self) -> str: ...
+
+    def take_nowait(self) -> Message | None:
+        """A queued message when one can be handed out without yielding, else None."""
+
+    async def next_message(self) -> Message | None:
+        """The next message, waiting for one; None once the consumer stops."""
 
 
-async def handler_worker(consumer: Consumer, handler: Handler) -> None:
+async def handler_worker(consumer: MessageSource, handler: Handler) -> None:
     """One of ``Consumer.run``'s workers: take, handle, answer, until the consumer stops."""
     while True:
         message = await consumer.next_message()
@@ -47,18 +57,16 @@ async def handler_worker(consumer: Consumer, handler: Handler) -> None:
         except Exception as exc:
             log.error("[%s/%s] handler returned error (%r) for msg %s", consumer.topic,
                       consumer.channel, exc, message.id.decode(errors="replace"))
-            if message._auto and not message._responded:
-                message.requeue()
+            requeue_unanswered(message)
             continue
-        if message._auto and not message._responded:
-            message.finish()
+        finish_unanswered(message)
 
 
 class MessageIterator:
     """``async for`` over a consumer: asking for the next message answers (FIN) the previous
     one, unless it was answered already."""
 
-    def __init__(self, consumer: Consumer) -> None:
+    def __init__(self, consumer: MessageSource) -> None:
         self._consumer = consumer
         self._current: Message | None = None
 
@@ -67,35 +75,23 @@ class MessageIterator:
 
     async def __anext__(self) -> Message:
         current = self._current
-        if current is not None and current._auto and not current._responded:
-            current._responded = True  # Message.finish(), inlined
-            current._conn.finish_message(current)
-        consumer = self._consumer
-        queue = consumer._queue
-        # Fast path of next_message(), inlined: this runs once per message.
-        if queue and consumer._handed_since_checkpoint < CHECKPOINT_EVERY:
-            message = queue[0]
-            conn = message._conn
-            limit = consumer._max_attempts
-            if not conn.closed and (message.attempts <= limit or not limit):
-                queue.popleft()
-                conn.queued -= 1
-                consumer._handed_since_checkpoint += 1
-                self._current = message
-                return message
-        self._current = None
-        next_message = await consumer.next_message()
-        if next_message is None:
-            raise StopAsyncIteration
-        self._current = next_message
-        return next_message
+        if current is not None:
+            finish_unanswered(current)
+        message = self._consumer.take_nowait()
+        if message is None:
+            self._current = None
+            message = await self._consumer.next_message()
+            if message is None:
+                raise StopAsyncIteration
+        self._current = message
+        return message
 
     def settle(self, failed: bool) -> None:
         """FIN the last message (REQ it when ``failed``) unless it was answered."""
         current, self._current = self._current, None
-        if current is None or not current._auto or current._responded or current._conn.closed:
+        if current is None or connection_of(current).closed:
             return
         if failed:
-            current.requeue(backoff=False)
+            requeue_unanswered(current, backoff=False)
         else:
-            current.finish()
+            finish_unanswered(current)

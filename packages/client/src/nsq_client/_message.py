@@ -10,12 +10,23 @@ once it times out), as go-nsq does.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ._errors import MessageResponded
 
-if TYPE_CHECKING:
-    from ._conn import Connection
+
+class Answerer(Protocol):
+    """Where a message's answers go: the connection it came from."""
+
+    address: str
+    closed: bool
+    queued: int
+
+    def finish_message(self, message: Message) -> None: ...
+
+    def requeue_message(self, message: Message, delay: float | None, backoff: bool) -> None: ...
+
+    def touch_message(self, message: Message) -> None: ...
 
 
 class Message:
@@ -32,7 +43,7 @@ class Message:
     __slots__ = ("_auto", "_conn", "_responded", "attempts", "body", "id", "timestamp")
 
     def __init__(self, id: bytes, body: bytes, timestamp: int, attempts: int,
-                 conn: Connection) -> None:
+                 conn: Answerer) -> None:
         self.id = id
         self.body = body
         self.timestamp = timestamp
@@ -96,3 +107,23 @@ class Message:
         if self._responded:
             raise MessageResponded(f"message {self.id!r} already responded")
         self._conn.touch_message(self)
+
+
+# -- the consumer's automatic answers (for a message whose handler did not answer it) ---------------
+def finish_unanswered(message: Message) -> None:
+    """FIN ``message`` unless it was answered or its auto-response disabled."""
+    if message._auto and not message._responded:
+        message._responded = True  # Message.finish(), inlined: this runs once per message
+        message._conn.finish_message(message)
+
+
+def requeue_unanswered(message: Message, *, backoff: bool = True) -> None:
+    """REQ ``message`` (go-nsq's default delay) unless it was answered or its auto-response
+    disabled."""
+    if message._auto and not message._responded:
+        message.requeue(backoff=backoff)
+
+
+def connection_of(message: Message) -> Answerer:
+    """The connection ``message`` came from."""
+    return message._conn

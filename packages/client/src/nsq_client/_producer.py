@@ -23,7 +23,6 @@ With several nsqd addresses the producer is a pool:
 from __future__ import annotations
 
 import logging
-import struct
 from collections import deque
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -44,59 +43,6 @@ log = logging.getLogger("nsq_client")
 _RETRYABLE = frozenset({"E_PUB_FAILED", "E_MPUB_FAILED", "E_DPUB_FAILED"})
 _DOWN_MIN, _DOWN_MAX = 1.0, 30.0
 _CHECKPOINT_EVERY = 256
-_SIZE = struct.Struct(">I")
-
-# -- encoding publishes --------------------------------------------------------------------------
-# The same bytes as nsq_common.commands.pub / .mpub, made with fewer steps per message: the
-# ``PUB <topic>\n`` / ``MPUB <topic>\n`` line once per topic, and an MPUB's size prefixes
-# without a Python-level loop over its messages.
-_LINES_KEPT = 1024  # topics whose command lines are kept
-_pub_lines: dict[str | bytes, bytes] = {}
-_mpub_lines: dict[str | bytes, bytes] = {}
-
-
-class _SizePrefixes(dict[int, bytes]):
-    """Body size -> its 4-byte prefix, made on first use (a lookup is cheaper than a pack)."""
-
-    def __missing__(self, size: int) -> bytes:
-        if len(self) >= _LINES_KEPT:
-            self.clear()
-        prefix = self[size] = _SIZE.pack(size)
-        return prefix
-
-
-_size_prefixes = _SizePrefixes()
-
-
-def _line(cache: dict[str | bytes, bytes], topic: str | bytes, line: bytes) -> bytes:
-    if len(cache) >= _LINES_KEPT:
-        cache.clear()
-    cache[topic] = line
-    return line
-
-
-def _pub_command(topic: str, body: bytes) -> bytes:
-    line = _pub_lines.get(topic) or _line(_pub_lines, topic,
-                                          commands.pub(topic, b"")[: -_SIZE.size])
-    return line + _SIZE.pack(len(body)) + body
-
-
-def _mpub_command(topic: str, bodies: list[bytes]) -> bytes:
-    """MPUB of ``bodies`` (at least one)."""
-    line = _mpub_lines.get(topic) or _line(_mpub_lines, topic,
-                                           commands.mpub(topic, [b""])[: -3 * _SIZE.size])
-    n = len(bodies)
-    sizes = list(map(len, bodies))
-    if sizes.count(sizes[0]) == n:
-        # All the same size (common for batches): the prefixes are one separator.
-        prefix = _SIZE.pack(sizes[0])
-        data = prefix + prefix.join(bodies)
-    else:
-        parts: list[bytes] = [b""] * (2 * n)
-        parts[0::2] = map(_size_prefixes.__getitem__, sizes)
-        parts[1::2] = bodies
-        data = b"".join(parts)
-    return line + _SIZE.pack(len(data) + _SIZE.size) + _SIZE.pack(n) + data
 
 
 class _Tracker:
@@ -284,6 +230,16 @@ class Producer:
     def addresses(self) -> list[str]:
         return [a.name for a in self._addresses]
 
+    def connection(self, address: str) -> Connection | None:
+        """The open connection to the nsqd at ``address``, None when there is none."""
+        link = self._links.get(address)
+        return link.conn if link is not None else None
+
+    def unanswered(self, address: str) -> int:
+        """Publishes on the wire to the nsqd at ``address`` that it has not answered yet."""
+        link = self._links.get(address)
+        return len(link.pending) if link is not None else 0
+
     # -- lifecycle -------------------------------------------------------------------------------
     async def __aenter__(self) -> Producer:
         stack = AsyncExitStack()
@@ -316,14 +272,14 @@ class Producer:
     # -- publishing --------------------------------------------------------------------------------
     async def pub(self, topic: str, body: bytes) -> None:
         """PUB one message and wait for nsqd's OK."""
-        await self._publish(_pub_command(topic, body))
+        await self._publish(commands.pub(topic, body))
 
     async def mpub(self, topic: str, bodies: Iterable[bytes]) -> None:
         """MPUB several messages in one command (all or none) and wait for the OK."""
         items = list(bodies)
         if not items:
             raise ValueError("mpub needs at least one message")
-        await self._publish(_mpub_command(topic, items))
+        await self._publish(commands.mpub(topic, items))
 
     async def dpub(self, topic: str, delay: float, body: bytes) -> None:
         """DPUB: publish, delivered after ``delay`` seconds."""
@@ -497,17 +453,10 @@ class Pipeline:
         return self._tracker.pending
 
     async def pub(self, topic: str, body: bytes) -> None:
-        # _send, inlined: this runs once per message.
-        tracker = self._tracker
-        if tracker.error is not None:
-            raise tracker.error
-        if tracker.pending >= self._max:
-            await tracker.wait(self._max - 1)
-            self._raise()
-        producer = self._producer
-        link = producer._ready_link() or await producer._link()
-        tracker.pending += 1
-        link.send(_pub_command(topic, body), tracker)
+        # The slot is taken without an await when nothing needs waiting for: this runs once
+        # per message.
+        link = self._take_slot() or await self._wait_slot()
+        link.send(commands.pub(topic, body), self._tracker)
         self._since_checkpoint += 1
         if self._since_checkpoint >= _CHECKPOINT_EVERY:
             self._since_checkpoint = 0
@@ -518,7 +467,7 @@ class Pipeline:
         if not items:
             raise ValueError("mpub needs at least one message")
         # A whole batch: worth sending at once rather than waiting for the writer task.
-        await self._send(_mpub_command(topic, items), through=True)
+        await self._send(commands.mpub(topic, items), through=True)
 
     async def dpub(self, topic: str, delay: float, body: bytes) -> None:
         await self._send(commands.dpub(topic, int(delay * 1000), body))
@@ -528,16 +477,37 @@ class Pipeline:
         await self._tracker.wait(0)
         self._raise()
 
-    async def _send(self, command: bytes, through: bool = False) -> None:
+    def _take_slot(self) -> _Link | None:
+        """Count one more publish and return the connection to send it on, when neither
+        needs waiting for (room in the window, a connection ready); None otherwise.
+
+        Raises:
+            NSQError: an earlier publish of the pipeline failed.
+        """
         tracker = self._tracker
         if tracker.error is not None:
             raise tracker.error
+        if tracker.pending >= self._max:
+            return None
+        link = self._producer._ready_link()
+        if link is not None:
+            tracker.pending += 1
+        return link
+
+    async def _wait_slot(self) -> _Link:
+        """``_take_slot`` when it had to wait: for room in the window, then a connection."""
+        tracker = self._tracker
         if tracker.pending >= self._max:
             await tracker.wait(self._max - 1)
             self._raise()
         producer = self._producer
         link = producer._ready_link() or await producer._link()
         tracker.pending += 1
+        return link
+
+    async def _send(self, command: bytes, through: bool = False) -> None:
+        tracker = self._tracker
+        link = self._take_slot() or await self._wait_slot()
         if through:
             link.send_through(command, tracker)
         else:

@@ -76,7 +76,7 @@ class RdyController:
             return []
         self.total -= conn.rdy
         if self.mode is Mode.PROBING:
-            return self.probe(now) if self.total == 0 and self.conns else []
+            return (self.probe(now) or []) if self.total == 0 and self.conns else []
         return self.rebalance(now)
 
     def message(self, key: Hashable, now: float) -> None:

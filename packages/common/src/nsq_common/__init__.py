@@ -1,6 +1,8 @@
 """The NSQ wire protocol, sans-IO: frames, commands, messages, names, IDENTIFY, errors.
 
 Nothing here touches a socket; servers and clients feed bytes in and send the bytes out.
+Every reader speaks one vocabulary (``ReceiveBuffer``): ``receive_data(bytes)``, then
+``next_event()`` until it says more data is needed.
 
 Each name is imported from its module the first time it is used (``_lazy``), so that a command
 that only parses its flags (``nsqd --version``) does not load the rest.
@@ -14,6 +16,7 @@ from ._lazy import lazy_exports
 
 if TYPE_CHECKING:  # the names as type checkers see them; at run time see _MODULES below
     from . import _commands as commands
+    from ._buffer import ReceiveBuffer
     from ._errors import NON_FATAL_CODES, ConnectionAbort, ErrorCode, ProtocolError
     from ._frames import (
         CLOSE_WAIT_FRAME,
@@ -22,15 +25,19 @@ if TYPE_CHECKING:  # the names as type checkers see them; at run time see _MODUL
         HEARTBEAT_FRAME,
         MAGIC_V2,
         OK_FRAME,
+        Answer,
         FrameDecoder,
         FrameTooBig,
         FrameType,
+        MessageFactory,
+        count_oks,
         encode_error,
         encode_frame,
         encode_response,
     )
     from ._goflags import Flag, FlagError, FlagSet, exit_with_flag_error, parse_bool
     from ._gostr import format_go_duration, go_json, go_quote, parse_go_duration
+    from ._hostport import join_host_port, split_address
     from ._identify import (
         IdentifyRequest,
         Negotiated,
@@ -61,11 +68,14 @@ if TYPE_CHECKING:  # the names as type checkers see them; at run time see _MODUL
         lookup_response_error,
     )
     from ._message import (
+        MESSAGE_FRAME_HEAD,
         MESSAGE_FRAME_PREFIX,
         MESSAGE_HEADER,
         MESSAGE_HEADER_SIZE,
         MESSAGE_ID_LENGTH,
-        Message,
+        MessageFields,
+        WireMessage,
+        append_message_frames,
         decode_message,
         encode_message,
         encode_message_frame,
@@ -92,6 +102,7 @@ __all__ = [
     "HEARTBEAT_FRAME",
     "MAGIC_V2",
     "MAX_LINE_LENGTH",
+    "MESSAGE_FRAME_HEAD",
     "MESSAGE_FRAME_PREFIX",
     "MESSAGE_HEADER",
     "MESSAGE_HEADER_SIZE",
@@ -101,6 +112,7 @@ __all__ = [
     "NSQ_VERSION",
     "OK_FRAME",
     "PYTHON_LOG_LEVELS",
+    "Answer",
     "BodySpec",
     "Command",
     "CommandReader",
@@ -113,13 +125,18 @@ __all__ = [
     "FrameTooBig",
     "FrameType",
     "IdentifyRequest",
-    "Message",
+    "MessageFactory",
+    "MessageFields",
     "MpubPrefixCheck",
     "Negotiated",
     "NsqLogFormatter",
     "ProtocolError",
+    "ReceiveBuffer",
     "ServerFeatures",
+    "WireMessage",
+    "append_message_frames",
     "commands",
+    "count_oks",
     "decode_identify",
     "decode_message",
     "decode_mpub_body",
@@ -137,12 +154,14 @@ __all__ = [
     "is_valid_channel_name",
     "is_valid_name",
     "is_valid_topic_name",
+    "join_host_port",
     "lazy_exports",
     "negotiate",
     "parse_bool",
     "parse_go_duration",
     "response_json",
     "setup_logging",
+    "split_address",
 ]
 
 # nsqlookupd protocol V1
@@ -161,8 +180,11 @@ _EXPORTS = {
     "_errors": "NON_FATAL_CODES ConnectionAbort ErrorCode ProtocolError",
     "_frames": (
         "CLOSE_WAIT_FRAME FRAME_HEADER HEARTBEAT HEARTBEAT_FRAME MAGIC_V2 OK_FRAME "
-        "FrameDecoder FrameTooBig FrameType encode_error encode_frame encode_response"
+        "Answer FrameDecoder FrameTooBig FrameType MessageFactory count_oks encode_error "
+        "encode_frame encode_response"
     ),
+    "_buffer": "ReceiveBuffer",
+    "_hostport": "join_host_port split_address",
     "_goflags": "Flag FlagError FlagSet exit_with_flag_error parse_bool",
     "_gostr": "format_go_duration go_errno_text go_json go_quote parse_go_duration",
     "_identify": "IdentifyRequest Negotiated ServerFeatures decode_identify negotiate response_json",
@@ -175,8 +197,9 @@ _EXPORTS = {
         "lookup_response_error"
     ),
     "_message": (
-        "MESSAGE_FRAME_PREFIX MESSAGE_HEADER MESSAGE_HEADER_SIZE MESSAGE_ID_LENGTH Message "
-        "decode_message encode_message encode_message_frame"
+        "MESSAGE_FRAME_HEAD MESSAGE_FRAME_PREFIX MESSAGE_HEADER MESSAGE_HEADER_SIZE "
+        "MESSAGE_ID_LENGTH MessageFields WireMessage append_message_frames decode_message "
+        "encode_message encode_message_frame"
     ),
     "_mpub": "MpubPrefixCheck decode_mpub_body",
     "_names": "EPHEMERAL_SUFFIX is_ephemeral is_valid_channel_name is_valid_name is_valid_topic_name",

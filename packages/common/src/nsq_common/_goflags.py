@@ -139,7 +139,7 @@ class FlagSet:
             if not name or name[0] in "-=":
                 raise FlagError(f"bad flag syntax: {arg}")
             has_value = "=" in name
-            value: str | None = None
+            value = ""
             if has_value:
                 name, value = name.split("=", 1)
             if name in ("h", "help") and name not in self.flags:
@@ -150,7 +150,7 @@ class FlagSet:
             if flag.kind == "bool":
                 text = value if has_value else "true"
             elif has_value:
-                text = value  # type: ignore[assignment]
+                text = value
             elif args:
                 text = args.pop(0)
             else:

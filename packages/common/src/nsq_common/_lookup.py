@@ -44,6 +44,7 @@ from typing import Any
 
 import attrs
 
+from ._buffer import ReceiveBuffer
 from ._errors import ConnectionAbort, ErrorCode, ProtocolError
 from ._frames import FrameTooBig
 from ._gostr import go_json
@@ -199,7 +200,7 @@ class _State(enum.Enum):
     ERROR = enum.auto()
 
 
-class LookupReader:
+class LookupReader(ReceiveBuffer):
     """nsqlookupd's side of a V1 connection: feed bytes, take validated commands.
 
     ``next_event`` returns a command, ``LookupSignal.NEED_DATA`` (feed more) or
@@ -214,25 +215,13 @@ class LookupReader:
 
     def __init__(self, max_line: int = LOOKUP_MAX_LINE,
                  max_identify_size: int = LOOKUP_MAX_IDENTIFY_SIZE) -> None:
+        super().__init__()
         self._max_line = max_line
         self._max_body = max_identify_size
-        self._buf = bytearray()
-        self._pos = 0
-        self._eof = False
         self._state = _State.AWAIT_MAGIC
         self._body_size = -1
         self.magic: bytes | None = None
         self.identified = False
-
-    def receive_data(self, data: bytes) -> None:
-        """Add bytes read from the peer; ``b""`` means the peer closed its side."""
-        if not data:
-            self._eof = True
-            return
-        if self._pos:
-            del self._buf[: self._pos]
-            self._pos = 0
-        self._buf += data
 
     def next_event(self) -> LookupCommand | LookupSignal:
         """The next command, or a signal; see the class docstring for errors."""
@@ -418,25 +407,19 @@ class _Pairs(list[tuple[str, Any]]):
 # --- client side: answers in ------------------------------------------------------------------
 
 
-class LookupResponseReader:
-    """nsqd's side: feed bytes from lookupd, take whole answers (``[size][data]``).
+class LookupResponseReader(ReceiveBuffer):
+    """nsqd's side: bytes from lookupd in (``receive_data``), whole answers (``[size][data]``)
+    out (``next_event``).
 
     Args:
         max_size: largest answer accepted (nsqd uses its ``--max-body-size``); 0 for no limit.
     """
 
     def __init__(self, max_size: int = 0) -> None:
+        super().__init__()
         self._max_size = max_size
-        self._buf = bytearray()
-        self._pos = 0
 
-    def receive_data(self, data: bytes) -> None:
-        if self._pos:
-            del self._buf[: self._pos]
-            self._pos = 0
-        self._buf += data
-
-    def next_response(self) -> bytes | None:
+    def next_event(self) -> bytes | None:
         """The next answer's data, or None when more bytes are needed.
 
         Raises:
@@ -444,6 +427,7 @@ class LookupResponseReader:
             ConnectionAbort: a negative size.
         """
         if len(self._buf) - self._pos < 4:
+            self._need = 4
             return None
         (size,) = _SIZE.unpack_from(self._buf, self._pos)
         if size < 0:
@@ -452,6 +436,9 @@ class LookupResponseReader:
             raise FrameTooBig(f"response size {size} > {self._max_size}")
         start = self._pos + 4
         if len(self._buf) - start < size:
+            self._need = 4 + size
             return None
         self._pos = start + size
         return bytes(self._buf[start : self._pos])
+
+    next_response = next_event  # the former name (nsqd's lookup peer still uses it)

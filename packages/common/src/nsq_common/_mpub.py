@@ -25,7 +25,7 @@ def decode_mpub_body(body: bytes, max_msg_size: int, max_body_size: int) -> list
     if count <= 0 or count > (max_body_size - 4) // 5:
         raise ProtocolError(ErrorCode.E_BAD_BODY, f"MPUB invalid message count {count}")
     unpack = _INT.unpack_from
-    out = []
+    out: list[bytes] = []
     append = out.append
     pos = 4
     for i in range(count):

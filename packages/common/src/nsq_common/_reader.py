@@ -1,7 +1,9 @@
 """Server side of protocol V2: bytes in, whole commands out (sans-IO).
 
-Feed whatever the socket returned; take commands until ``next_command`` returns None. Partial
-reads and pipelined commands both work because nothing is consumed until a command is whole.
+Give it whatever the socket returned (``receive_data``); take commands until ``next_event``
+returns None. Partial reads and pipelined commands both work because nothing is consumed until
+a command is whole. (``feed`` / ``next_command`` are the former names of the two, kept as
+aliases while callers move to the vocabulary every reader in ``nsq_common`` shares.)
 
 A command is a line (``NAME param param\\n``, a trailing ``\\r`` stripped, split on single
 spaces). Whether a body follows, and how large it may be, is the server's decision, made by
@@ -18,6 +20,7 @@ from typing import Protocol
 
 import attrs
 
+from ._buffer import ReceiveBuffer
 from ._errors import ConnectionAbort, ProtocolError
 
 _SIZE = struct.Struct(">i")
@@ -26,7 +29,7 @@ MAX_LINE_LENGTH = 16384
 
 
 class PartialCheck(Protocol):
-    def check(self, buf: bytearray, start: int, available: int) -> None:
+    def check(self, buf: bytes | bytearray, start: int, available: int) -> None:
         """Look at the body's first ``available`` bytes (from ``buf[start]``); raise
         ProtocolError to refuse the command before the rest arrives."""
 
@@ -63,8 +66,8 @@ class Command:
 HeaderHook = Callable[[bytes, list[bytes]], BodySpec | None]
 
 
-class CommandReader:
-    """Incremental command parser.
+class CommandReader(ReceiveBuffer):
+    """Incremental command parser (the buffer and ``receive_data``: ``ReceiveBuffer``).
 
     Args:
         header_hook: called with ``(name, params)`` for each complete line; returns the body
@@ -72,34 +75,17 @@ class CommandReader:
         max_line: longest line accepted; beyond it ``ConnectionAbort`` is raised.
     """
 
+    __slots__ = ("_body_size", "_hook", "_max_line", "_partial", "_pending")
+
     def __init__(self, header_hook: HeaderHook, max_line: int = MAX_LINE_LENGTH) -> None:
+        super().__init__()
         self._hook = header_hook
         self._max_line = max_line
-        self._buf = bytearray()
-        self._pos = 0
         self._pending: tuple[bytes, list[bytes], BodySpec] | None = None
         self._body_size = -1
         self._partial: PartialCheck | None = None
 
-    def feed(self, data: bytes) -> None:
-        if self._pos:
-            del self._buf[: self._pos]
-            self._pos = 0
-        self._buf += data
-
-    @property
-    def buffered(self) -> int:
-        return len(self._buf) - self._pos
-
-    def take_buffered(self) -> bytes:
-        """Hand over the bytes not yet parsed (at a connection upgrade they belong to the
-        new layer: TLS records, compressed data)."""
-        data = bytes(self._buf[self._pos :])
-        self._buf = bytearray()
-        self._pos = 0
-        return data
-
-    def next_command(self) -> Command | None:
+    def next_event(self) -> Command | None:
         """The next whole command, or None when more bytes are needed.
 
         Raises:
@@ -113,6 +99,7 @@ class CommandReader:
             if nl < 0:
                 if len(buf) - pos > self._max_line:
                     raise ConnectionAbort("command line too long")
+                self._need = 0
                 return None
             if nl - pos > self._max_line:
                 raise ConnectionAbort("command line too long")
@@ -135,6 +122,7 @@ class CommandReader:
         buf, pos = self._buf, self._pos
         if self._body_size < 0:
             if len(buf) - pos < 4:
+                self._need = 4
                 return None
             (size,) = _SIZE.unpack_from(buf, pos)
             if size <= 0:
@@ -151,8 +139,13 @@ class CommandReader:
                 if self._partial is None:
                     self._partial = spec.partial()
                 self._partial.check(buf, pos, available)
+            self._need = size
             return None
         body = bytes(buf[pos : pos + size])
         self._pos = pos + size
         self._pending = None
         return Command(name, params, body)
+
+    # The former names (nsqd's TCP edge still uses them).
+    feed = ReceiveBuffer.receive_data
+    next_command = next_event

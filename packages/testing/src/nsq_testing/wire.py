@@ -6,15 +6,18 @@ import os
 import weakref
 
 import trio
-from nsq_common import MAGIC_V2, FrameDecoder, FrameType, commands, decode_message
-from nsq_common import Message as WireMessage
+from nsq_common import (
+    HEARTBEAT,
+    MAGIC_V2,
+    FrameDecoder,
+    FrameType,
+    WireMessage,
+    commands,
+    decode_message,
+    split_address,
+)
 
 from .wait import DEADLINE
-
-
-def _host_port(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    return host, int(port)
 
 
 class WireClient:
@@ -31,7 +34,7 @@ class WireClient:
 
     @classmethod
     async def connect(cls, address: str, *, magic: bytes = MAGIC_V2) -> WireClient:
-        stream = await trio.open_tcp_stream(*_host_port(address))
+        stream = await trio.open_tcp_stream(*split_address(address))
         client = cls(stream)
         if magic:
             try:
@@ -55,15 +58,15 @@ class WireClient:
         """The next frame; raises EOFError if the server closed, TooSlowError on timeout."""
         with trio.fail_after(timeout):
             while True:
-                frame = self.decoder.next_frame()
+                frame = self.decoder.next_event()
                 if frame is not None:
-                    if skip_heartbeats and frame == (FrameType.RESPONSE, b"_heartbeat_"):
+                    if skip_heartbeats and frame == (FrameType.RESPONSE, HEARTBEAT):
                         continue
                     return frame
                 data = await self.stream.receive_some(65536)
                 if not data:
                     raise EOFError("connection closed")
-                self.decoder.feed(data)
+                self.decoder.receive_data(data)
 
     async def response(self, timeout: float = DEADLINE) -> bytes:
         frame_type, data = await self.read_frame(timeout)
