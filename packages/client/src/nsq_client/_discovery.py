@@ -26,6 +26,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import httpx
 import trio
+from nsq_common import join_host_port
 
 from ._config import Config
 from ._errors import DiscoveryError
@@ -62,10 +63,6 @@ def decode_v1(headers: httpx.Headers | dict[str, str], body: bytes) -> Any:
     if isinstance(data, dict):
         return data.get("data") or {}
     return {}
-
-
-def join_host_port(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def producer_tcp_addresses(payload: Any) -> list[str]:

@@ -32,7 +32,9 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from .topology import Service, Topology, address, local_address, with_lookupd
+from nsq_common import join_host_port
+
+from .topology import Service, Topology, local_address, with_lookupd
 
 _LISTEN = re.compile(rb"\b(TCP|HTTP): listening on (\S+)")
 _SELF = "nsq-cluster"
@@ -101,7 +103,7 @@ def check_ports(topology: Topology) -> list[str]:
             if exc.errno == errno.EADDRINUSE:
                 problems.append(f"port {port.number} on {topology.host} ({where}) is already in use")
             else:
-                problems.append(f"cannot listen on {address(topology.host, port.number)} ({where}): "
+                problems.append(f"cannot listen on {join_host_port(topology.host, port.number)} ({where}): "
                                 f"{exc.strerror or exc}")
     return problems
 
@@ -247,7 +249,7 @@ class Runner:
             self.pump(0.1)
 
     def _ping(self, child: Child) -> bool:
-        url = f"http://{address(self.local, child.port('HTTP'))}/ping"
+        url = f"http://{join_host_port(self.local, child.port('HTTP'))}/ping"
         try:
             with self._opener.open(url, timeout=1) as response:
                 return bool(response.status == 200)
@@ -265,8 +267,8 @@ class Runner:
 
     def _start_all(self) -> None:
         (lookupd,) = self._start_stage([self.topology.lookupd])
-        tcp = address(self.local, lookupd.port("TCP"))
-        http = address(self.local, lookupd.port("HTTP"))
+        tcp = join_host_port(self.local, lookupd.port("TCP"))
+        http = join_host_port(self.local, lookupd.port("HTTP"))
         self._start_stage([with_lookupd(s, tcp, http) for s in self.topology.nsqds])
         self._start_stage([with_lookupd(self.topology.admin, tcp, http)])
 
@@ -278,16 +280,16 @@ class Runner:
                  "(Ctrl-C stops them all)"]
         order = [self.children[-1], self.children[0], *self.children[1:-1]]
         for child in order:
-            http = f"http://{address(self.local, child.port('HTTP'))}/"
+            http = f"http://{join_host_port(self.local, child.port('HTTP'))}/"
             parts = [f"  {child.name:<{self.width}}", f"HTTP {http:<24}"]
-            tcp = f"TCP {address(self.local, child.port('TCP'))}" if "TCP" in child.reported else ""
+            tcp = f"TCP {join_host_port(self.local, child.port('TCP'))}" if "TCP" in child.reported else ""
             parts.append(f"{tcp:<20}")
             parts.append(f"pid {child.pid:<8}")
             if child.service.data_path is not None:
                 parts.append(f"data {child.service.data_path}")
             lines.append(" ".join(parts).rstrip())
-        nsqd_http = address(self.local, self.children[1].port("HTTP"))
-        lines.append(f"Dashboard: http://{address(self.local, self.children[-1].port('HTTP'))}/")
+        nsqd_http = join_host_port(self.local, self.children[1].port("HTTP"))
+        lines.append(f"Dashboard: http://{join_host_port(self.local, self.children[-1].port('HTTP'))}/")
         lines.append(f"Try:       curl -d hello 'http://{nsqd_http}/pub?topic=test'")
         return lines
 

@@ -27,6 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from nsq_common import join_host_port
+
 DEFAULT_BASE_PORT = 4150
 DEFAULT_HOST = "127.0.0.1"
 NSQD_PORT_STRIDE = 100
@@ -85,10 +87,6 @@ def local_address(host: str) -> str:
     return "127.0.0.1" if is_wildcard(host) else host
 
 
-def address(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
 def check_base_port(base_port: int, nsqd_count: int) -> None:
     """Raises ValueError when the layout does not fit in the port range."""
     if not 1 <= nsqd_count <= MAX_NSQD:
@@ -125,29 +123,29 @@ def plan(*, nsqd_count: int = 2, base_port: int = DEFAULT_BASE_PORT, host: str =
     lookupd_tcp, lookupd_http = port(LOOKUPD_OFFSET), port(LOOKUPD_OFFSET + 1)
     lookupd = Service(
         "nsqlookupd", "nsqlookupd",
-        (f"--tcp-address={address(host, lookupd_tcp)}",
-         f"--http-address={address(host, lookupd_http)}",
+        (f"--tcp-address={join_host_port(host, lookupd_tcp)}",
+         f"--http-address={join_host_port(host, lookupd_http)}",
          f"--broadcast-address={broadcast}", *lookupd_args),
         (Port("TCP", lookupd_tcp), Port("HTTP", lookupd_http)))
     nsqds = []
     for i in range(1, nsqd_count + 1):
         tcp, http = port(NSQD_PORT_STRIDE * (i - 1)), port(NSQD_PORT_STRIDE * (i - 1) + 1)
         data = data_dir / f"nsqd-{i}"
-        lmstfy = (f"--lmstfy-http-address={address(host, port(LMSTFY_OFFSET))}",
-                  f"--lmstfy-admin-http-address={address(host, port(LMSTFY_OFFSET + 1))}",
+        lmstfy = (f"--lmstfy-http-address={join_host_port(host, port(LMSTFY_OFFSET))}",
+                  f"--lmstfy-admin-http-address={join_host_port(host, port(LMSTFY_OFFSET + 1))}",
                   ) if i == 1 else ()
         nsqds.append(Service(
             f"nsqd-{i}", "nsqd",
-            (f"--tcp-address={address(host, tcp)}", f"--http-address={address(host, http)}",
+            (f"--tcp-address={join_host_port(host, tcp)}", f"--http-address={join_host_port(host, http)}",
              f"--broadcast-address={broadcast}",
-             f"--lookupd-tcp-address={address(local, lookupd_tcp)}",
+             f"--lookupd-tcp-address={join_host_port(local, lookupd_tcp)}",
              f"--data-path={data}", f"--node-id={i}", *lmstfy, *nsqd_args),
             (Port("TCP", tcp), Port("HTTP", http)), data))
     admin_http = port(ADMIN_OFFSET)
     admin = Service(
         "nsqadmin", "nsqadmin",
-        (f"--http-address={address(host, admin_http)}",
-         f"--lookupd-http-address={address(local, lookupd_http)}", *admin_args),
+        (f"--http-address={join_host_port(host, admin_http)}",
+         f"--lookupd-http-address={join_host_port(local, lookupd_http)}", *admin_args),
         (Port("HTTP", admin_http),))
     return Topology(host, lookupd, tuple(nsqds), admin)
 

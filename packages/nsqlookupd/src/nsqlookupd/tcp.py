@@ -27,6 +27,7 @@ from nsq_common import (
     ProtocolError,
     encode_lookup_response,
     format_go_duration,
+    join_host_port,
 )
 from nsq_serving import ConnectionCounts
 
@@ -165,5 +166,4 @@ def format_address(sockaddr: tuple[object, ...] | str) -> str:
     """``ip:port``, with brackets for IPv6, as Go prints a TCP address."""
     if isinstance(sockaddr, str):
         return sockaddr
-    host, port = str(sockaddr[0]), sockaddr[1]
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return join_host_port(str(sockaddr[0]), str(sockaddr[1]))

@@ -19,9 +19,9 @@ from urllib.parse import quote
 import attrs
 import httpx
 import trio
-from nsq_common import FlagSet
+from nsq_common import FlagSet, join_host_port
 
-from .._discovery import get_v1, join_host_port, lookupd_url
+from .._discovery import get_v1, lookupd_url
 from ._common import Fatal, fatal, parse_flags, run_tool, setup_logging, stop_on_signals
 
 PROGRAM = "nsq_stat"
