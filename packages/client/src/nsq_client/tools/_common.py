@@ -5,9 +5,8 @@
 * ``fatal`` prints like Go's ``log.Fatal`` (date, time, text on stderr) and exits 1.
 * ``--consumer-opt`` / ``--producer-opt`` take go-nsq's ``name,value`` (``name`` alone sets a
   boolean), applied with ``Config.set``.
-* ``Progress``: on a terminal, one status line on stderr rewritten every second (counts and
-  rate); otherwise a log line every ``log_every`` seconds. Tools stop on SIGINT / SIGTERM
-  through ``stop_on_signals``.
+* Tools stop on SIGINT / SIGTERM through ``stop_on_signals``; ``Progress`` (``_progress``)
+  shows their counts.
 """
 
 from __future__ import annotations
@@ -21,10 +20,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, NoReturn
 
 import trio
-from nsq_common import NSQ_VERSION, FlagError, FlagSet, exit_with_flag_error, is_valid_name
+from nsq_common import NSQ_VERSION, FlagError, FlagSet, exit_with_flag_error
 
 from .._config import Config
-from .._discovery import lookupd_url
 from .._version import __version__
 
 log = logging.getLogger("nsq_client.tools")
@@ -125,6 +123,17 @@ def apply_opts(config: Config, options: Sequence[str], flag: str) -> Config:
     return config
 
 
+def tool_config(opts: dict[str, Any], program: str, flag: str = "consumer-opt",
+                max_in_flight: int | None = None) -> Config:
+    """A tool's client options: go-nsq's from ``--consumer-opt`` / ``--producer-opt`` (``flag``),
+    then its user agent and, for a consumer, ``max_in_flight``."""
+    config = apply_opts(Config(), opts[flag.replace("-", "_")], flag)
+    config = config.set("user_agent", user_agent(program))
+    if max_in_flight is not None:
+        config = config.set("max_in_flight", str(max_in_flight))
+    return config
+
+
 def short_hostname() -> str:
     return socket.gethostname().split(".")[0]
 
@@ -144,83 +153,3 @@ async def stop_on_signals(stop: Callable[[], Any], *,
             else:
                 log.warning("second %s, exiting now", signal.Signals(signum).name)
                 raise SystemExit(1)
-
-
-class Progress:
-    """Counts and rate: a live line on a terminal, a periodic log line elsewhere.
-
-    Args:
-        program: the tool's name, at the start of the line.
-        stream: where the live line goes (stderr); a terminal means live mode.
-        log_every: seconds between log lines when not on a terminal (0: never).
-    """
-
-    def __init__(self, program: str, *, stream: Any = None, log_every: float = 60.0,
-                 enabled: bool = True) -> None:
-        self.program = program
-        self.stream = stream if stream is not None else sys.stderr
-        self.tty = enabled and bool(getattr(self.stream, "isatty", lambda: False)())
-        self.log_every = log_every if enabled else 0.0
-        self.counts: dict[str, int] = {}
-        self._start = time.monotonic()
-        self._last_total = 0
-        self._last_time = self._start
-        self._drawn = False
-
-    def add(self, name: str, n: int = 1) -> None:
-        self.counts[name] = self.counts.get(name, 0) + n
-
-    def line(self, now: float | None = None) -> str:
-        now = time.monotonic() if now is None else now
-        first = next(iter(self.counts.values()), 0)
-        elapsed = max(now - self._last_time, 1e-9)
-        rate = (first - self._last_total) / elapsed
-        self._last_total, self._last_time = first, now
-        parts = ", ".join(f"{n} {name}" for name, n in self.counts.items()) or "0"
-        return f"{self.program}: {parts} ({rate:,.1f}/s)"
-
-    async def run(self) -> None:
-        """Refresh until cancelled; the live line is cleared at the end."""
-        if not self.tty and not self.log_every:
-            await trio.sleep_forever()
-        try:
-            while True:
-                await trio.sleep(1.0 if self.tty else self.log_every)
-                if self.tty:
-                    self.stream.write("\r" + self.line() + "\x1b[K")
-                    self.stream.flush()
-                    self._drawn = True
-                else:
-                    log.info("%s", self.line())
-        finally:
-            if self._drawn:
-                self.stream.write("\r\x1b[K")
-                self.stream.flush()
-
-    def summary(self) -> str:
-        total = time.monotonic() - self._start
-        parts = ", ".join(f"{n} {name}" for name, n in self.counts.items()) or "nothing"
-        return f"{self.program}: {parts} in {total:.1f}s"
-
-
-def require_one_source(nsqd: Sequence[str], lookupd: Sequence[str],
-                       names: tuple[str, str] = ("--nsqd-tcp-address", "--lookupd-http-address")) -> None:
-    """NSQ's tools take nsqd addresses or lookupd addresses, one kind, at least one."""
-    if not nsqd and not lookupd:
-        fatal(f"{names[0]} or {names[1]} required")
-    if nsqd and lookupd:
-        fatal(f"use {names[0]} or {names[1]} not both")
-
-
-def validate_consumer_args(topics: Sequence[str], channel: str, lookupd: Sequence[str]) -> None:
-    """What ``Consumer`` would refuse, refused up front with go-nsq's words."""
-    for topic in topics:
-        if not is_valid_name(topic):
-            fatal("invalid topic name")
-    if not is_valid_name(channel):
-        fatal("invalid channel name")
-    for address in lookupd:
-        try:
-            lookupd_url(address, topic="x")
-        except ValueError as exc:
-            fatal(str(exc))

@@ -21,37 +21,18 @@ from nsq_common import FlagSet
 from .._config import Config
 from .._consumer import Consumer
 from .._message import Message
-from ._common import (
-    Fatal,
-    Progress,
-    apply_opts,
-    fatal,
-    parse_flags,
-    require_one_source,
-    run_tool,
-    setup_logging,
-    stop_on_signals,
-    user_agent,
-    validate_consumer_args,
-)
+from ._common import Fatal, fatal, parse_flags, run_tool, setup_logging, stop_on_signals, tool_config
+from ._consuming import consumer_flags, require_one_source, validate_consumer_args
+from ._progress import Progress
 
 PROGRAM = "nsq_tail"
 log = logging.getLogger("nsq_client.tools")
 
 
 def flag_set() -> FlagSet:
-    fs = FlagSet(PROGRAM)
-    fs.add("version", "bool", False, "print version string")
-    fs.add("channel", "string", "", "NSQ channel")
-    fs.add("max-in-flight", "int", 200, "max number of messages to allow in flight")
+    fs = consumer_flags(PROGRAM, channel="", nsq="NSQ")
     fs.add("n", "int", 0, "total messages to show (will wait if starved)")
     fs.add("print-topic", "bool", False, "print topic name where message was received")
-    fs.add("nsqd-tcp-address", "strings", [], "nsqd TCP address (may be given multiple times)")
-    fs.add("lookupd-http-address", "strings", [],
-           "lookupd HTTP address (may be given multiple times)")
-    fs.add("topic", "strings", [], "NSQ topic (may be given multiple times)")
-    fs.add("consumer-opt", "strings", [], "option to passthrough to nsq.Consumer (may be given "
-           "multiple times, http://godoc.org/github.com/nsqio/go-nsq#Config)")
     return fs
 
 
@@ -100,12 +81,11 @@ class _Tail:
 
 
 async def run(opts: dict[str, Any], out: BinaryIO) -> None:
-    config = apply_opts(Config(), opts["consumer_opt"], "consumer-opt")
     max_in_flight = opts["max_in_flight"]
     total = opts["n"]
     if 0 < total < max_in_flight:
         max_in_flight = total  # do not ask for more than we want
-    config = config.set("user_agent", user_agent(PROGRAM)).set("max_in_flight", str(max_in_flight))
+    config = tool_config(opts, PROGRAM, max_in_flight=max_in_flight)
     # Progress on stderr only when it does not share a terminal with the messages.
     progress = Progress(PROGRAM, enabled=not out.isatty() if hasattr(out, "isatty") else True,
                         log_every=0)

@@ -27,31 +27,19 @@ from .._config import Config
 from .._consumer import Consumer
 from .._discovery import get_v1, lookupd_url
 from .._message import Message
-from ._common import (
-    Fatal,
-    Progress,
-    apply_opts,
-    fatal,
-    parse_flags,
-    require_one_source,
-    run_tool,
-    setup_logging,
-    user_agent,
-    validate_consumer_args,
-)
+from ._common import Fatal, fatal, parse_flags, run_tool, setup_logging, tool_config
+from ._consuming import consumer_flags, require_one_source, validate_consumer_args
 from ._file_logger import FileLogger, FileOptions, filename_format
+from ._progress import Progress
 
 PROGRAM = "nsq_to_file"
 log = logging.getLogger("nsq_client.tools")
 
 
 def flag_set() -> FlagSet:
-    fs = FlagSet(PROGRAM)
-    fs.add("version", "bool", False, "print version string")
+    fs = consumer_flags(PROGRAM, channel="nsq_to_file")
     fs.add("log-level", "string", "info", "set log verbosity: debug, info, warn, error, or fatal")
     fs.add("log-prefix", "string", "[nsq_to_file] ", "log message prefix")
-    fs.add("channel", "string", "nsq_to_file", "nsq channel")
-    fs.add("max-in-flight", "int", 200, "max number of messages to allow in flight")
     fs.add("output-dir", "string", "/tmp", "directory to write output files to")
     fs.add("work-dir", "string", "", "directory for in-progress files before moving to output-dir")
     fs.add("datetime-format", "string", "%Y-%m-%d_%H",
@@ -71,12 +59,6 @@ def flag_set() -> FlagSet:
     fs.add("sync-interval", "duration", 30.0, "sync file to disk every duration")
     fs.add("http-client-connect-timeout", "duration", 2.0, "timeout for HTTP connect")
     fs.add("http-client-request-timeout", "duration", 5.0, "timeout for HTTP request")
-    fs.add("nsqd-tcp-address", "strings", [], "nsqd TCP address (may be given multiple times)")
-    fs.add("lookupd-http-address", "strings", [],
-           "lookupd HTTP address (may be given multiple times)")
-    fs.add("topic", "strings", [], "nsq topic (may be given multiple times)")
-    fs.add("consumer-opt", "strings", [], "option to passthrough to nsq.Consumer (may be given "
-           "multiple times, http://godoc.org/github.com/nsqio/go-nsq#Config)")
     return fs
 
 
@@ -272,9 +254,7 @@ class Discoverer:
 
 
 async def run(opts: dict[str, Any]) -> None:
-    config = apply_opts(Config(), opts["consumer_opt"], "consumer-opt")
-    config = config.set("user_agent", user_agent(PROGRAM)).set("max_in_flight",
-                                                               str(opts["max_in_flight"]))
+    config = tool_config(opts, PROGRAM, max_in_flight=opts["max_in_flight"])
     progress = Progress(PROGRAM)
     discoverer = Discoverer(opts, config, progress)
     async with trio.open_nursery() as nursery:

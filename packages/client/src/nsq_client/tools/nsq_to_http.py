@@ -22,23 +22,12 @@ import httpx
 import trio
 from nsq_common import FlagSet
 
-from .._config import Config
 from .._consumer import Consumer
 from .._message import Message
-from ._common import (
-    VERSION,
-    Progress,
-    apply_opts,
-    fatal,
-    parse_flags,
-    require_one_source,
-    run_tool,
-    setup_logging,
-    stop_on_signals,
-    user_agent,
-    validate_consumer_args,
-)
+from ._common import VERSION, fatal, parse_flags, run_tool, setup_logging, stop_on_signals, tool_config
+from ._consuming import consumer_flags, require_one_source, validate_consumer_args
 from ._hostpool import EpsilonGreedy, HostPool, TimerMetrics
+from ._progress import Progress
 
 PROGRAM = "nsq_to_http"
 DEFAULT_CONTENT_TYPE = "application/octet-stream"
@@ -46,11 +35,7 @@ log = logging.getLogger("nsq_client.tools")
 
 
 def flag_set() -> FlagSet:
-    fs = FlagSet(PROGRAM)
-    fs.add("version", "bool", False, "print version string")
-    fs.add("topic", "string", "", "nsq topic")
-    fs.add("channel", "string", "nsq_to_http", "nsq channel")
-    fs.add("max-in-flight", "int", 200, "max number of messages to allow in flight")
+    fs = consumer_flags(PROGRAM, channel="nsq_to_http", one_topic=True)
     fs.add("n", "int", 100, "number of concurrent publishers")
     fs.add("mode", "string", "hostpool", "the upstream request mode options: round-robin, "
            "hostpool (default), epsilon-greedy")
@@ -66,11 +51,6 @@ def flag_set() -> FlagSet:
     fs.add("header", "strings", [], "Custom header for HTTP requests (may be given multiple times)")
     fs.add("get", "strings", [], "HTTP address to make a GET request to. '%s' will be printf "
            "replaced with data (may be given multiple times)")
-    fs.add("nsqd-tcp-address", "strings", [], "nsqd TCP address (may be given multiple times)")
-    fs.add("lookupd-http-address", "strings", [],
-           "lookupd HTTP address (may be given multiple times)")
-    fs.add("consumer-opt", "strings", [], "option to passthrough to nsq.Consumer (may be given "
-           "multiple times, http://godoc.org/github.com/nsqio/go-nsq#Config)")
     return fs
 
 
@@ -147,9 +127,7 @@ class HTTPPublisher:
 
 
 async def run(opts: dict[str, Any]) -> None:
-    config = apply_opts(Config(), opts["consumer_opt"], "consumer-opt")
-    config = config.set("user_agent", user_agent(PROGRAM)).set("max_in_flight",
-                                                               str(opts["max_in_flight"]))
+    config = tool_config(opts, PROGRAM, max_in_flight=opts["max_in_flight"])
     timeout = httpx.Timeout(opts["http_client_request_timeout"],
                             connect=opts["http_client_connect_timeout"])
     limits = httpx.Limits(max_connections=max(1, opts["n"]) * 2,

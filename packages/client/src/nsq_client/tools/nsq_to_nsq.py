@@ -31,49 +31,31 @@ from .._config import Config
 from .._consumer import Consumer
 from .._message import Message
 from .._producer import Producer
-from ._common import (
-    Progress,
-    apply_opts,
-    fatal,
-    parse_flags,
-    require_one_source,
-    run_tool,
-    setup_logging,
-    stop_on_signals,
-    user_agent,
-    validate_consumer_args,
-)
+from ._common import fatal, parse_flags, run_tool, setup_logging, stop_on_signals, tool_config
+from ._consuming import consumer_flags, require_one_source, validate_consumer_args
 from ._hostpool import EpsilonGreedy, HostPool, TimerMetrics
+from ._progress import Progress
 
 PROGRAM = "nsq_to_nsq"
 log = logging.getLogger("nsq_client.tools")
 
 
 def flag_set() -> FlagSet:
-    fs = FlagSet(PROGRAM)
-    fs.add("version", "bool", False, "print version string")
-    fs.add("channel", "string", "nsq_to_nsq", "nsq channel")
+    fs = consumer_flags(PROGRAM, channel="nsq_to_nsq", see=True)
     fs.add("destination-topic", "string", "", "use this destination topic for all consumed "
            "topics (default is consumed topic name)")
-    fs.add("max-in-flight", "int", 200, "max number of messages to allow in flight")
     fs.add("status-every", "int", 250, "the # of requests between logging status (per "
            "destination), 0 disables")
     fs.add("mode", "string", "hostpool", "the upstream request mode options: round-robin, "
            "hostpool (default), epsilon-greedy")
-    fs.add("nsqd-tcp-address", "strings", [], "nsqd TCP address (may be given multiple times)")
     fs.add("destination-nsqd-tcp-address", "strings", [],
            "destination nsqd TCP address (may be given multiple times)")
-    fs.add("lookupd-http-address", "strings", [],
-           "lookupd HTTP address (may be given multiple times)")
-    fs.add("topic", "strings", [], "nsq topic (may be given multiple times)")
     fs.add("whitelist-json-field", "strings", [],
            "for JSON messages: pass this field (may be given multiple times)")
     fs.add("require-json-field", "string", "",
            "for JSON messages: only pass messages that contain this field")
     fs.add("require-json-value", "string", "",
            "for JSON messages: only pass messages in which the required field has this value")
-    fs.add("consumer-opt", "strings", [], "option to passthrough to nsq.Consumer (may be given "
-           "multiple times, see http://godoc.org/github.com/nsqio/go-nsq#Config)")
     fs.add("producer-opt", "strings", [], "option to passthrough to nsq.Producer (may be given "
            "multiple times, see http://godoc.org/github.com/nsqio/go-nsq#Config)")
     return fs
@@ -164,11 +146,12 @@ class Forwarder:
 
     async def forward(self, message: Message, topic: str) -> bool:
         """True when published; False when the filter dropped it."""
-        body: bytes | None = message.body
+        body = message.body
         if self.filter.active:
-            body = self.filter.apply(message.body)
-            if body is None:
+            filtered = self.filter.apply(body)
+            if filtered is None:
                 return False
+            body = filtered
         start = time.monotonic()
         if self.mode in ("hostpool", "epsilon-greedy"):
             address = self.pool.get()
@@ -188,11 +171,8 @@ class Forwarder:
 
 
 async def run(opts: dict[str, Any]) -> None:
-    consumer_config = apply_opts(Config(), opts["consumer_opt"], "consumer-opt")
-    producer_config = apply_opts(Config(), opts["producer_opt"], "producer-opt")
-    consumer_config = consumer_config.set("user_agent", user_agent(PROGRAM)).set(
-        "max_in_flight", str(opts["max_in_flight"]))
-    producer_config = producer_config.set("user_agent", user_agent(PROGRAM))
+    consumer_config = tool_config(opts, PROGRAM, max_in_flight=opts["max_in_flight"])
+    producer_config = tool_config(opts, PROGRAM, "producer-opt")
     progress = Progress(PROGRAM)
     consumers: list[Consumer] = []
 

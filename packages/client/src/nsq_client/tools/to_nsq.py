@@ -18,20 +18,10 @@ from typing import Any, BinaryIO
 import trio
 from nsq_common import FlagSet, is_valid_name
 
-from .._config import Config
 from .._errors import NSQError
 from .._producer import Pipeline, Producer
-from ._common import (
-    Fatal,
-    Progress,
-    apply_opts,
-    fatal,
-    parse_flags,
-    run_tool,
-    setup_logging,
-    stop_on_signals,
-    user_agent,
-)
+from ._common import Fatal, fatal, parse_flags, run_tool, setup_logging, stop_on_signals, tool_config
+from ._progress import Progress
 
 PROGRAM = "to_nsq"
 log = logging.getLogger("nsq_client.tools")
@@ -92,8 +82,7 @@ class TokenBucket:
 
 
 async def run(opts: dict[str, Any], source: BinaryIO) -> int:
-    config = apply_opts(Config(), opts["producer_opt"], "producer-opt")
-    config = config.set("user_agent", user_agent(PROGRAM))
+    config = tool_config(opts, PROGRAM, "producer-opt")
     topic = opts["topic"]
     delimiter = opts["delimiter"].encode("latin-1")
     bucket = TokenBucket(opts["rate"]) if opts["rate"] >= 1 else None
