@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator
 import attrs
 import httpx
 import pytest
-from nsqlookupd.http import create_app
-from nsqlookupd.httpapi import _clean_path, parse_query
+from nsqlookupd.http_api import create_app
 from nsqlookupd.logger import Logger
 from nsqlookupd.registry import PeerInfo, RegistrationDB
+from nsqlookupd.router import _clean_path, parse_query
 
 S = 10**9
 V1 = "nsq; version=1.0"

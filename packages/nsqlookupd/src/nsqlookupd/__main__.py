@@ -53,8 +53,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit(0)
     options = parsed.options
     import trio
+    from nsq_serving import ListenError
 
-    from .app import ListenError, bind_listeners
+    from .app import bind_listeners
 
     log = Logger(options.log_prefix, options.log_level)
     log.info(version_string())

@@ -17,7 +17,7 @@ import trio
 from nsq_common import NSQ_VERSION, LookupdInfo
 from nsq_serving import ConnectionCounts, ListenError, listen_tcp, serve_http
 
-from .http import create_app
+from .http_api import create_app
 from .logger import Logger
 from .options import Options
 from .registry import Clock, RegistrationDB

@@ -1,9 +1,10 @@
-"""Log lines in NSQ's format, so tools that read nsqlookupd's stderr keep working::
+"""nsqlookupd's log: NSQ's line layout (``nsq_common.NsqLogFormatter``, as every daemon's)::
 
     [nsqlookupd] 2026/11/21 06:19:52.123456 INFO: TCP: listening on 127.0.0.1:4160
 
-(``--log-prefix``, then Go's ``log`` date and time with microseconds in local time, the level,
-the message). Messages below ``--log-level`` are dropped.
+Messages below ``--log-level`` are dropped. What is nsqlookupd's own is how lines reach
+stderr: Go's nsqlookupd logs a line for every HTTP request, so the lines of one scheduler
+pass go out in one ``write`` (``Logger.write_batched``; see docs/performance.md).
 """
 
 from __future__ import annotations
@@ -11,11 +12,11 @@ from __future__ import annotations
 import enum
 import logging
 import sys
-import time
 from typing import TextIO
 
 import attrs
 import trio
+from nsq_common import NsqLogFormatter
 
 
 class LogLevel(enum.IntEnum):
@@ -24,10 +25,6 @@ class LogLevel(enum.IntEnum):
     WARN = 3
     ERROR = 4
     FATAL = 5
-
-    @property
-    def label(self) -> str:
-        return _LABELS[self]
 
     @classmethod
     def parse(cls, text: str) -> LogLevel:
@@ -43,7 +40,10 @@ class LogLevel(enum.IntEnum):
                 f"invalid log level '{text}' (debug, info, warn, error, fatal)") from None
 
 
-_LABELS = {level: "WARNING" if level is LogLevel.WARN else level.name for level in LogLevel}
+# NSQ's levels as the logging module's, whose names the formatter prints (WARN as WARNING).
+_PYTHON_LEVELS = {LogLevel.DEBUG: logging.DEBUG, LogLevel.INFO: logging.INFO,
+                  LogLevel.WARN: logging.WARNING, LogLevel.ERROR: logging.ERROR,
+                  LogLevel.FATAL: logging.CRITICAL}
 
 
 @attrs.define
@@ -51,22 +51,21 @@ class Logger:
     prefix: str = "[nsqlookupd] "
     level: LogLevel = LogLevel.INFO
     stream: TextIO | None = None
-    _second: int = attrs.field(default=-1, init=False, repr=False)
-    _stamp: str = attrs.field(default="", init=False, repr=False)
+    _formatter: NsqLogFormatter = attrs.field(init=False, repr=False)
     # While ``write_batched`` runs, lines wait here for it and go out together.
     _pending: list[str] = attrs.field(factory=list, init=False, repr=False)
     _wakeup: trio.Event | None = attrs.field(default=None, init=False, repr=False)
 
+    @_formatter.default
+    def _default_formatter(self) -> NsqLogFormatter:
+        return NsqLogFormatter(self.prefix)
+
     def log(self, level: LogLevel, message: str) -> None:
         if level < self.level:
             return
-        now = time.time()
-        second = int(now)
-        if second != self._second:  # the date and time change once a second: format them then
-            self._second = second
-            self._stamp = time.strftime("%Y/%m/%d %H:%M:%S", time.localtime(second))
-        line = (f"{self.prefix}{self._stamp}.{int((now - second) * 1e6):06d} "
-                f"{level.label}: {message}\n")
+        record = logging.LogRecord("nsqlookupd", _PYTHON_LEVELS[level], "", 0, message, None,
+                                   None)
+        line = self._formatter.format(record) + "\n"
         if self._wakeup is None:
             self._write(line)
         else:

@@ -215,8 +215,8 @@ def _fail(status: int, text: str) -> Handler:
 
 
 def _request_uri(scope: Scope) -> str:
-    raw_path = scope.get("raw_path") or scope["path"].encode("utf-8", "surrogateescape")
-    query = scope.get("query_string", b"")
+    raw_path: bytes = scope.get("raw_path") or scope["path"].encode("utf-8", "surrogateescape")
+    query: bytes = scope.get("query_string", b"")
     return (raw_path + (b"?" + query if query else b"")).decode("latin-1")
 
 

@@ -1,6 +1,6 @@
 """nsqlookupd's HTTP API: the routes, each a thin view over the registry.
 
-Shapes, status codes and texts are NSQ's (see ``httpapi`` for the conventions they share).
+Shapes, status codes and texts are NSQ's (see ``router`` for the conventions they share).
 Go's ``/debug/pprof`` routes exist so that tools probing them get an answer, but there is no Go
 runtime to profile: the index and ``cmdline`` work, the profiles answer 501.
 """
@@ -17,9 +17,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from .httpapi import HTTPError, Params, Router, plain_text, v1_response
 from .logger import Logger
 from .registry import RegistrationDB
+from .router import HTTPError, Params, Router, plain_text, v1_response
 
 if TYPE_CHECKING:
     from prometheus_client.registry import CollectorRegistry
