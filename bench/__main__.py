@@ -15,10 +15,11 @@ import signal
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict
-from typing import Any
+from typing import Any, cast
 
-from .scenarios import CLIENTS, SCENARIOS, RunFailed, RunResult, Settings, run_once
+from .scenarios import CLIENTS, SCENARIOS, Context, RunFailed, RunResult, Settings, run_once
 from .server import Nsqd
 
 MIB = 1024 * 1024
@@ -154,7 +155,7 @@ def _summary(name: str, runs: list[RunResult], size: int) -> dict[str, Any]:
     }
 
 
-def _render(headers: tuple[str, ...], rows: list[tuple[str, ...]], right: set[int]) -> None:
+def _render(headers: tuple[str, ...], rows: Sequence[tuple[str, ...]], right: set[int]) -> None:
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
 
     def line(cells: tuple[str, ...]) -> str:
@@ -195,7 +196,7 @@ def comparisons(summaries: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def print_table(summaries: list[dict[str, Any]], settings: Settings, runs: int) -> None:
     headers = ("queue", "scenario", "client", "setup", "msgs/run", "msgs/s", "MB/s", "client CPU",
                "nsqd CPU", "disk B/msg", "runs (msgs/s)")
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for s in summaries:
         sc = SCENARIOS[s["scenario"]]
         rows.append((
@@ -215,14 +216,14 @@ def print_table(summaries: list[dict[str, Any]], settings: Settings, runs: int) 
     print()
     print("library (nsq_client) against raw sockets, same nsqd, runs alternating; "
           f"the requirement is library/raw >= {REQUIRED_RATIO:.0%}")
-    rows = [(c["queue"], c["scenario"], _fmt_rate(c["raw_msgs_per_s"]),
+    pairs = [(c["queue"], c["scenario"], _fmt_rate(c["raw_msgs_per_s"]),
              _fmt_rate(c["library_msgs_per_s"]), _pct(c["ratio"]),
              "yes" if c["ratio"] is not None and c["ratio"] >= REQUIRED_RATIO else "NO",
              " ".join(_pct(r) for r in c["run_ratios"]),
              f"{_pct(c['raw_client_cpu'])} / {_pct(c['library_client_cpu'])}")
             for c in compared]
     _render(("queue", "scenario", "raw msgs/s", "library msgs/s", "library/raw", ">= 80%",
-             "per run pair", "client CPU raw / library"), rows, {2, 3, 4, 5, 6, 7})
+             "per run pair", "client CPU raw / library"), pairs, {2, 3, 4, 5, 6, 7})
 
 
 def _interrupt(signum: int, frame: Any) -> None:
@@ -245,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
                         pub_window=args.pub_window, mpub_window=args.mpub_window, rdy=args.rdy,
                         output_buffer_timeout=args.output_buffer_timeout,
                         count=args.count, timeout=args.timeout)
-    ctx = multiprocessing.get_context(args.start_method)
+    ctx = cast(Context, multiprocessing.get_context(args.start_method))  # one of --start-method's
     sizes: list[int | None] = [None] if args.nsqd_tcp_address else list(args.mem_queue_size)
     if args.profile:
         sizes = sizes[:1]

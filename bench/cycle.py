@@ -23,6 +23,7 @@ import os
 import statistics
 import time
 from typing import Any
+from unittest.mock import patch
 
 import trio
 from nsq_common import commands, encode_response
@@ -35,7 +36,7 @@ OK_FRAME = encode_response(b"OK")
 
 
 class _TimedOs:
-    """Stands in for ``os`` in ``nsq_client._conn``: records each read and write."""
+    """Stands in for ``os`` in ``nsq_client._fdstream``: records each read and write."""
 
     def __init__(self, events: list[tuple[str, int, int]]) -> None:
         self._events = events
@@ -108,7 +109,7 @@ def run_raw(address: str, bodies: list[bytes], mpubs: int) -> tuple[float, dict[
 
 
 def run_library(address: str, bodies: list[bytes], mpubs: int) -> tuple[float, dict[str, float]]:
-    import nsq_client._conn as conn_module
+    import nsq_client._fdstream as fdstream
     from nsq_client import Producer
 
     events: list[tuple[str, int, int]] = []
@@ -117,14 +118,11 @@ def run_library(address: str, bodies: list[bytes], mpubs: int) -> tuple[float, d
         async with Producer(address) as producer:
             for _ in range(200):
                 await producer.mpub(TOPIC, bodies)
-            conn_module.os = _TimedOs(events)  # type: ignore[assignment]
-            try:
+            with patch.object(fdstream, "os", _TimedOs(events)):
                 begin = time.perf_counter()
                 for _ in range(mpubs):
                     await producer.mpub(TOPIC, bodies)
                 return time.perf_counter() - begin
-            finally:
-                conn_module.os = os
 
     elapsed = trio.run(main)
     return mpubs * len(bodies) / elapsed, _cycles(events)

@@ -334,7 +334,7 @@ def _list(choices: Any, convert: Any = str) -> Any:
 
 
 def _connections(text: str) -> list[int]:
-    values = _list(None, int)(text)
+    values: list[int] = _list(None, int)(text)
     if any(v <= 0 for v in values):
         raise argparse.ArgumentTypeError("connections must be positive")
     return values

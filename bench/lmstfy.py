@@ -117,7 +117,8 @@ def run_once(address: str, pid: int, token: str, count: int, connections: int, q
     for phase in PHASES:
         cpu = _cpu_seconds(pid)
         elapsed = _timed(address, token, connections, works[phase])
-        used = _cpu_seconds(pid) - cpu if cpu is not None else None
+        after = _cpu_seconds(pid)
+        used = after - cpu if after is not None and cpu is not None else None
         jobs = 2 * count if phase == "consume+ack" else count
         result[phase] = {"jobs_per_s": jobs / elapsed, "seconds": elapsed,
                          "nsqd_cpu_us_per_job": used / jobs * 1e6 if used is not None else None}

@@ -78,7 +78,8 @@ def _channel(address: str) -> dict[str, Any]:
         doc = json.loads(_request(conn, "GET", f"/stats?format=json&topic={TOPIC}"))
     finally:
         conn.close()
-    return doc["topics"][0]["channels"][0]
+    channel: dict[str, Any] = doc["topics"][0]["channels"][0]
+    return channel
 
 
 def run_once(address: str, pid: int, count: int, batch: int, pullers: int) -> dict[str, Any]:

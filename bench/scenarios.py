@@ -11,12 +11,14 @@ from __future__ import annotations
 import secrets
 import time
 from dataclasses import dataclass
-from multiprocessing.context import BaseContext
+from multiprocessing.context import ForkContext, ForkServerContext, SpawnContext
 from typing import Any
 
 from . import workers
 from .server import Nsqd
 
+# The context of a start method (typeshed's BaseContext does not declare Process).
+Context = SpawnContext | ForkServerContext | ForkContext
 CHANNEL = "bench"
 
 
@@ -97,7 +99,7 @@ def _split(total: int, parts: int) -> list[int]:
     return [base + (1 if i < rest else 0) for i in range(parts)]
 
 
-def run_once(ctx: BaseContext, nsqd: Nsqd, scenario: Scenario, settings: Settings,
+def run_once(ctx: Context, nsqd: Nsqd, scenario: Scenario, settings: Settings,
              client: str = "raw") -> RunResult:
     """One run of ``scenario`` with ``client`` ("raw" sockets or the "library") workers."""
     topic = f"bench_{scenario.name}_{secrets.token_hex(4)}"
@@ -114,7 +116,7 @@ def run_once(ctx: BaseContext, nsqd: Nsqd, scenario: Scenario, settings: Setting
             pass
 
 
-def _publish(ctx: BaseContext, nsqd: Nsqd, scenario: Scenario, s: Settings,
+def _publish(ctx: Context, nsqd: Nsqd, scenario: Scenario, s: Settings,
              topic: str, client: str) -> RunResult:
     count = s.count_for(scenario)
     params = []
@@ -139,7 +141,7 @@ def _publish(ctx: BaseContext, nsqd: Nsqd, scenario: Scenario, s: Settings,
     return _combine(results, messages, nsqd_usage)
 
 
-def _consume(ctx: BaseContext, nsqd: Nsqd, scenario: Scenario, s: Settings,
+def _consume(ctx: Context, nsqd: Nsqd, scenario: Scenario, s: Settings,
              topic: str, client: str) -> RunResult:
     count = s.count_for(scenario)
     nsqd.create_channel(topic, CHANNEL)
@@ -187,7 +189,7 @@ def _combine(results: list[dict[str, Any]], messages: int,
     return RunResult(messages, end - start, sum(r["cpu"] for r in results), cpu, written)
 
 
-def run_clients(ctx: BaseContext, nsqd: Nsqd, params: list[dict[str, Any]], counter: Any,
+def run_clients(ctx: Context, nsqd: Nsqd, params: list[dict[str, Any]], counter: Any,
                 timeout: float) -> tuple[list[dict[str, Any]], tuple[float | None, int | None]]:
     """One process per client; start them together; their results and nsqd's CPU seconds
     and bytes written to storage during the run.

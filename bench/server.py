@@ -159,7 +159,8 @@ class Nsqd:
             doc = json.loads(resp.read())
         for item in doc.get("topics") or []:
             if item["topic_name"] == topic:
-                return item
+                found: dict[str, Any] = item
+                return found
         return None
 
     def create_channel(self, topic: str, channel: str) -> None:

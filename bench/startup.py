@@ -55,7 +55,8 @@ def _bin(name: str) -> str:
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def _args(daemon: str, http_port: int, data_dir: str) -> list[str]:

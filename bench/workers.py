@@ -239,8 +239,8 @@ def consume(sock: socket.socket, rdy: int, target: int, counter: Any | None,
     while True:
         try:
             nread = recv_into(view[filled:])
-        except TimeoutError:
-            if counter.value >= target:
+        except TimeoutError:  # only with a counter (the socket's timeout is set for it)
+            if counter is not None and counter.value >= target:
                 break
             continue
         if not nread:

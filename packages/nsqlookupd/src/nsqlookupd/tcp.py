@@ -155,7 +155,8 @@ class TCPServer:
                 magic_seen = True
                 self.log.info(f"CLIENT({session.remote}): desired protocol magic '  V1'")
             if event is LookupSignal.NEED_DATA:
-                reader.receive_data(await stream.receive_some(RECEIVE_SIZE))
+                # a socket gives bytes, which bytes() returns as they are (a Stream may give a bytearray)
+                reader.receive_data(bytes(await stream.receive_some(RECEIVE_SIZE)))
             elif event is LookupSignal.CLOSED:
                 return
             else:

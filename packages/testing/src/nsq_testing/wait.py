@@ -26,10 +26,10 @@ DEADLINE = 30.0
 def _describe(what: str | Callable[[], str] | None, predicate: Callable[..., object]) -> str:
     if callable(what):
         return what()
-    return what or getattr(predicate, "__name__", "condition")
+    return what or str(getattr(predicate, "__name__", "condition"))
 
 
-def _attempt(predicate: Callable[[], T], ignore: tuple[type[BaseException], ...]
+def _attempt(predicate: Callable[[], T | None], ignore: tuple[type[BaseException], ...]
              ) -> tuple[T | None, BaseException | None]:
     try:
         return predicate(), None
@@ -37,7 +37,7 @@ def _attempt(predicate: Callable[[], T], ignore: tuple[type[BaseException], ...]
         return None, exc
 
 
-def wait_until(predicate: Callable[[], T], *, timeout: float = DEADLINE, interval: float = 0.05,
+def wait_until(predicate: Callable[[], T | None], *, timeout: float = DEADLINE, interval: float = 0.05,
                what: str | Callable[[], str] | None = None,
                ignore: tuple[type[BaseException], ...] = ()) -> T:
     """Call ``predicate`` until it returns something truthy and return that.
@@ -60,7 +60,7 @@ def wait_until(predicate: Callable[[], T], *, timeout: float = DEADLINE, interva
         time.sleep(interval)
 
 
-async def until(predicate: Callable[[], T | Awaitable[T]], *, timeout: float = DEADLINE,
+async def until(predicate: Callable[[], T | Awaitable[T | None] | None], *, timeout: float = DEADLINE,
                 interval: float = 0.02, what: str | Callable[[], str] | None = None,
                 ignore: tuple[type[BaseException], ...] = ()) -> T:
     """The Trio flavour of :func:`wait_until`; ``predicate`` may be plain or async.
@@ -79,7 +79,8 @@ async def until(predicate: Callable[[], T | Awaitable[T]], *, timeout: float = D
             except ignore as exc:
                 value, error = None, exc
             if value:
-                return value
+                result: T = value
+                return result
             await trio.sleep(interval)
     raise TimeoutError(f"not true within {timeout} s: {_describe(what, predicate)}"
                        + (f" (last error: {error!r})" if error else "")) from error
