@@ -7,11 +7,10 @@ logged as ``HTTP: listening on HOST:PORT`` first, as NSQ's daemons do.
 from __future__ import annotations
 
 import logging
-import socket
 from functools import partial
 
 import trio
-from nsq_serving import ConnectionCounts, listen_tcp, serve_http
+from nsq_serving import ConnectionCounts, bound_address, listen_tcp, serve_http
 
 from .app import build_app
 from .options import Options
@@ -20,23 +19,12 @@ from .secrets_file import SecretStore
 log = logging.getLogger("nsq_auth")
 
 
-def bind_socket(address: str) -> socket.socket:
-    """A non-blocking listening socket; ListenError names the address as NSQ's daemons do."""
-    sock = listen_tcp(address, 128)
-    sock.setblocking(False)
-    return sock
-
-
-def shown_address(sock: socket.socket) -> str:
-    host, port = sock.getsockname()[:2]
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
 async def serve(options: Options, store: SecretStore, *,
                 task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
     """Answer nsqd's auth requests until cancelled; ``task_status`` gets ``host:port``."""
-    sock = bind_socket(options.http_address)
-    address = shown_address(sock)
+    sock = listen_tcp(options.http_address, 128)  # ListenError in Go's words
+    sock.setblocking(False)
+    address = bound_address(sock)
     log.info("HTTP: listening on %s", address)
     async with trio.open_nursery() as nursery:
         counts = ConnectionCounts()

@@ -7,8 +7,8 @@ on sockets bound by ``listen_tcp`` (which fails in the words of Go's ``net.Liste
 """
 
 from ._direct import direct_endpoints
-from ._listen import ListenError, listen_tcp, split_host_port
+from ._listen import ListenError, bound_address, listen_tcp, split_host_port
 from ._server import KEEP_ALIVE_TIMEOUT, ConnectionCounts, serve_http
 
-__all__ = ["KEEP_ALIVE_TIMEOUT", "ConnectionCounts", "ListenError", "direct_endpoints",
-           "listen_tcp", "serve_http", "split_host_port"]
+__all__ = ["KEEP_ALIVE_TIMEOUT", "ConnectionCounts", "ListenError", "bound_address",
+           "direct_endpoints", "listen_tcp", "serve_http", "split_host_port"]

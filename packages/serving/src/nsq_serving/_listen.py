@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import socket
 
-from nsq_common import go_errno_text
+from nsq_common import go_errno_text, join_host_port
 
 
 class ListenError(OSError):
@@ -42,8 +42,13 @@ def _shown(host: str, sockaddr: tuple[object, ...]) -> str:
     """The address as Go's ``*net.TCPAddr`` prints it: no host when none was given."""
     if not host:
         return f":{sockaddr[1]}"
-    ip = str(sockaddr[0])
-    return f"[{ip}]:{sockaddr[1]}" if ":" in ip else f"{ip}:{sockaddr[1]}"
+    return join_host_port(str(sockaddr[0]), str(sockaddr[1]))
+
+
+def bound_address(sock: socket.socket) -> str:
+    """``host:port`` of a bound socket (port 0 resolved), IPv6 in brackets, as Go prints it."""
+    host, port = sock.getsockname()[:2]
+    return join_host_port(host, port)
 
 
 def listen_tcp(address: str, backlog: int = 1024) -> socket.socket:
