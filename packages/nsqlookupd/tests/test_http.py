@@ -8,22 +8,15 @@ from collections.abc import AsyncIterator
 import attrs
 import httpx
 import pytest
+from nsq_testing.clock import FakeClock, S
 from nsqlookupd.http_api import create_app
 from nsqlookupd.logger import Logger
 from nsqlookupd.registry import PeerInfo, RegistrationDB
 from nsqlookupd.router import _clean_path, parse_query
 
-S = 10**9
 V1 = "nsq; version=1.0"
 JSON = "application/json; charset=utf-8"
 
-
-@attrs.define
-class FakeClock:
-    now: int = 1_700_000_000 * S
-
-    def __call__(self) -> int:
-        return self.now
 
 
 @attrs.define

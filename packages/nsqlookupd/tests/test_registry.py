@@ -2,27 +2,14 @@
 
 from __future__ import annotations
 
-import attrs
 import pytest
+from nsq_testing.clock import FakeClock, S
 from nsqlookupd.registry import (
     GO_ZERO_TIME_NS,
     PeerInfo,
     Registration,
     RegistrationDB,
 )
-
-S = 10**9
-
-
-@attrs.define
-class FakeClock:
-    now: int = 1_700_000_000 * S
-
-    def __call__(self) -> int:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += round(seconds * S)
 
 
 @pytest.fixture

@@ -26,6 +26,7 @@ from nsq_common import (
     encode_lookup_command,
     encode_lookup_response,
 )
+from nsq_testing.clock import FakeClock
 from nsqlookupd.app import Addresses, serve
 from nsqlookupd.logger import Logger
 from nsqlookupd.options import Options
@@ -33,7 +34,6 @@ from nsqlookupd.registry import Registration, RegistrationDB
 from nsqlookupd.tcp import TCPServer
 
 WAIT = 30.0  # seconds: the most any one step may take on a slow, busy machine
-S = 10**9
 INFO = LookupdInfo("lookupd.local", "lookuphost", 4161, 4160, "1.3.0")
 NSQD = LookupIdentify("nsqd.local", 4150, 4151, "1.3.0", hostname="nsqdhost")
 IDENTIFY = encode_lookup_command(NSQD)
@@ -344,13 +344,6 @@ async def test_real_disconnect_unregisters(lookupd: Addresses, connect_tcp: Conn
 
 # --- lifetimes on a clock the test moves (the process tests cannot time them exactly) --------
 
-
-@attrs.define
-class FakeClock:
-    now: int = 1_700_000_000 * S
-
-    def __call__(self) -> int:
-        return self.now
 
 
 @attrs.define
