@@ -29,7 +29,15 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
-from nsq_common import HEARTBEAT, FrameDecoder, FrameTooBig, FrameType, commands, split_address
+from nsq_common import (
+    HEARTBEAT,
+    OK_FRAME,
+    FrameDecoder,
+    FrameTooBig,
+    FrameType,
+    commands,
+    split_address,
+)
 
 from ._backoff import Signal
 from ._errors import ConnectError, ServerError
@@ -245,12 +253,13 @@ class Connection:
         frame to the handler: runs of OKs and other answers in order, then the messages."""
         decoder = self._decoder
         assert decoder is not None
-        decoder.receive_data(data)
         handler = self._handler
+        if data == OK_FRAME and not decoder.buffered:
+            handler.on_ok(self, 1)  # the answer to a lone publish: nothing to decode
+            return
+        decoder.receive_data(data)
         while True:
             answers, messages = decoder.next_events()
-            if not (answers or messages):
-                return
             for answer in answers:
                 if type(answer) is int:
                     handler.on_ok(self, answer)
@@ -266,6 +275,10 @@ class Connection:
             if messages:
                 self.in_flight += len(messages)
                 handler.on_messages(self, messages)
+            # Once more only when a frame's worth is left: a frame not whole yet (nothing more
+            # comes out) or one that failed after those reported (it raises now).
+            if decoder.buffered < 8 or not (answers or messages):
+                return
 
     async def _receive(self) -> bytes:
         """The next bytes from nsqd (decompressed); ends the loop quietly on an expected EOF.

@@ -154,6 +154,28 @@ class FrameDecoder(ReceiveBuffer, Generic[M]):
         self._need = 8
         return frame_type, bytes(buf[pos + 8 : end])
 
+    def _take_gathered(self, buf: bytearray, pos: int, messages: list[M]) -> bytes | None:
+        """Take a message frame larger than a read out of the bytearray it was gathered in,
+        its body with one copy (through a memoryview), into ``messages``; return the bytes that
+        follow it, to scan as usual (all of them, the first frame too, when it is another
+        kind), or None when the first frame is not whole yet."""
+        with memoryview(buf) as view:
+            if len(buf) - pos >= _HEAD:
+                size, frame_type, timestamp, attempts, message_id = MESSAGE_FRAME_HEAD.unpack_from(
+                    buf, pos)
+                stop = pos + 4 + size
+                if frame_type == _MESSAGE and stop - pos >= _HEAD and (
+                        not self._max_size or size <= self._max_size):
+                    if stop > len(buf):
+                        self._need = 4 + size
+                        return None
+                    messages.append(self._make_message(message_id, bytes(view[pos + _HEAD : stop]),
+                                                       timestamp, attempts, self._context))
+                    pos = stop
+            rest = self._buf = bytes(view[pos:])
+        self._pos = 0
+        return rest
+
     def next_events(self) -> tuple[list[Answer], list[M]]:
         """Every whole frame buffered: ``(answers, messages)``; both empty when more bytes are
         needed. A bad frame raises once the frames before it were returned (the next call).
@@ -165,18 +187,19 @@ class FrameDecoder(ReceiveBuffer, Generic[M]):
         if self._error is not None:
             error, self._error = self._error, None
             raise error
-        buf, pos = self._buf, self._pos
-        end = len(buf)
+        received, pos = self._buf, self._pos
+        end = len(received)
         if end - pos < self._need:
             return [], []
-        if pos == 0 and buf == OK_FRAME:
-            self._pos = end  # the answer to a lone publish: nothing to scan
-            return [1], []
-        if type(buf) is not bytes:  # gathered over several reads: scan (and slice) bytes
-            buf = self._buf = bytes(memoryview(buf)[pos:])
-            pos, end = 0, len(buf)
         answers: list[Answer] = []
         messages: list[M] = []
+        if isinstance(received, bytearray):  # gathered over several reads (a frame larger than a read)
+            rest = self._take_gathered(received, pos, messages)
+            if rest is None:
+                return answers, messages
+            buf, pos, end = rest, 0, len(rest)
+        else:
+            buf = received
         make, context, max_size = self._make_message, self._context, self._max_size
         unpack_message = MESSAGE_FRAME_HEAD.unpack_from
         need = 8
