@@ -42,8 +42,8 @@ class FakeConn:
         self.commands: list[tuple[bytes, list[bytes], bytes | None]] = []
         self.closed = False
         self.identify: dict[str, Any] = {}
-        self._out_codec: Any = None
-        self._in_codec: Any = None
+        self.out_codec: Any = None
+        self.in_codec: Any = None
         self._scope: trio.CancelScope | None = None
         # Publishes to answer later (when the server holds its answers).
         self.held: list[bytes] = []
@@ -62,8 +62,8 @@ class FakeConn:
 
     # -- what tests do -----------------------------------------------------------------------
     async def send(self, data: bytes) -> None:
-        if self._out_codec is not None:
-            data = self._out_codec(data)
+        if self.out_codec is not None:
+            data = self.out_codec(data)
         try:
             await self.stream.send_all(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -99,8 +99,8 @@ class FakeConn:
                     data = await self.stream.receive_some(65536)
                     if not data:
                         break
-                    if self._in_codec is not None:
-                        data = self._in_codec(data)
+                    if self.in_codec is not None:
+                        data = self.in_codec(data)
                     reader.feed(data)
                     while (cmd := reader.next_command()) is not None:
                         self.commands.append((cmd.name, cmd.params, cmd.body))
@@ -176,15 +176,15 @@ class FakeConn:
         if deflate:
             out = zlib.compressobj(6, zlib.DEFLATED, -15)
             inflate = zlib.decompressobj(-15)
-            self._out_codec = lambda d: out.compress(d) + out.flush(zlib.Z_SYNC_FLUSH)
-            self._in_codec = inflate.decompress
+            self.out_codec = lambda d: out.compress(d) + out.flush(zlib.Z_SYNC_FLUSH)
+            self.in_codec = inflate.decompress
             await self.send(encode_response(b"OK"))
         if snappy:
             import snappy as snappy_mod
 
             out_s, in_s = snappy_mod.StreamCompressor(), snappy_mod.StreamDecompressor()
-            self._out_codec = out_s.add_chunk
-            self._in_codec = in_s.decompress
+            self.out_codec = out_s.add_chunk
+            self.in_codec = in_s.decompress
             await self.send(encode_response(b"OK"))
 
 

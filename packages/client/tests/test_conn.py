@@ -29,26 +29,26 @@ async def roundtrip(fake_cluster: Any, **options: Any) -> Any:
 async def test_plain_ok_means_no_negotiation(fake_cluster: Any) -> None:
     fake_cluster[A].feature_negotiation = False
     conn = await roundtrip(fake_cluster, deflate=True)
-    assert conn._out_codec is None
+    assert conn.out_codec is None
 
 
 async def test_deflate_is_negotiated(fake_cluster: Any) -> None:
     fake_cluster[A].deflate = True
     conn = await roundtrip(fake_cluster, deflate=True, deflate_level=3)
     assert conn.identify["deflate"] is True and conn.identify["deflate_level"] == 3
-    assert conn._out_codec is not None
+    assert conn.out_codec is not None
     assert [c[0] for c in conn.commands][-2:] == [b"FIN", b"CLS"]
 
 
 async def test_snappy_is_negotiated(fake_cluster: Any) -> None:
     fake_cluster[A].snappy = True
     conn = await roundtrip(fake_cluster, snappy=True)
-    assert conn._out_codec is not None and conn.identify["snappy"] is True
+    assert conn.out_codec is not None and conn.identify["snappy"] is True
 
 
 async def test_compression_not_offered_by_nsqd_stays_off(fake_cluster: Any) -> None:
     conn = await roundtrip(fake_cluster, snappy=True)
-    assert conn._out_codec is None
+    assert conn.out_codec is None
 
 
 async def test_tls_is_negotiated(fake_cluster: Any) -> None:

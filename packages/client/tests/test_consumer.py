@@ -12,6 +12,16 @@ def mid(i: int) -> bytes:
     return b"%016d" % i
 
 
+async def delivered(fake_cluster: Any, count: int, rdy: int = 10) -> Any:
+    """The fake nsqd's connection once the consumer's RDY is ``rdy``, after sending it
+    ``count`` messages (ids ``mid(0)``...)."""
+    conn = fake_cluster[A].conn
+    await fake_cluster.wait_for(lambda: conn.rdy == rdy)
+    for i in range(count):
+        await conn.send_message(mid(i), b"x")
+    return conn
+
+
 def consumer(fake_cluster: Any, *addresses: str, **options: Any) -> Consumer:
     return Consumer("t", "c", nsqd_tcp_addresses=list(addresses) or [A],
                     connector=fake_cluster.connector, **options)
@@ -241,10 +251,7 @@ async def test_rdy_rotates_when_max_in_flight_is_below_connections(fake_cluster:
 
 async def test_stop_sends_cls_and_requeues_what_was_not_handed_out(fake_cluster: Any) -> None:
     async with consumer(fake_cluster, max_in_flight=10) as c:
-        conn = fake_cluster[A].conn
-        await fake_cluster.wait_for(lambda: conn.rdy == 10)
-        for i in range(4):
-            await conn.send_message(mid(i), b"x")
+        conn = await delivered(fake_cluster, 4)
         first = None
         async for msg in c:
             first = msg
@@ -302,10 +309,7 @@ async def test_sub_refused_is_logged_and_retried(fake_cluster: Any, autojump_clo
 
 async def test_each_task_answers_its_own_previous_message(fake_cluster: Any) -> None:
     async with consumer(fake_cluster, max_in_flight=10) as c:
-        conn = fake_cluster[A].conn
-        await fake_cluster.wait_for(lambda: conn.rdy == 10)
-        for i in range(4):
-            await conn.send_message(mid(i), b"x")
+        conn = await delivered(fake_cluster, 4)
         got: dict[str, list[bytes]] = {"a": [], "b": []}
         first_taken = trio.Event()
         b_asks_again = trio.Event()

@@ -1,6 +1,8 @@
 """The plain-TCP path of a connection (raw socket reads and writes, a lone publish reading
 its own answer) against the scripted nsqd over real loopback sockets."""
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -18,6 +20,16 @@ def link_conn(producer: Producer, address: str = A) -> Any:
     return conn
 
 
+@asynccontextmanager
+async def answers_held(tcp_cluster: Any, first: bytes) -> AsyncIterator[tuple[Any, Producer]]:
+    """A producer connected to A by publishing ``first``; A then holds its answers."""
+    nsqd = tcp_cluster[A]
+    async with Producer(A, connector=tcp_cluster.connector) as p:
+        await p.pub("t", first)
+        nsqd.hold_responses = True
+        yield nsqd, p
+
+
 async def test_stop_and_wait_publishes_are_answered_in_order(tcp_cluster: Any) -> None:
     async with Producer(A, connector=tcp_cluster.connector) as p:
         for i in range(200):
@@ -31,10 +43,7 @@ async def test_stop_and_wait_publishes_are_answered_in_order(tcp_cluster: Any) -
 
 
 async def test_a_heartbeat_while_the_caller_reads_is_answered(tcp_cluster: Any) -> None:
-    nsqd = tcp_cluster[A]
-    async with Producer(A, connector=tcp_cluster.connector) as p:
-        await p.pub("t", b"connect")
-        nsqd.hold_responses = True
+    async with answers_held(tcp_cluster, b"connect") as (nsqd, p):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(p.pub, "t", b"held")
             await tcp_cluster.wait_for(lambda: len(nsqd.published) == 2)
@@ -46,10 +55,7 @@ async def test_a_heartbeat_while_the_caller_reads_is_answered(tcp_cluster: Any) 
 
 
 async def test_a_cancelled_caller_leaves_its_answer_to_the_reader(tcp_cluster: Any) -> None:
-    nsqd = tcp_cluster[A]
-    async with Producer(A, connector=tcp_cluster.connector) as p:
-        await p.pub("t", b"connect")
-        nsqd.hold_responses = True
+    async with answers_held(tcp_cluster, b"connect") as (nsqd, p):
         caller = trio.CancelScope()
 
         async def give_up() -> None:
@@ -99,19 +105,15 @@ async def test_nsqd_closing_while_the_caller_reads_fails_over(tcp_cluster: Any) 
 
 
 async def test_nsqd_closing_while_the_only_caller_reads_raises(tcp_cluster: Any) -> None:
-    nsqd = tcp_cluster[A]
-    async with Producer(A, connector=tcp_cluster.connector) as p:
-        await p.pub("t", b"first")
-        nsqd.hold_responses = True
-        async with trio.open_nursery() as nursery:
-            async def close_soon() -> None:
-                await tcp_cluster.wait_for(lambda: len(nsqd.published) == 2)
-                assert link_conn(p).caller_reading
-                nsqd.down = True
-                await nsqd.conn.close()
-            nursery.start_soon(close_soon)
-            with pytest.raises(ConnectionClosed):
-                await p.pub("t", b"lost")
+    async with answers_held(tcp_cluster, b"first") as (nsqd, p), trio.open_nursery() as nursery:
+        async def close_soon() -> None:
+            await tcp_cluster.wait_for(lambda: len(nsqd.published) == 2)
+            assert link_conn(p).caller_reading
+            nsqd.down = True
+            await nsqd.conn.close()
+        nursery.start_soon(close_soon)
+        with pytest.raises(ConnectionClosed):
+            await p.pub("t", b"lost")
 
 
 async def test_concurrent_publishers_share_the_connection(tcp_cluster: Any) -> None:

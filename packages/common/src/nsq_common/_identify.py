@@ -122,6 +122,16 @@ def _bad(text: str) -> ProtocolError:
     return ProtocolError(ErrorCode.E_BAD_BODY, text)
 
 
+def _setting(value: int, default: int, low: int, high: int, what: str) -> int:
+    """A negotiated number: 0 asks for the server's default, ``[low, high]`` is taken as it is,
+    anything else is refused (E_BAD_BODY, NSQ's text)."""
+    if value == 0:
+        return default
+    if low <= value <= high:
+        return value
+    raise _bad(f"IDENTIFY {what} ({value}) is invalid")
+
+
 def negotiate(req: IdentifyRequest, server: ServerFeatures) -> Negotiated:
     """Apply nsqd's IDENTIFY rules.
 
@@ -130,45 +140,24 @@ def negotiate(req: IdentifyRequest, server: ServerFeatures) -> Negotiated:
             E_IDENTIFY_FAILED when both deflate and snappy would be on.
     """
     hb = req.heartbeat_interval
-    if hb == -1:
-        heartbeat = 0
-    elif hb == 0:
-        heartbeat = server.heartbeat_interval
-    elif 1000 <= hb <= server.max_heartbeat_interval:
-        heartbeat = hb
-    else:
-        raise _bad(f"IDENTIFY heartbeat interval ({hb}) is invalid")
-
+    heartbeat = 0 if hb == -1 else _setting(hb, server.heartbeat_interval, 1000,
+                                            server.max_heartbeat_interval, "heartbeat interval")
     obt = req.output_buffer_timeout
-    if obt == -1:
-        buffer_timeout = 0
-    elif obt == 0:
-        buffer_timeout = server.output_buffer_timeout
-    elif server.min_output_buffer_timeout <= obt <= server.max_output_buffer_timeout:
-        buffer_timeout = obt
-    else:
-        raise _bad(f"IDENTIFY output buffer timeout ({obt}) is invalid")
-
+    buffer_timeout = 0 if obt == -1 else _setting(
+        obt, server.output_buffer_timeout, server.min_output_buffer_timeout,
+        server.max_output_buffer_timeout, "output buffer timeout")
     obs = req.output_buffer_size
     if obs == -1:
         buffer_size, buffer_timeout = 1, 0
-    elif obs == 0:
-        buffer_size = server.output_buffer_size
-    elif 64 <= obs <= server.max_output_buffer_size:
-        buffer_size = obs
     else:
-        raise _bad(f"IDENTIFY output buffer size ({obs}) is invalid")
+        buffer_size = _setting(obs, server.output_buffer_size, 64, server.max_output_buffer_size,
+                               "output buffer size")
 
     if not 0 <= req.sample_rate <= 99:
         raise _bad(f"IDENTIFY sample rate ({req.sample_rate}) is invalid")
 
-    mt = req.msg_timeout
-    if mt == 0:
-        msg_timeout = server.msg_timeout
-    elif 1000 <= mt <= server.max_msg_timeout:
-        msg_timeout = mt
-    else:
-        raise _bad(f"IDENTIFY msg timeout ({mt}) is invalid")
+    msg_timeout = _setting(req.msg_timeout, server.msg_timeout, 1000, server.max_msg_timeout,
+                           "msg timeout")
 
     negotiating = req.feature_negotiation
     tls = negotiating and server.tls_available and req.tls_v1
