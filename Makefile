@@ -31,8 +31,9 @@ pipeline: install
 
 # mypy --strict ([tool.mypy] in pyproject.toml) over the code that is clean; each package joins
 # the list once it is.
-TYPED := packages/authd/src packages/client/src packages/cluster/src packages/nsqadmin/src \
-	packages/nsqlookupd/src packages/serving/src packages/spark/src packages/testing/src bench
+TYPED := packages/authd/src packages/client/src packages/cluster/src packages/common/src \
+	packages/nsqadmin/src packages/nsqlookupd/src packages/serving/src packages/spark/src \
+	packages/testing/src bench
 
 lint: install typecheck
 	.venv/bin/ruff check .

@@ -35,8 +35,9 @@ class ReceiveBuffer:
         self._need = 0
         self._eof = False
 
-    def receive_data(self, data: bytes) -> None:
-        """Add bytes read from the peer; ``b""`` means the peer closed its side."""
+    def receive_data(self, data: bytes | bytearray) -> None:
+        """Add bytes read from the peer (what ``trio.abc.Stream.receive_some`` returns);
+        ``b""`` means the peer closed its side."""
         if not data:
             self._eof = True
             return
