@@ -26,6 +26,12 @@ class InFlightQueue:
         self._all: dict[bytes, QueuedMessage] = {}
         self._ordered: OrderedDict[bytes, QueuedMessage] = OrderedDict()
         self._heap: list[tuple[float, int, QueuedMessage]] = []
+        self._reset()
+
+    def _reset(self) -> None:
+        self._all = {}
+        self._ordered = OrderedDict()
+        self._heap = []
         self._tail = float("-inf")
         self._seq = itertools.count()
         self._dead = 0
@@ -97,7 +103,7 @@ class InFlightQueue:
 
     def clear(self) -> list[QueuedMessage]:
         msgs = list(self._all.values())
-        self.__init__()  # type: ignore[misc]
+        self._reset()
         return msgs
 
     def _rebuild_heap(self) -> None:

@@ -245,8 +245,11 @@ class Connection:
             self.stream = stream
 
 
-def _common_name(cert: dict | None) -> str:  # type: ignore[type-arg]
-    for rdn in (cert or {}).get("subject", ()):
+def _common_name(cert: object) -> str:
+    """The subject's commonName of a peer certificate (``SSLObject.getpeercert()``)."""
+    if not isinstance(cert, dict):
+        return ""
+    for rdn in cert.get("subject", ()):
         for key, value in rdn:
             if key == "commonName":
                 return str(value)

@@ -1,0 +1,99 @@
+"""The broker in process: its errors, and messages across a restart, with no socket and no
+process (a ``Broker`` run in the test's nursery on a temporary data path)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio
+from nsqd.__main__ import EXPECTED, _leaves
+from nsqd.broker import Broker
+from nsqd.client import Client
+from nsqd.errors import (
+    DiskQueueClosed,
+    DiskQueueError,
+    Exiting,
+    NsqdError,
+    StartError,
+    StoreFailed,
+    SubscribeRefused,
+)
+from nsqd.options import Options
+from nsqd.topic import Topic
+
+
+async def start(nursery: trio.Nursery, path: Path, **options: object) -> Broker:
+    broker = Broker(Options.defaults(data_path=str(path), **options))
+    await nursery.start(broker.run)
+    return broker
+
+
+async def test_publish_errors(nursery: trio.Nursery, tmp_path: Path,
+                              monkeypatch: pytest.MonkeyPatch) -> None:
+    broker = await start(nursery, tmp_path)
+    await broker.publish("t", broker.new_messages([b"a"]))
+    failure: DiskQueueError = DiskQueueError("write failed - no space left on device")
+
+    async def failing(self: Topic, msgs: object, *, extended: bool = False) -> None:
+        raise failure
+
+    monkeypatch.setattr(Topic, "put", failing)
+    with pytest.raises(StoreFailed, match=r"^write failed - no space left on device$") as info:
+        await broker.publish("t", broker.new_messages([b"b"]))
+    assert info.value.__cause__ is failure
+    assert broker.health == "NOK - write failed - no space left on device"
+    failure = DiskQueueClosed()
+    with pytest.raises(Exiting, match=r"^exiting$"):
+        await broker.publish("t", broker.new_messages([b"c"]))
+    monkeypatch.undo()
+    await broker.publish("t", broker.new_messages([b"d"]))
+    assert broker.health == "OK"
+    broker.exiting = True
+    with pytest.raises(Exiting):
+        await broker.publish("t", broker.new_messages([b"e"]))
+
+
+async def test_subscribe_limit(nursery: trio.Nursery, tmp_path: Path) -> None:
+    broker = await start(nursery, tmp_path, max_channel_consumers=1)
+    broker.subscribe(broker.new_client("127.0.0.1:1"), "t", "c")
+    with pytest.raises(SubscribeRefused, match=r"^consumers for t:c exceeds limit of 1$"):
+        broker.subscribe(broker.new_client("127.0.0.1:2"), "t", "c")
+
+
+async def test_messages_and_deferred_ones_survive_a_restart(tmp_path: Path) -> None:
+    async with trio.open_nursery() as nursery:
+        broker = await start(nursery, tmp_path)
+        channel = broker.get_channel(broker.get_topic("t"), "c")
+        await broker.publish("t", broker.new_messages([b"now", b"also now"]))
+        await broker.publish("t", broker.new_messages([b"later"], defer=3600))
+        client: Client = broker.new_client("127.0.0.1:1")
+        broker.subscribe(client, "t", "c")
+        nursery.cancel_scope.cancel()  # a clean shutdown: everything is saved
+    assert (tmp_path / "t:c.deferred.dat").exists() and not channel.in_flight
+    async with trio.open_nursery() as nursery:
+        broker = await start(nursery, tmp_path)
+        channel = broker.topics["t"].channels["c"]
+        assert channel.depth == 2 and len(channel.deferred) == 1
+        nursery.cancel_scope.cancel()
+
+
+async def test_unreadable_metadata_is_a_start_error(tmp_path: Path) -> None:
+    (tmp_path / "nsqd.dat").write_bytes(b"{not json")
+    broker = Broker(Options.defaults(data_path=str(tmp_path)))
+    with pytest.raises((StartError, BaseExceptionGroup)) as info:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(broker.run)
+    leaves = _leaves(info.value)
+    assert [type(leaf) for leaf in leaves] == [StartError]
+    assert str(leaves[0]).startswith("failed to load metadata - ")
+
+
+def test_every_leaf_of_a_group_is_reported() -> None:
+    bug = ZeroDivisionError("x")
+    group = ExceptionGroup("outer", [StartError("a"), ExceptionGroup("inner", [OSError(98, "b"),
+                                                                            bug])])
+    leaves = _leaves(group)
+    assert [type(leaf) for leaf in leaves] == [StartError, OSError, ZeroDivisionError]
+    assert [isinstance(leaf, EXPECTED) for leaf in leaves] == [True, True, False]
+    assert issubclass(StartError, NsqdError) and not issubclass(StartError, RuntimeError)
