@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 import trio
 from nsq_common import go_errno_text
-from nsq_serving import ListenError, listen_tcp  # type: ignore[import-untyped]  # no py.typed yet
+from nsq_serving import ListenError, listen_tcp
 
 from .broker import Broker
 from .errors import StartError

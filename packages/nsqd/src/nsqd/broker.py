@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import trio
 from nsq_common import NSQ_VERSION, ServerFeatures
-from nsq_serving import ConnectionCounts  # type: ignore[import-untyped]  # no py.typed yet
+from nsq_serving import ConnectionCounts
 
 from . import deferred_store, metadata, saving
 from .backlog import MAX_EXTENSION, Backlog

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import cast
 
 import trio
 from nsq_common import (
@@ -94,7 +93,7 @@ class Connection:
                 await self._writer_done.wait()
             nursery.cancel_scope.cancel()
 
-    async def _read_loop(self, data: bytes) -> None:
+    async def _read_loop(self, data: bytes | bytearray) -> None:
         client = self.client
         output = client.output
         reader = self.reader
@@ -102,10 +101,10 @@ class Connection:
         sync_handlers = proto.sync_handlers
         while True:
             if data:
-                reader.feed(data)
+                reader.receive_data(data)
                 while True:
                     try:
-                        cmd = reader.next_command()
+                        cmd = reader.next_event()
                         if (cmd is not None and cmd.name in BATCHED
                                 and proto.authorized_now(cmd.name, cmd.params[0], b"")):
                             if not proto.batchable(cmd):  # another topic: store the batch first
@@ -151,8 +150,7 @@ class Connection:
             hb = client.heartbeat_interval
             timeout = 2 * hb if hb > 0 else math.inf
             with trio.move_on_after(timeout) as scope:
-                # (cast: trio's streams may return a bytearray, which the reader takes too)
-                data = cast(bytes, await self.stream.receive_some(READ_SIZE))
+                data = await self.stream.receive_some(READ_SIZE)
             if scope.cancelled_caught:
                 log.info("client %s: no data for %.1fs, closing", client.remote_address, timeout)
                 return

@@ -10,7 +10,7 @@ from __future__ import annotations
 import socket
 
 import trio
-from nsq_serving import serve_http  # type: ignore[import-untyped]  # no py.typed yet
+from nsq_serving import serve_http
 
 from ..broker import Broker
 from .admin import build_admin_app
