@@ -17,12 +17,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from nsq_common import MESSAGE_FRAME_PREFIX
+from nsq_common import append_message_frames
 
 if TYPE_CHECKING:
     from .message import QueuedMessage
-
-_pack_prefix = MESSAGE_FRAME_PREFIX.pack
 
 
 def _no_wake() -> None:
@@ -50,22 +48,11 @@ class OutputBuffer:
     def add_messages(self, msgs: list[QueuedMessage], client_full: bool) -> None:
         """Queue message frames; ``client_full``: the client can take no more (in flight has
         reached RDY), so waiting for more frames would only delay these."""
-        # Packed here rather than by nsq_common's encode_message_frame, which would join each
-        # frame into a new bytes object: this loop is the delivery hot path, and its pieces
-        # are joined once per send. (nsq_common's append_message_frames, in progress, is this
-        # same loop; switch to it once it is released.)
-        out = self.out
-        append = out.append
-        pack = _pack_prefix
-        first = not out
-        size = 0
-        for msg in msgs:
-            body = msg.body
-            append(pack(30 + len(body), 2, msg.timestamp, msg.attempts))
-            append(msg.id)
-            append(body)
-            size += 34 + len(body)
-        self.out_bytes += size
+        # nsq_common's append_message_frames packs each frame's head and appends it, the id
+        # and the body as they are (one join per send, not one bytes object per frame);
+        # measured as fast as packing here (about 250 ns a message either way).
+        first = not self.out
+        self.out_bytes += append_message_frames(self.out, msgs)
         if self.out_bytes >= self.size or client_full or not self.timeout:
             self.urgent = True
             self.wake()
