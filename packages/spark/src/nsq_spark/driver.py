@@ -19,14 +19,14 @@ import logging
 import math
 import threading
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import httpx
 from pyspark.sql.datasource import InputPartition
 
 from . import pull
-from .batchlog import Batch, BatchLog, Entry, Key, Part
+from .batchlog import Batch, BatchLog, Key, Messages, Part
 from .discovery import consumes_over_http, topic_nsqd_http
 from .errors import BatchLogError, OptionError
 from .options import Options
@@ -43,16 +43,17 @@ DEFAULT_MSG_TIMEOUT = 60.0  # asked of nsqd when the msgTimeout option does not 
 
 
 class MessagesPartition(InputPartition):
-    """A slice of one batch's messages, carried to the executor in the partition itself."""
+    """A slice of one batch's messages, carried to the executor in the partition itself (as
+    columns: a few byte strings to pickle, whatever the number of messages)."""
 
-    def __init__(self, topic: str, channel: str, entries: list[Entry]) -> None:
+    def __init__(self, topic: str, channel: str, messages: Messages) -> None:
         super().__init__(None)
         self.topic = topic
         self.channel = channel
-        self.entries = entries
+        self.messages = messages
 
     def __repr__(self) -> str:
-        return f"MessagesPartition({self.topic}/{self.channel}, {len(self.entries)} messages)"
+        return f"MessagesPartition({self.topic}/{self.channel}, {len(self.messages)} messages)"
 
 
 def open_driver(options: Options) -> Driver:
@@ -155,14 +156,14 @@ class Driver:
     # -- bookkeeping --------------------------------------------------------------------------------
     def _remember(self, batch: Batch, *, committed: bool) -> None:
         if committed:
-            keys = [e.key for e in batch.entries]
+            keys = batch.messages.key_list()
             if self.log is not None and batch.parts:  # pulled over HTTP: in its part files
-                keys += [e.key for _, entries in self.log.pulled(batch) for e in entries]
+                keys += [key for _, messages in self.log.pulled(batch)
+                         for key in messages.key_list()]
             self._committed_keys(keys)
         else:
             self.batches[batch.end] = batch
-            for e in batch.entries:
-                self.pending[e.key] = batch.end
+            self.pending.update(dict.fromkeys(batch.messages.key_list(), batch.end))
 
     def _batch(self, start: int, end: int) -> Batch | None:
         """The batch from ``start`` to ``end``: planned in this process, or replayed from the log."""
@@ -204,9 +205,9 @@ class Driver:
 
     def _forget(self, batch: Batch) -> None:
         self.batches.pop(batch.end, None)
-        for entry in batch.entries:
-            if self.pending.get(entry.key) == batch.end:
-                del self.pending[entry.key]
+        for key in batch.messages.key_list():
+            if self.pending.get(key) == batch.end:
+                del self.pending[key]
         self._release(batch)
 
     def _spark_committed(self) -> int | None:
@@ -258,13 +259,12 @@ class TcpDriver(Driver):
             return None
         end = start + len(taken)
         self.deliveries[end] = taken
-        return Batch(start, end, [Entry(m.nsqd_address, m.id.decode(), m.attempts, m.timestamp,
-                                        m.body) for m in taken])
+        return Batch(start, end, Messages.of_messages(taken))
 
     def _accept(self, message: Any) -> bool:
         """Runs on the consumer loop for each message taken (while the planning thread waits
         for it): False keeps a redelivery of an already planned message out of the batch."""
-        key = (message.nsqd_address, message.id.decode())
+        key = (message.nsqd_address, message.id)
         if key in self.committed_keys:
             message.finish()
             return False
@@ -275,20 +275,19 @@ class TcpDriver(Driver):
         return True
 
     def _partitions(self, batch: Batch) -> list[InputPartition]:
-        entries = batch.entries
-        if not entries:
+        messages = batch.messages
+        if not len(messages):
             return []
-        count = min(MAX_PARTITIONS, max(1, math.ceil(len(entries) / PARTITION_SIZE)))
-        size = math.ceil(len(entries) / count)
-        return [MessagesPartition(self.options.topic, self.channel, entries[i:i + size])
-                for i in range(0, len(entries), size)]
+        count = min(MAX_PARTITIONS, math.ceil(len(messages) / PARTITION_SIZE))
+        return [MessagesPartition(self.options.topic, self.channel, piece)
+                for piece in messages.split(count)]
 
     def _finish(self, batches: list[Batch]) -> list[Key]:
         messages: list[Any] = []
         for batch in batches:
             messages.extend(self.deliveries.pop(batch.end, ()))
         self.consumers.finish(messages)
-        return [entry.key for batch in batches for entry in batch.entries]
+        return [key for batch in batches for key in batch.messages.key_list()]
 
     def _release(self, batch: Batch) -> None:
         self.consumers.release(self.deliveries.pop(batch.end, ()))
@@ -320,7 +319,7 @@ class HttpDriver(Driver):
         assert self.log is not None
         self.http = httpx.Client(timeout=pull.HTTP_TIMEOUT)
         self.nodes: list[tuple[str, str]] = []
-        self.pulled: dict[tuple[int, int], list[Entry]] = {}  # (end, part) -> logged entries
+        self.pulled: dict[tuple[int, int], Messages] = {}  # (end, part) -> logged messages
         self._discover()
         log.info("nsq_spark: executors consume %s/%s over HTTP from %s", options.topic,
                  options.channel, ", ".join(http for http, _ in self.nodes))
@@ -360,41 +359,41 @@ class HttpDriver(Driver):
                 parts.append(Part(http, tcp, piece))
                 share -= piece
         count = sum(p.count for p in parts)
-        return Batch(start, start + count, [], parts)
+        return Batch(start, start + count, parts=parts)
 
     def _partitions(self, batch: Batch) -> list[InputPartition]:
         assert self.log is not None
         for other in self.batches.values():
             self._logged(other)  # their keys join ``pending``
-        committed = frozenset(self.committed_keys)
-        pending = frozenset(key for key, end in self.pending.items() if end != batch.end)
+        committed = _ids_by_nsqd(self.committed_keys)
+        pending = _ids_by_nsqd(key for key, end in self.pending.items() if end != batch.end)
         return [pull.PullPartition(self.options.topic, self.channel, str(self.log.directory),
-                                   batch.end, i, part, self.msg_timeout, committed, pending)
+                                   batch.end, i, part, self.msg_timeout,
+                                   committed.get(part.nsqd, b""), pending.get(part.nsqd, b""))
                 for i, part in enumerate(batch.parts)]
 
-    def _logged(self, batch: Batch) -> list[tuple[Part, list[Entry]]]:
+    def _logged(self, batch: Batch) -> list[tuple[Part, Messages]]:
         """The parts of a batch the executors pulled, remembered once read."""
         assert self.log is not None
         found = []
         for i, part in enumerate(batch.parts):
-            entries = self.pulled.get((batch.end, i))
-            if entries is None:
-                entries = self.log.read_part(batch.end, i)
-                if entries is None:
+            messages = self.pulled.get((batch.end, i))
+            if messages is None:
+                messages = self.log.read_part(batch.end, i)
+                if messages is None:
                     continue
-                self.pulled[(batch.end, i)] = entries
-                for e in entries:
-                    self.pending[e.key] = batch.end
-            found.append((part, entries))
+                self.pulled[(batch.end, i)] = messages
+                self.pending.update(dict.fromkeys(messages.key_list(), batch.end))
+            found.append((part, messages))
         return found
 
     def _finish(self, batches: list[Batch]) -> list[Key]:
         keys: list[Key] = []
         for batch in batches:
-            for part, entries in self._logged(batch):
+            for part, messages in self._logged(batch):
                 pull.finish(self.http, part.nsqd_http, self.options.topic, self.channel,
-                            [e.id for e in entries])
-                keys.extend(e.key for e in entries)
+                            messages.id_list())
+                keys.extend(messages.key_list())
             for i in range(len(batch.parts)):
                 self.pulled.pop((batch.end, i), None)
         return keys
@@ -404,8 +403,8 @@ class HttpDriver(Driver):
         while not self.closed.wait(self.msg_timeout / 3):
             try:
                 with self.lock:
-                    work = [(part, [e.id for e in entries]) for batch in self.batches.values()
-                            for part, entries in self._logged(batch)]
+                    work = [(part, messages.id_list()) for batch in self.batches.values()
+                            for part, messages in self._logged(batch)]
                 for part, ids in work:
                     pull.touch(self.http, part.nsqd_http, self.options.topic, self.channel, ids)
             except Exception:
@@ -413,3 +412,11 @@ class HttpDriver(Driver):
 
     def _close(self) -> None:
         self.http.close()
+
+
+def _ids_by_nsqd(keys: Iterable[Key]) -> dict[str, bytes]:
+    """The ids of these keys, back to back, by nsqd address."""
+    ids: dict[str, list[bytes]] = {}
+    for address, id in keys:
+        ids.setdefault(address, []).append(id)
+    return {address: b"".join(some) for address, some in ids.items()}

@@ -18,16 +18,17 @@ executors share with the driver (one machine, or a shared mount).
 
 from __future__ import annotations
 
-import base64
+import json
 import logging
+from binascii import a2b_base64
 from collections.abc import Iterable, Iterator
 
 import httpx
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
-from .batchlog import BatchLog, Entry, Key, Part
-from .rows import entries_batch
+from .batchlog import ID_SIZE, BatchLog, Messages, Part
+from .rows import messages_batch
 
 log = logging.getLogger("nsq_spark")
 
@@ -42,10 +43,14 @@ def _url(http_address: str, path: str) -> str:
 
 
 class PullPartition(InputPartition):
-    """Part ``index`` of the batch ending at ``end``: pull up to ``part.count`` messages."""
+    """Part ``index`` of the batch ending at ``end``: pull up to ``part.count`` messages.
+
+    ``committed`` and ``pending`` are the ids (16 bytes each, back to back: one string to
+    pickle) on this part's nsqd of recently committed batches and of other batches not yet
+    committed."""
 
     def __init__(self, topic: str, channel: str, log_dir: str, end: int, index: int, part: Part,
-                 ttr: float, committed: frozenset[Key], pending: frozenset[Key]) -> None:
+                 ttr: float, committed: bytes, pending: bytes) -> None:
         super().__init__(None)
         self.topic = topic
         self.channel = channel
@@ -65,18 +70,26 @@ class PullPartition(InputPartition):
 def read_part(partition: PullPartition) -> Iterator[pa.RecordBatch]:
     """The executor's side; see the module docstring."""
     batch_log = BatchLog(partition.log_dir)
-    entries = batch_log.read_part(partition.end, partition.index)
-    if entries is None:
-        entries = _pull(partition)
-        batch_log.write_part(partition.end, partition.index, entries)
-    if entries:
-        yield entries_batch(entries, partition.topic, partition.channel)
+    messages = batch_log.read_part(partition.end, partition.index)
+    if messages is None:
+        messages = _pull(partition)
+        batch_log.write_part(partition.end, partition.index, messages)
+    if len(messages):
+        yield messages_batch(messages, partition.topic, partition.channel)
 
 
-def _pull(p: PullPartition) -> list[Entry]:
+def id_set(ids: bytes) -> set[bytes]:
+    return {ids[i:i + ID_SIZE] for i in range(0, len(ids), ID_SIZE)}
+
+
+def _pull(p: PullPartition) -> Messages:
     part = p.part
-    got: list[Entry] = []
-    late: list[str] = []
+    committed, pending = id_set(p.committed), id_set(p.pending)
+    ids: list[bytes] = []
+    attempts: list[int] = []
+    timestamps: list[int] = []
+    bodies: list[bytes] = []
+    late: list[bytes] = []
     remaining = part.count
     with httpx.Client(timeout=HTTP_TIMEOUT) as client:
         while remaining > 0:
@@ -84,26 +97,32 @@ def _pull(p: PullPartition) -> list[Entry]:
                 "topic": p.topic, "channel": p.channel, "n": str(min(remaining, MAX_PULL)),
                 "ttr": f"{p.ttr:g}"})
             response.raise_for_status()
-            messages = response.json()["messages"]
+            messages = json.loads(response.content)["messages"]
             if not messages:
                 break  # others took the rest
             remaining -= len(messages)
-            for m in messages:
-                key = (part.nsqd, m["id"])
-                if key in p.committed:
-                    late.append(m["id"])
-                elif key not in p.pending:
-                    got.append(Entry(part.nsqd, m["id"], m["attempts"], m["timestamp"],
-                                     base64.b64decode(m["body"])))
+            if committed or pending:
+                kept = []
+                for m in messages:
+                    id = m["id"].encode()
+                    if id in committed:
+                        late.append(id)
+                    elif id not in pending:
+                        kept.append(m)
+                messages = kept
+            ids += [m["id"].encode() for m in messages]
+            attempts += [m["attempts"] for m in messages]
+            timestamps += [m["timestamp"] for m in messages]
+            bodies += [a2b_base64(m["body"]) for m in messages]
         if late:
             finish(client, part.nsqd_http, p.topic, p.channel, late)
-    return got
+    return Messages.build(part.nsqd, ids, attempts, timestamps, bodies)
 
 
 # -- the driver's calls -----------------------------------------------------------------------------
 
 def finish(client: httpx.Client, nsqd_http: str, topic: str, channel: str,
-           ids: Iterable[str]) -> None:
+           ids: Iterable[bytes]) -> None:
     """FIN the ids; those no longer in flight (their timeout passed: nsqd delivers them again,
     and they are dropped then as committed) are only logged."""
     batch = list(ids)
@@ -111,7 +130,7 @@ def finish(client: httpx.Client, nsqd_http: str, topic: str, channel: str,
         chunk = batch[i:i + FIN_CHUNK]
         response = client.post(_url(nsqd_http, "/message/fin"),
                                params={"topic": topic, "channel": channel},
-                               content="\n".join(chunk).encode())
+                               content=b"\n".join(chunk))
         if response.status_code == 404:
             log.warning("nsq_spark: some of %d messages of %s/%s were no longer in flight on %s",
                         len(chunk), topic, channel, nsqd_http)
@@ -119,11 +138,11 @@ def finish(client: httpx.Client, nsqd_http: str, topic: str, channel: str,
             response.raise_for_status()
 
 
-def touch(client: httpx.Client, nsqd_http: str, topic: str, channel: str, ids: Iterable[str]
+def touch(client: httpx.Client, nsqd_http: str, topic: str, channel: str, ids: Iterable[bytes]
           ) -> None:
     url = _url(nsqd_http, "/message/touch")
     for id in ids:
-        client.post(url, params={"topic": topic, "channel": channel, "id": id})
+        client.post(url, params={"topic": topic, "channel": channel, "id": id.decode()})
 
 
 def depth(client: httpx.Client, nsqd_http: str, topic: str, channel: str) -> int:

@@ -38,7 +38,7 @@ from pyspark.sql.streaming.datasource import (
 from .driver import Driver, MessagesPartition, open_driver
 from .options import Options
 from .pull import PullPartition, read_part
-from .rows import entries_batch
+from .rows import messages_batch
 
 
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -95,4 +95,4 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if isinstance(partition, PullPartition):
             return read_part(partition)
         assert isinstance(partition, MessagesPartition)
-        return iter([entries_batch(partition.entries, partition.topic, partition.channel)])
+        return iter([messages_batch(partition.messages, partition.topic, partition.channel)])
