@@ -97,3 +97,17 @@ def test_scraping_while_publishing(tmp_path: Path) -> None:
     assert [r["scraping"] for r in runs] == [False, True]
     assert all(r["messages"] > 0 for r in runs)
     assert runs[1]["scrapes"] > 0
+
+
+def test_writer_then_reader_for_fixed_times(tmp_path: Path) -> None:
+    out = tmp_path / "wr.json"
+    done = run_module("bench.writer_reader", "--runs", "1", "--runfor", "0.5", "--pause", "0.1",
+                      "--json", str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    runs = json.loads(out.read_text())["runs"]
+    assert set(runs) == {"disk", "memory"}
+    for (run,) in runs.values():
+        write, read = run["write"], run["read"]
+        assert write["messages"] > 0 and write["messages"] % 200 == 0
+        assert read["messages"] > 0 and write["nsqd_us_per_msg"] > 0
+        assert read["messages"] + read["extra"] + read["depth_left"] == write["messages"]
