@@ -128,3 +128,61 @@ def test_the_former_names_are_the_same_methods():
     r = CommandReader(hook)
     r.feed(b"NOP\n")
     assert r.next_command().name == b"NOP"
+
+
+def parse_with_fins(reader):
+    """What a server reads when it takes runs of FINs with next_fins: (name, params, body)."""
+    out = []
+    while True:
+        fins = reader.next_fins()
+        if fins:
+            out += [(b"FIN", [i], None) for i in fins]
+            continue
+        cmd = reader.next_event()
+        if cmd is None:
+            return out
+        out.append((cmd.name, cmd.params, cmd.body))
+
+
+def test_next_fins_takes_a_run_of_fins_and_stops_at_anything_else():
+    r = CommandReader(hook)
+    ids = [b"%016x" % i for i in range(5)]
+    r.receive_data(b"".join(b"FIN " + i + b"\n" for i in ids[:3]) + b"NOP\n"
+                   + b"".join(b"FIN " + i + b"\n" for i in ids[3:]) + b"FIN 0123")
+    assert r.next_fins() == ids[:3]
+    assert r.next_fins() == []
+    assert r.next_event().name == b"NOP"
+    assert r.next_fins() == ids[3:]
+    assert r.next_fins() == [] and r.next_event() is None
+    r.receive_data(b"456789abcdef\n")
+    assert r.next_fins() == [b"0123456789abcdef"]
+
+
+@pytest.mark.parametrize("line", [
+    b"FIN 0123456789abcdef\r\n", b"FIN 0123456789abcde\r\n", b"FIN 0123456789abcd\n\n",
+    b"FIN 0123 56789abcdef\n", b"FIN 0123456789abcdef 1\n", b"FIN  123456789abcdef\n",
+    b"FIN 0123456789abcdefg\n", b"FIN\n", b"FIN 0\n"])
+def test_next_fins_reads_every_line_as_next_event_does(line):
+    data = b"FIN aaaaaaaaaaaaaaaa\n" + line + b"FIN bbbbbbbbbbbbbbbb\n"
+    plain = CommandReader(hook)
+    plain.receive_data(data)
+    fast = CommandReader(hook)
+    fast.receive_data(data)
+    assert parse_with_fins(fast) == parse_all(plain)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from([b"FIN 0123456789abcdef\n", b"FIN 0123456789abcd\r\n", b"NOP\n",
+                                 b"FIN \n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n", b"RDY 1\n"]),
+                max_size=20),
+       st.integers(min_value=1, max_value=30))
+def test_next_fins_agrees_with_next_event_whatever_the_reads(lines, step):
+    data = b"".join(lines)
+    plain, fast = CommandReader(hook), CommandReader(hook)
+    got_plain, got_fast = [], []
+    for i in range(0, len(data), step):
+        plain.receive_data(data[i:i + step])
+        fast.receive_data(data[i:i + step])
+        got_plain += parse_all(plain)
+        got_fast += parse_with_fins(fast)
+    assert got_fast == got_plain

@@ -104,6 +104,34 @@ async def test_publish_subscribe_fin(nursery: trio.Nursery, broker: Broker) -> N
     assert await consumer.answer() == (RESPONSE, b"CLOSE_WAIT")
 
 
+async def test_fins_of_one_read_answered_in_order(nursery: trio.Nursery, broker: Broker) -> None:
+    # A read of many FINs goes through the bulk path (CommandReader.next_fins): the failures
+    # among them are answered in order, and every other FIN of the read is done.
+    publisher = await connect(nursery, broker)
+    await publisher.send(b"".join(pub(b"t", b"m%d" % i) for i in range(3)))
+    for _ in range(3):
+        assert await publisher.answer() == (RESPONSE, b"OK")
+    consumer = await connect(nursery, broker)
+    await consumer.send(b"SUB t c\n")
+    assert await consumer.answer() == (RESPONSE, b"OK")
+    await consumer.send(b"RDY 3\n")
+    ids = []
+    for _ in range(3):
+        kind, data = await consumer.answer()
+        assert kind == MESSAGE
+        ids.append(data[10:26])
+    unknown = b"0123456789abcdef"
+    await consumer.send(b"FIN %s\nFIN %s\nFIN %s\nFIN %s\nFIN %s\nNOP\nFIN %s\n" % (
+        ids[0], unknown, ids[1], ids[0], ids[2], unknown))
+    for failed in (unknown, ids[0], unknown):
+        assert await consumer.answer() == (
+            ERROR, b"E_FIN_FAILED FIN %s failed ID not in flight" % failed)
+    channel = broker.topics["t"].channels["c"]
+    assert len(channel.in_flight) == 0
+    await consumer.send(b"CLS\n")
+    assert await consumer.answer() == (RESPONSE, b"CLOSE_WAIT")
+
+
 @pytest.mark.parametrize(("commands", "error"), [
     (b"RDY 1\n", b"E_INVALID cannot RDY in current state"),
     (b"FIN 0123456789abcdef\n", b"E_INVALID cannot FIN in current state"),

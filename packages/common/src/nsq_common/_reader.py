@@ -14,6 +14,7 @@ with a bad topic is refused before its body is read, and an oversized body is re
 
 from __future__ import annotations
 
+import re
 import struct
 from collections.abc import Callable
 from typing import Protocol
@@ -26,6 +27,10 @@ from ._errors import ConnectionAbort, ProtocolError
 _SIZE = struct.Struct(">i")
 # NSQ reads lines through a 16 KiB bufio.Reader; a longer line is a read error.
 MAX_LINE_LENGTH = 16384
+# A run of FINs whose ids ``next_event`` would read as the same 16 bytes: no space or newline
+# in them (those split the line otherwise) and no "\r" before the "\n" (it would be stripped).
+_FIN_LINE = 21  # b"FIN " + 16-byte id + b"\n"
+_FIN_RUN = re.compile(rb"(?:FIN [^ \n]{15}[^ \n\r]\n)+")
 
 
 class PartialCheck(Protocol):
@@ -115,6 +120,29 @@ class CommandReader(ReceiveBuffer):
             self._body_size = -1
             self._partial = None
         return self._read_body()
+
+    def next_fins(self) -> list[bytes]:
+        """The ids of the plain ``FIN <id>`` commands at the front of the buffer, taken out of
+        it; ``[]`` when the next command is anything else (read it with ``next_event``).
+
+        A consumer sends one FIN per message, many per read. Each would cost ``next_event`` a
+        ``Command`` and a parameter list and its caller a dispatch; here one regular
+        expression match finds the whole run and only the ids are sliced out (16 bytes each:
+        one object per FIN instead of about six). The ids are exactly what ``next_event``
+        would give as ``params[0]``; a FIN it would parse differently (a short id, extra
+        parameters, ``\r\n``) is left to it. The caller applies the same checks as to a
+        FIN from ``next_event``: the header hook is not called.
+        """
+        buf = self._buf
+        if self._pending is not None or type(buf) is not bytes:
+            return []
+        pos = self._pos
+        run = _FIN_RUN.match(buf, pos)
+        if run is None:
+            return []
+        end = run.end()
+        self._pos = end
+        return [buf[i + 4 : i + 20] for i in range(pos, end, _FIN_LINE)]
 
     def _read_body(self) -> Command | None:
         assert self._pending is not None

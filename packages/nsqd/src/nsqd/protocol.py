@@ -401,6 +401,21 @@ class ProtocolV2:
         except InFlightError as exc:
             raise _failed(E.E_FIN_FAILED, b"FIN " + message_id, exc) from None
 
+    @property
+    def fins_in_bulk(self) -> bool:
+        """FINs may go through ``fin_many`` now: the state accepts them and no TLS is missing
+        (what ``header`` and ``_message_id`` check per FIN; the ids are 16 bytes already)."""
+        client = self.client
+        return client.state in ANSWER_STATES and (client.tls or not self._tls_required)
+
+    def fin_many(self, message_ids: list[bytes]) -> list[ProtocolError]:
+        """Every FIN of a read (``CommandReader.next_fins``) while ``fins_in_bulk``; the
+        E_FIN_FAILED errors to answer, in order (none of them fatal)."""
+        channel = self.client.channel
+        assert channel is not None
+        return [_failed(E.E_FIN_FAILED, b"FIN " + message_id, exc)
+                for message_id, exc in channel.finish_many(self.client, message_ids)]
+
     def req(self, params: list[bytes]) -> None:
         message_id = self._message_id(b"REQ", params, 2)
         ms = _base10(params[1])

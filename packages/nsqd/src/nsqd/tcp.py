@@ -28,6 +28,7 @@ from nsq_common import (
 from .broker import Broker
 from .client import Client
 from .protocol import ProtocolV2, Upgrades
+from .state import ANSWER_STATES
 from .streams import CorruptStream, DeflateStream, PrefixedStream, SnappyStream
 
 log = logging.getLogger("nsqd")
@@ -104,6 +105,15 @@ class Connection:
                 reader.receive_data(data)
                 while True:
                     try:
+                        if client.state in ANSWER_STATES and proto.fins_in_bulk:
+                            fins = reader.next_fins()
+                            if fins:
+                                if proto.batch_pending:
+                                    await proto.flush_batch()
+                                for error in proto.fin_many(fins):
+                                    log.debug("client %s: %s", client.remote_address, error)
+                                    client.send_frame(encode_error(error.text))
+                                continue
                         cmd = reader.next_event()
                         if (cmd is not None and cmd.name in BATCHED
                                 and proto.authorized_now(cmd.name, cmd.params[0], b"")):
