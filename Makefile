@@ -29,11 +29,10 @@ run: install
 pipeline: install
 	cd examples/clickstream && ../../.venv/bin/python -m clickstream demo --out ../../data/clickstream $(PIPELINE_ARGS)
 
-# mypy --strict ([tool.mypy] in pyproject.toml) over the code that is clean; each package joins
-# the list once it is.
+# mypy --strict ([tool.mypy] in pyproject.toml) over every package's code and the benchmark.
 TYPED := packages/authd/src packages/client/src packages/cluster/src packages/common/src \
-	packages/nsqadmin/src packages/nsqlookupd/src packages/serving/src packages/spark/src \
-	packages/testing/src bench
+	packages/nsqadmin/src packages/nsqd/src packages/nsqlookupd/src packages/serving/src \
+	packages/spark/src packages/testing/src bench
 
 lint: install typecheck
 	.venv/bin/ruff check .
