@@ -39,6 +39,7 @@ Pos = tuple[int, int]
 Gone = tuple[int, bool]  # a file the queue is done with: (file number, damaged)
 
 LENGTH = struct.Struct(">i")
+_CHUNK = 64 * 1024  # read beyond max_bytes by this much: the record that crosses it
 _META = re.compile(rb"(-?\d+)\n(-?\d+),(-?\d+)\n(-?\d+),(-?\d+)\n?\Z")
 
 
@@ -345,32 +346,51 @@ class DiskFiles:
     # ---- reading and damage -------------------------------------------------------------------
 
     def read(self, file_num: int, pos: int, end: int | None, max_bytes: int, max_records: int) -> ReadOutcome:
-        """Read whole records from ``pos``; ``end`` is the write offset, None for older files."""
+        """Read whole records from ``pos``; ``end`` is the write offset, None for older files.
+
+        The file is read in large chunks (``os.pread``, about ``max_bytes`` at a time) and the
+        records are sliced out of each chunk: one system call and no buffered-reader calls per
+        record, where reading each record's length and payload with ``read()`` cost two calls
+        per record (see docs/performance.md, consuming from disk). A record longer than the
+        chunk is read whole by itself.
+        """
         records: list[tuple[bytes, int]] = []
         lo, hi = self.min_msg_size, self.max_msg_size
+        unpack = LENGTH.unpack_from
+        pread = os.pread
         try:
             f = self._reader(file_num)
+            fd = f.fileno()
             if end is None:
-                end = os.fstat(f.fileno()).st_size
+                end = os.fstat(fd).st_size
                 complete = True
             else:
                 complete = False
-            if f.tell() != pos:
-                f.seek(pos)
+            chunk = b""
+            base = pos  # chunk holds the file's bytes from base
             used = 0
             while pos < end and used < max_bytes and len(records) < max_records:
-                header = f.read(4) if end - pos >= 4 else b""
-                if len(header) < 4:
-                    raise _Corrupt(f"short read of a length ({end - pos} bytes left)")
-                (size,) = LENGTH.unpack(header)
+                off = pos - base
+                if len(chunk) - off < 4:
+                    if end - pos >= 4:
+                        chunk = pread(fd, min(end - pos, max(max_bytes - used, 0) + _CHUNK), pos)
+                        base, off = pos, 0
+                    if len(chunk) - off < 4:
+                        raise _Corrupt(f"short read of a length ({end - pos} bytes left)")
+                (size,) = unpack(chunk, off)
                 if size < lo or size > hi:
                     raise _Corrupt(f"invalid message read size ({size})")
-                payload = f.read(size) if pos + 4 + size <= end else b""
-                if len(payload) < size:
-                    raise _Corrupt(f"short read of a {size} byte message")
-                pos += 4 + size
+                stop = off + 4 + size
+                if stop > len(chunk):
+                    if pos + 4 + size <= end:
+                        chunk = pread(fd, max(min(end - pos, max_bytes - used + _CHUNK), 4 + size),
+                                      pos)
+                        base, off, stop = pos, 0, 4 + size
+                    if stop > len(chunk):
+                        raise _Corrupt(f"short read of a {size} byte message")
+                pos = base + stop
                 used += 4 + size
-                records.append((payload, pos))
+                records.append((chunk[off + 4 : stop], pos))
         except (OSError, _Corrupt) as exc:
             self._close_reader()
             return ReadOutcome(records, pos, False, str(exc))
@@ -384,7 +404,7 @@ class DiskFiles:
             return self._read_file
         self._close_reader()
         path = self.data_file(file_num)
-        self._read_file = open(path, "rb", buffering=256 * 1024)  # noqa: SIM115 (kept open)
+        self._read_file = open(path, "rb", buffering=0)  # noqa: SIM115 (kept open; read by pread)
         self._read_file_num = file_num
         self.logger.info("DISKQUEUE(%s): opened %s for reading", self.name, path)
         return self._read_file

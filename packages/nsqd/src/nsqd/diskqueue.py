@@ -66,7 +66,11 @@ def _default_logger(logger: logging.Logger | None) -> logging.Logger:
     return logger if logger is not None else logging.getLogger(__name__)
 
 
-@attrs.define(eq=False)
+# on_setattr=NO_OP: attrs' default runs the converters of data_path and logger on assignment,
+# which needs a generated __setattr__ that every assignment to any field goes through; the
+# read path (pop, read-ahead) assigns several per call. It was 7% of nsqd's samples while
+# consuming from disk (py-spy, python -m bench.writer_reader); nothing reassigns those two.
+@attrs.define(eq=False, on_setattr=attrs.setters.NO_OP)
 class DiskQueue:
     """One named queue in ``data_path``.
 
