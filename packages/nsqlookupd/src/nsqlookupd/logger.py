@@ -12,6 +12,7 @@ from __future__ import annotations
 import enum
 import logging
 import sys
+import time
 from typing import TextIO
 
 import attrs
@@ -63,9 +64,7 @@ class Logger:
     def log(self, level: LogLevel, message: str) -> None:
         if level < self.level:
             return
-        record = logging.LogRecord("nsqlookupd", _PYTHON_LEVELS[level], "", 0, message, None,
-                                   None)
-        line = self._formatter.format(record) + "\n"
+        line = self._formatter.line(time.time(), _PYTHON_LEVELS[level], message) + "\n"
         if self._wakeup is None:
             self._write(line)
         else:
