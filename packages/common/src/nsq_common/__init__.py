@@ -36,7 +36,8 @@ if TYPE_CHECKING:  # the names as type checkers see them; at run time see _MODUL
         encode_response,
     )
     from ._goflags import Flag, FlagError, FlagSet, exit_with_flag_error, parse_bool
-    from ._gostr import format_go_duration, go_json, go_quote, parse_go_duration
+    from ._gojson import go_json
+    from ._gostr import format_go_duration, go_quote, parse_go_duration
     from ._hostport import join_host_port, split_address
     from ._identify import (
         IdentifyRequest,
@@ -186,7 +187,8 @@ _EXPORTS = {
     "_buffer": "ReceiveBuffer",
     "_hostport": "join_host_port split_address",
     "_goflags": "Flag FlagError FlagSet exit_with_flag_error parse_bool",
-    "_gostr": "format_go_duration go_errno_text go_json go_quote parse_go_duration",
+    "_gojson": "go_json",
+    "_gostr": "format_go_duration go_errno_text go_quote parse_go_duration",
     "_identify": "IdentifyRequest Negotiated ServerFeatures decode_identify negotiate response_json",
     "_logs": "NSQ_LOG_LEVELS PYTHON_LOG_LEVELS NsqLogFormatter setup_logging",
     "_lookup": (

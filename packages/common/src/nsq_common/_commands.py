@@ -13,7 +13,7 @@ import struct
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ._gostr import go_json
+from ._gojson import go_json
 
 _SIZE = struct.Struct(">I")
 NOP = b"NOP\n"

@@ -1,11 +1,9 @@
-"""Go formatting that shows up in NSQ's wire texts: ``%q`` quoting, compact JSON, durations."""
+"""Go formatting that shows up in NSQ's wire texts: ``%q`` quoting, durations, errno texts
+(Go's JSON is ``_gojson``)."""
 
 from __future__ import annotations
 
-import json
 import os
-import re
-from typing import Any
 
 _ESCAPES = {
     "\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v",
@@ -34,20 +32,6 @@ def go_quote(value: str | bytes) -> str:
             out.append(f"\\U{code:08x}")
     out.append('"')
     return "".join(out)
-
-
-_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
-_GO_ESCAPED = re.compile("[<>&\u2028\u2029]")
-_GO_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028",
-               "\u2029": "\\u2029"}
-
-
-def go_json(value: Any) -> bytes:
-    """Compact JSON as Go's encoding/json writes it (``<``, ``>``, ``&`` escaped)."""
-    text = _JSON.encode(value)
-    if _GO_ESCAPED.search(text) is not None:
-        text = _GO_ESCAPED.sub(lambda match: _GO_ESCAPES[match.group()], text)
-    return text.encode()
 
 
 _UNITS = {"ns": 1e-9, "us": 1e-6, "\u00b5s": 1e-6, "\u03bcs": 1e-6, "ms": 1e-3, "s": 1.0,

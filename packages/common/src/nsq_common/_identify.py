@@ -1,28 +1,30 @@
 """IDENTIFY: the client's JSON, the server's checks, and the negotiated answer.
 
-The request is decoded as Go's encoding/json would decode it into nsqd's struct: unknown keys
-are ignored, ``null`` leaves a field at its zero value, and a value of the wrong JSON type
-(a string for an int, ``1.5`` for an int) fails the whole body. ``negotiate`` then applies
-nsqd's rules in nsqd's order (heartbeat, output buffer timeout, output buffer size, sample
-rate, msg timeout) and ``response_json`` renders the reply with the fields in nsqd's order.
+The request is decoded as Go's encoding/json decodes it into nsqd's struct (``_gojson``): keys
+match case-insensitively, unknown keys are ignored, ``null`` leaves a field at its zero value,
+and a value of the wrong JSON type (a string for an int, ``1.5`` for an int) fails the whole
+body. ``negotiate`` then applies nsqd's rules in nsqd's order (heartbeat, output buffer
+timeout, output buffer size, sample rate, msg timeout) and ``response_json`` renders the reply
+with the fields in nsqd's order.
 All durations on this wire are milliseconds.
 """
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 import attrs
 
 from ._errors import ErrorCode, ProtocolError
-from ._gostr import go_json
+from ._gojson import GoKind, decode_go_struct, go_json
 
-_STRING_FIELDS = ("client_id", "hostname", "user_agent", "long_id", "short_id")
-_BOOL_FIELDS = ("feature_negotiation", "tls_v1", "snappy", "deflate")
-_INT_FIELDS = {
-    "heartbeat_interval": 64, "output_buffer_size": 64, "output_buffer_timeout": 64,
-    "deflate_level": 64, "sample_rate": 32, "msg_timeout": 64,
+# nsqd's identifyDataV2 as Go declares it (long_id and short_id, of clients before 1.0, are
+# decoded for their type and dropped).
+_FIELDS = {
+    "client_id": GoKind.STRING, "hostname": GoKind.STRING, "heartbeat_interval": GoKind.INT64,
+    "output_buffer_size": GoKind.INT64, "output_buffer_timeout": GoKind.INT64,
+    "feature_negotiation": GoKind.BOOL, "tls_v1": GoKind.BOOL, "deflate": GoKind.BOOL,
+    "deflate_level": GoKind.INT64, "snappy": GoKind.BOOL, "sample_rate": GoKind.INT32,
+    "user_agent": GoKind.STRING, "msg_timeout": GoKind.INT64, "long_id": GoKind.STRING,
+    "short_id": GoKind.STRING,
 }
 
 
@@ -49,35 +51,11 @@ def decode_identify(body: bytes) -> IdentifyRequest:
     Raises:
         ProtocolError: ``E_BAD_BODY IDENTIFY failed to decode JSON body``.
     """
-    error = ProtocolError(ErrorCode.E_BAD_BODY, "IDENTIFY failed to decode JSON body")
     try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        raise error from None
-    if data is None:
-        return IdentifyRequest()
-    if not isinstance(data, dict):
-        raise error
-    fields: dict[str, Any] = {}
-    for key, value in data.items():
-        if value is None:
-            continue
-        if key in _STRING_FIELDS:
-            if not isinstance(value, str):
-                raise error
-            if key in ("client_id", "hostname", "user_agent"):
-                fields[key] = value
-        elif key in _BOOL_FIELDS:
-            if not isinstance(value, bool):
-                raise error
-            fields[key] = value
-        elif key in _INT_FIELDS:
-            bits = _INT_FIELDS[key]
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise error
-            if not -(2 ** (bits - 1)) <= value < 2 ** (bits - 1):
-                raise error
-            fields[key] = value
+        fields = decode_go_struct(body, _FIELDS)
+    except ValueError:
+        raise ProtocolError(ErrorCode.E_BAD_BODY, "IDENTIFY failed to decode JSON body") from None
+    del fields["long_id"], fields["short_id"]
     return IdentifyRequest(**fields)
 
 

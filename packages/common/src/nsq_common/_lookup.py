@@ -37,17 +37,14 @@ Server state table (``LookupReader``), every error moves to ERROR and ends the s
 from __future__ import annotations
 
 import enum
-import json
-import re
 import struct
-from typing import Any
 
 import attrs
 
 from ._buffer import ReceiveBuffer
 from ._errors import ConnectionAbort, ErrorCode, ProtocolError
 from ._frames import FrameTooBig
-from ._gostr import go_json
+from ._gojson import GoKind, decode_go_struct, go_json
 from ._names import is_valid_name
 
 MAGIC_V1 = b"  V1"
@@ -58,8 +55,6 @@ LOOKUP_MAX_IDENTIFY_SIZE = 1024 * 1024
 # Go's unicode.IsSpace, which strings.TrimSpace uses (Python's str.strip also drops \x1c-\x1f).
 _GO_SPACE = "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008" \
     "\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
-_SURROGATE = re.compile("[\ud800-\udfff]")
-_INT64 = (-(2**63), 2**63 - 1)
 
 
 # --- events: what a client sends -------------------------------------------------------------
@@ -177,7 +172,7 @@ def decode_lookupd_info(data: bytes) -> LookupdInfo:
     Raises:
         ValueError: not a JSON object, or a field of the wrong type.
     """
-    fields = _decode_go_struct(data, _INFO_FIELDS)
+    fields = decode_go_struct(data, _INFO_FIELDS)
     return LookupdInfo(**fields)
 
 
@@ -333,10 +328,11 @@ def _topic_channel(command: str, params: list[str]) -> tuple[str, str | None]:
 
 # --- IDENTIFY body: Go's encoding/json rules, as nsqlookupd decodes into its PeerInfo ------------
 
-_IDENTIFY_FIELDS = {"remote_address": str, "hostname": str, "broadcast_address": str,
-                    "tcp_port": int, "http_port": int, "version": str}
-_INFO_FIELDS = {"broadcast_address": str, "hostname": str, "http_port": int, "tcp_port": int,
-                "version": str}
+_IDENTIFY_FIELDS = {"remote_address": GoKind.STRING, "hostname": GoKind.STRING,
+                    "broadcast_address": GoKind.STRING, "tcp_port": GoKind.INT64,
+                    "http_port": GoKind.INT64, "version": GoKind.STRING}
+_INFO_FIELDS = {"broadcast_address": GoKind.STRING, "hostname": GoKind.STRING,
+                "http_port": GoKind.INT64, "tcp_port": GoKind.INT64, "version": GoKind.STRING}
 
 
 def decode_lookup_identify(body: bytes) -> LookupIdentify:
@@ -348,7 +344,7 @@ def decode_lookup_identify(body: bytes) -> LookupIdentify:
             (``broadcast_address``, ``tcp_port``, ``http_port`` or ``version`` empty or zero).
     """
     try:
-        fields = _decode_go_struct(body, _IDENTIFY_FIELDS)
+        fields = decode_go_struct(body, _IDENTIFY_FIELDS)
     except ValueError:
         raise ProtocolError(ErrorCode.E_BAD_BODY, "IDENTIFY failed to decode JSON body") from None
     if not (fields["broadcast_address"] and fields["tcp_port"] and fields["http_port"]
@@ -356,52 +352,6 @@ def decode_lookup_identify(body: bytes) -> LookupIdentify:
         raise ProtocolError(ErrorCode.E_BAD_BODY, "IDENTIFY missing fields")
     del fields["remote_address"]  # lookupd takes it from the socket, never from the peer
     return LookupIdentify(**fields)
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"invalid JSON literal {name}")
-
-
-def _decode_go_struct(data: bytes, spec: dict[str, type]) -> dict[str, Any]:
-    """Decode ``data`` into the fields of ``spec`` with Go's ``json.Unmarshal`` leniency.
-
-    Unknown keys are ignored, keys match case-insensitively when no exact match exists, the
-    last duplicate wins, ``null`` leaves the zero value, and a top-level ``null`` is no error.
-    Ints must be integral and fit an int64; invalid UTF-8 and lone surrogates in strings become
-    U+FFFD.
-
-    Raises:
-        ValueError: syntax errors, a non-object top level, a field of the wrong type.
-    """
-    fields: dict[str, Any] = {name: kind() for name, kind in spec.items()}
-    folded = {name.casefold(): name for name in spec}
-    try:
-        pairs = json.loads(data.decode("utf-8", "replace"), object_pairs_hook=_Pairs,
-                           parse_constant=_reject_constant)
-    except RecursionError:
-        raise ValueError("JSON nested too deeply") from None
-    if pairs is None:
-        return fields
-    if not isinstance(pairs, _Pairs):
-        raise ValueError("JSON body is not an object")
-    for key, value in pairs:
-        name = key if key in spec else folded.get(key.casefold())
-        if name is None or value is None:
-            continue
-        kind = spec[name]
-        if kind is int:
-            if type(value) is not int or not _INT64[0] <= value <= _INT64[1]:
-                raise ValueError(f"cannot use {value!r} as int for {name}")
-        elif not isinstance(value, str):
-            raise ValueError(f"cannot use {value!r} as string for {name}")
-        else:
-            value = _SURROGATE.sub("\ufffd", value)
-        fields[name] = value
-    return fields
-
-
-class _Pairs(list[tuple[str, Any]]):
-    """A decoded JSON object kept as its ordered key/value pairs."""
 
 
 # --- client side: answers in ------------------------------------------------------------------
