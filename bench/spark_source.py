@@ -13,8 +13,10 @@ and ``Trigger.AvailableNow``, into Spark's ``noop`` sink, so what is timed is th
 and Spark's streaming machinery. It checks through ``/stats`` that the channel ended with
 depth 0 and nothing in flight. Printed per mode, each run and the median: messages/s over the
 whole query (its start and the idle wait that ends AvailableNow included), and over the time
-its batches took by Spark's own progress reports (``triggerExecution``). Wall times: a busy
-machine makes every figure worse.
+its batches took by Spark's own progress reports (``triggerExecution``), then the median
+over all runs' batches of the milliseconds two phases of a batch took: ``latestOffset`` (the
+driver plans and logs the batch) and ``addBatch`` (the executors read it into the sink).
+Wall times: a busy machine makes every figure worse.
 """
 
 from __future__ import annotations
@@ -64,9 +66,11 @@ def _drained(nsqd: Nsqd, topic: str) -> bool:
     return bool(channel["depth"] == 0 and channel["in_flight_count"] == 0)
 
 
-def _run(spark: Any, nsqd: Nsqd, mode: str, topic: str, per_trigger: int) -> tuple[float, float]:
-    """Seconds from the query's start to its end, and the seconds its batches took by Spark's
-    own progress reports (``triggerExecution``: planning, reading and the sink, no start-up)."""
+def _run(spark: Any, nsqd: Nsqd, mode: str, topic: str, per_trigger: int
+         ) -> tuple[float, float, list[dict[str, int]]]:
+    """Seconds from the query's start to its end, the seconds its batches took by Spark's
+    own progress reports (``triggerExecution``: planning, reading and the sink, no start-up),
+    and each batch's ``durationMs``."""
     where = ("nsqd", nsqd.tcp_address) if mode == "tcp" else ("nsqdHttp", nsqd.http_address)
     checkpoint = tempfile.mkdtemp(prefix="bench-spark-source-")
     try:
@@ -78,14 +82,14 @@ def _run(spark: Any, nsqd: Nsqd, mode: str, topic: str, per_trigger: int) -> tup
                  .trigger(availableNow=True).start())
         query.awaitTermination()
         seconds = time.perf_counter() - start
-        in_batches = sum(p["durationMs"].get("triggerExecution", 0) for p in query.recentProgress
-                         if p["numInputRows"]) / 1000
+        durations = [p["durationMs"] for p in query.recentProgress if p["numInputRows"]]
+        in_batches = sum(d.get("triggerExecution", 0) for d in durations) / 1000
         deadline = time.monotonic() + 60
         while not _drained(nsqd, topic):  # the last batch's FIN follows the query's end
             if time.monotonic() > deadline:
                 raise SystemExit(f"{mode}: the channel did not drain")
             time.sleep(0.1)
-        return seconds, in_batches
+        return seconds, in_batches, durations
     finally:
         shutil.rmtree(checkpoint, ignore_errors=True)
 
@@ -103,18 +107,23 @@ def main(argv: list[str] | None = None) -> None:
         for mode in args.modes.split(","):
             _publish(nsqd, f"warm-{mode}", 1000, args.size)  # start the Python workers
             _run(spark, nsqd, mode, f"warm-{mode}", args.per_trigger)
-            whole, batches = [], []
+            whole, batches, phases = [], [], []
             for run in range(args.runs):
                 topic = f"bench-{mode}-{run}"
                 _publish(nsqd, topic, args.messages, args.size)
-                seconds, in_batches = _run(spark, nsqd, mode, topic, args.per_trigger)
+                seconds, in_batches, durations = _run(spark, nsqd, mode, topic,
+                                                      args.per_trigger)
                 whole.append(args.messages / seconds)
                 batches.append(args.messages / in_batches)
+                phases += durations
                 nsqd.delete_topic(topic)
             for name, rates in (("query", whole), ("batches", batches)):
                 runs = "  ".join(f"{r:,.0f}" for r in rates)
                 print(f"{mode:<5} {name:<8} msg/s: median {statistics.median(rates):>9,.0f}"
                       f"  runs: {runs}")
+            medians = "  ".join(f"{phase} {statistics.median(d.get(phase, 0) for d in phases):,.0f}"
+                                for phase in ("latestOffset", "addBatch"))
+            print(f"{mode:<5} per batch, median ms: {medians}  ({len(phases)} batches)")
     finally:
         if spark is not None:
             spark.stop()

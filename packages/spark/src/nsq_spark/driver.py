@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import time
 from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -35,11 +36,12 @@ from .sparklog import committed_end
 log = logging.getLogger("nsq_spark")
 
 POLL_WAIT = 0.5  # seconds latestOffset waits for a first message before saying "nothing new"
-PARTITION_SIZE = 2000  # messages per input partition
+PARTITION_SIZE = 2000  # messages per input partition (over TCP)
 MAX_PARTITIONS = 64
 KEEP_COMMITTED = 10  # batches whose ids are remembered after their commit
 COMMIT_POLL = 0.25  # seconds between looks at Spark's commit log
 DEFAULT_MSG_TIMEOUT = 60.0  # asked of nsqd when the msgTimeout option does not say
+DISCOVER_EVERY = 5.0  # seconds between asking (over HTTP) which nsqd have the topic
 
 
 class MessagesPartition(InputPartition):
@@ -143,8 +145,9 @@ class Driver:
     def _partitions(self, batch: Batch) -> list[InputPartition]:
         raise NotImplementedError
 
-    def _finish(self, batches: list[Batch]) -> list[Key]:
-        """FIN the messages of these committed batches; their keys."""
+    def _finish(self, batches: list[Batch]) -> tuple[list[Key], list[Key]]:
+        """FIN the messages of these committed batches; their keys, and the keys of those
+        nsqd may still deliver again (no confirmed FIN), to drop if it does."""
         raise NotImplementedError
 
     def _release(self, batch: Batch) -> None:
@@ -189,10 +192,10 @@ class Driver:
         if not done and end <= self.committed:
             return
         batches = [self.batches.pop(e) for e in done]
-        keys = self._finish(batches)
+        keys, unconfirmed = self._finish(batches)
         for key in keys:
             self.pending.pop(key, None)
-        self._committed_keys(keys)
+        self._committed_keys(unconfirmed)
         self.committed = max(self.committed, end)
         if self.log is not None:
             self.log.commit(self.committed)
@@ -282,12 +285,13 @@ class TcpDriver(Driver):
         return [MessagesPartition(self.options.topic, self.channel, piece)
                 for piece in messages.split(count)]
 
-    def _finish(self, batches: list[Batch]) -> list[Key]:
+    def _finish(self, batches: list[Batch]) -> tuple[list[Key], list[Key]]:
         messages: list[Any] = []
         for batch in batches:
             messages.extend(self.deliveries.pop(batch.end, ()))
         self.consumers.finish(messages)
-        return [key for batch in batches for key in batch.messages.key_list()]
+        keys = [key for batch in batches for key in batch.messages.key_list()]
+        return keys, keys  # a FIN over TCP has no answer
 
     def _release(self, batch: Batch) -> None:
         self.consumers.release(self.deliveries.pop(batch.end, ()))
@@ -297,7 +301,11 @@ class TcpDriver(Driver):
 
 
 class HttpDriver(Driver):
-    """Executors pull over HTTP; the driver plans parts by depth, TOUCHes and FINishes by id."""
+    """Executors pull over HTTP; the driver plans parts by depth, TOUCHes and FINishes by id.
+
+    nsqd answers a FIN over HTTP: the ids of a batch it confirmed finished cannot come back,
+    so only the others (and those of batches committed before a restart) are remembered as
+    committed and sent to the executors to drop."""
 
     @staticmethod
     def unusable(options: Options) -> str | None:
@@ -319,6 +327,7 @@ class HttpDriver(Driver):
         assert self.log is not None
         self.http = httpx.Client(timeout=pull.HTTP_TIMEOUT)
         self.nodes: list[tuple[str, str]] = []
+        self.discovered = 0.0
         self.pulled: dict[tuple[int, int], Messages] = {}  # (end, part) -> logged messages
         self._discover()
         log.info("nsq_spark: executors consume %s/%s over HTTP from %s", options.topic,
@@ -327,6 +336,11 @@ class HttpDriver(Driver):
         threading.Thread(target=self._touch_loop, name="nsq-touch", daemon=True).start()
 
     def _discover(self) -> None:
+        """Which nsqd have the topic: asked again once DISCOVER_EVERY seconds have passed."""
+        now = time.monotonic()
+        if self.nodes and now < self.discovered + DISCOVER_EVERY:
+            return
+        self.discovered = now
         nodes = topic_nsqd_http(self.options)
         known = set(self.nodes)
         for http, tcp in nodes:
@@ -355,7 +369,7 @@ class HttpDriver(Driver):
             share = min(d, left)
             left -= share
             while share > 0:
-                piece = min(share, PARTITION_SIZE)
+                piece = min(share, pull.MAX_PULL)  # one /channel/consume each
                 parts.append(Part(http, tcp, piece))
                 share -= piece
         count = sum(p.count for p in parts)
@@ -387,16 +401,18 @@ class HttpDriver(Driver):
             found.append((part, messages))
         return found
 
-    def _finish(self, batches: list[Batch]) -> list[Key]:
+    def _finish(self, batches: list[Batch]) -> tuple[list[Key], list[Key]]:
         keys: list[Key] = []
+        unconfirmed: list[Key] = []
         for batch in batches:
             for part, messages in self._logged(batch):
-                pull.finish(self.http, part.nsqd_http, self.options.topic, self.channel,
-                            messages.id_list())
+                missed = pull.finish(self.http, part.nsqd_http, self.options.topic,
+                                     self.channel, messages.id_list())
                 keys.extend(messages.key_list())
+                unconfirmed.extend((part.nsqd, id) for id in missed)
             for i in range(len(batch.parts)):
                 self.pulled.pop((batch.end, i), None)
-        return keys
+        return keys, unconfirmed
 
     def _touch_loop(self) -> None:
         """TOUCH every logged message of an uncommitted batch each third of the timeout."""

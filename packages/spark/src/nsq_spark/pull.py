@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from binascii import a2b_base64
 from collections.abc import Iterable, Iterator
 
@@ -78,6 +79,18 @@ def read_part(partition: PullPartition) -> Iterator[pa.RecordBatch]:
         yield messages_batch(messages, partition.topic, partition.channel)
 
 
+_shared: tuple[int, httpx.Client] | None = None
+
+
+def _client() -> httpx.Client:
+    """This process's client, kept for the tasks it runs after (Spark reuses its Python
+    workers): making one (an SSL context, certificates read) costs more than a pull."""
+    global _shared
+    if _shared is None or _shared[0] != os.getpid():  # not one inherited through a fork
+        _shared = (os.getpid(), httpx.Client(timeout=HTTP_TIMEOUT))
+    return _shared[1]
+
+
 def id_set(ids: bytes) -> set[bytes]:
     return {ids[i:i + ID_SIZE] for i in range(0, len(ids), ID_SIZE)}
 
@@ -91,41 +104,42 @@ def _pull(p: PullPartition) -> Messages:
     bodies: list[bytes] = []
     late: list[bytes] = []
     remaining = part.count
-    with httpx.Client(timeout=HTTP_TIMEOUT) as client:
-        while remaining > 0:
-            response = client.post(_url(part.nsqd_http, "/channel/consume"), params={
-                "topic": p.topic, "channel": p.channel, "n": str(min(remaining, MAX_PULL)),
-                "ttr": f"{p.ttr:g}"})
-            response.raise_for_status()
-            messages = json.loads(response.content)["messages"]
-            if not messages:
-                break  # others took the rest
-            remaining -= len(messages)
-            if committed or pending:
-                kept = []
-                for m in messages:
-                    id = m["id"].encode()
-                    if id in committed:
-                        late.append(id)
-                    elif id not in pending:
-                        kept.append(m)
-                messages = kept
-            ids += [m["id"].encode() for m in messages]
-            attempts += [m["attempts"] for m in messages]
-            timestamps += [m["timestamp"] for m in messages]
-            bodies += [a2b_base64(m["body"]) for m in messages]
-        if late:
-            finish(client, part.nsqd_http, p.topic, p.channel, late)
+    client = _client()
+    while remaining > 0:
+        response = client.post(_url(part.nsqd_http, "/channel/consume"), params={
+            "topic": p.topic, "channel": p.channel, "n": str(min(remaining, MAX_PULL)),
+            "ttr": f"{p.ttr:g}"})
+        response.raise_for_status()
+        messages = json.loads(response.content)["messages"]
+        if not messages:
+            break  # others took the rest
+        remaining -= len(messages)
+        if committed or pending:
+            kept = []
+            for m in messages:
+                id = m["id"].encode()
+                if id in committed:
+                    late.append(id)
+                elif id not in pending:
+                    kept.append(m)
+            messages = kept
+        ids += [m["id"].encode() for m in messages]
+        attempts += [m["attempts"] for m in messages]
+        timestamps += [m["timestamp"] for m in messages]
+        bodies += [a2b_base64(m["body"]) for m in messages]
+    if late:
+        finish(client, part.nsqd_http, p.topic, p.channel, late)
     return Messages.build(part.nsqd, ids, attempts, timestamps, bodies)
 
 
 # -- the driver's calls -----------------------------------------------------------------------------
 
 def finish(client: httpx.Client, nsqd_http: str, topic: str, channel: str,
-           ids: Iterable[bytes]) -> None:
-    """FIN the ids; those no longer in flight (their timeout passed: nsqd delivers them again,
-    and they are dropped then as committed) are only logged."""
+           ids: Iterable[bytes]) -> list[bytes]:
+    """FIN the ids; those nsqd did not confirm, returned: some of them were no longer in
+    flight (their timeout passed: nsqd delivers them again, to be dropped then as committed)."""
     batch = list(ids)
+    missed: list[bytes] = []
     for i in range(0, len(batch), FIN_CHUNK):
         chunk = batch[i:i + FIN_CHUNK]
         response = client.post(_url(nsqd_http, "/message/fin"),
@@ -134,8 +148,10 @@ def finish(client: httpx.Client, nsqd_http: str, topic: str, channel: str,
         if response.status_code == 404:
             log.warning("nsq_spark: some of %d messages of %s/%s were no longer in flight on %s",
                         len(chunk), topic, channel, nsqd_http)
+            missed += chunk
         else:
             response.raise_for_status()
+    return missed
 
 
 def touch(client: httpx.Client, nsqd_http: str, topic: str, channel: str, ids: Iterable[bytes]

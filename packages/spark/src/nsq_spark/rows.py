@@ -14,7 +14,6 @@ from itertools import accumulate
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     BinaryType,
@@ -42,8 +41,21 @@ ARROW_SCHEMA = to_arrow_schema(SCHEMA, timezone="UTC")
 _TIMESTAMP = ARROW_SCHEMA.field("timestamp").type
 
 
+# Arrays are made from buffers here, not from Python values: pa.array and pa.scalar import
+# pandas the first time (about a second in each fresh Python worker).
+
+def _strings(texts: Sequence[str]) -> pa.Array:
+    data = [text.encode() for text in texts]
+    offsets = array("i", accumulate(map(len, data), initial=0))
+    return pa.Array.from_buffers(pa.string(), len(data), [None, pa.py_buffer(offsets),
+                                                          pa.py_buffer(b"".join(data))])
+
+
 def _same(text: str, n: int) -> pa.Array:
-    return pa.repeat(pa.scalar(text, pa.string()), n)
+    data = text.encode()
+    offsets = array("i", range(0, len(data) * n + 1, len(data))) if data else array("i", [0]) * (n + 1)
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets),
+                                                  pa.py_buffer(data * n)])
 
 
 def record_batch(ids: Sequence[str | bytes], bodies: Sequence[bytes], timestamps: Sequence[int],
@@ -77,13 +89,13 @@ def messages_batch(messages: Messages, topic: str, channel: str) -> pa.RecordBat
     bodies = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets),
                                                     pa.py_buffer(messages.bodies)])
     ids = _column(pa.binary(16), n, messages.ids).cast(pa.string())  # checks UTF-8
-    microseconds = pc.divide(_column(pa.int64(), n, messages.timestamps), 1000)
+    # ns to _TIMESTAMP's microseconds by a cast that truncates (no Python scalar to divide by)
+    timestamps = _column(pa.timestamp("ns", _TIMESTAMP.tz), n, messages.timestamps)
     if len(messages.addresses) == 1:
         nsqd = _same(messages.addresses[0], n)
     else:
-        nsqd = pa.array(messages.addresses, pa.string()).take(
-            _column(pa.uint16(), n, messages.nsqd))
-    columns = [ids, bodies, microseconds.cast(_TIMESTAMP),
+        nsqd = _strings(messages.addresses).take(_column(pa.uint16(), n, messages.nsqd))
+    columns = [ids, bodies, timestamps.cast(_TIMESTAMP, safe=False),
                _column(pa.uint16(), n, messages.attempts).cast(pa.int32()),
                nsqd, _same(topic, n), _same(channel, n)]
     return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
