@@ -39,6 +39,18 @@ if TYPE_CHECKING:  # the names as type checkers see them; at run time see _MODUL
     from ._gojson import go_json
     from ._gostr import format_go_duration, go_quote, parse_go_duration
     from ._hostport import join_host_port, split_address
+    from ._httpv1 import (
+        ACCEPT_V1,
+        JSON_CONTENT_TYPE,
+        NSQ_CONTENT_TYPE,
+        NSQ_CONTENT_TYPE_V1,
+        TEXT_CONTENT_TYPE,
+        decode_v1,
+        error_json,
+        parse_query,
+        query_first,
+        v1_headers,
+    )
     from ._identify import (
         IdentifyRequest,
         Negotiated,
@@ -174,6 +186,12 @@ __all__ += [
     "lookup_response_error",
 ]
 
+# NSQ's HTTP V1 conventions
+__all__ += [
+    "ACCEPT_V1", "JSON_CONTENT_TYPE", "NSQ_CONTENT_TYPE", "NSQ_CONTENT_TYPE_V1",
+    "TEXT_CONTENT_TYPE", "decode_v1", "error_json", "parse_query", "query_first", "v1_headers",
+]
+
 
 # Where each name of __all__ lives (``commands`` is the module _commands itself).
 _EXPORTS = {
@@ -186,6 +204,10 @@ _EXPORTS = {
     ),
     "_buffer": "ReceiveBuffer",
     "_hostport": "join_host_port split_address",
+    "_httpv1": (
+        "ACCEPT_V1 JSON_CONTENT_TYPE NSQ_CONTENT_TYPE NSQ_CONTENT_TYPE_V1 TEXT_CONTENT_TYPE "
+        "decode_v1 error_json parse_query query_first v1_headers"
+    ),
     "_goflags": "Flag FlagError FlagSet exit_with_flag_error parse_bool",
     "_gojson": "go_json",
     "_gostr": "format_go_duration go_errno_text go_quote parse_go_duration",
