@@ -12,7 +12,7 @@ from nsq_testing.clock import FakeClock, S
 from nsqlookupd.http_api import create_app
 from nsqlookupd.logger import Logger
 from nsqlookupd.registry import PeerInfo, RegistrationDB
-from nsqlookupd.router import _clean_path, parse_query
+from nsqlookupd.router import _clean_path
 
 V1 = "nsq; version=1.0"
 JSON = "application/json; charset=utf-8"
@@ -260,16 +260,6 @@ async def test_pprof_stubs(api: API) -> None:
     assert (await api.client.get("/debug/pprof")).status_code == 200
     assert (await api.client.get("/debug/pprof/cmdline")).status_code == 200
     assert (await api.client.get("/debug/pprof/heap")).status_code == 501
-
-
-def test_parse_query_like_go() -> None:
-    assert parse_query(b"a=1&b=2&a=3") == {"a": ["1", "3"], "b": ["2"]}
-    assert parse_query(b"&&k&v=") == {"k": [""], "v": [""]}
-    assert parse_query(b"t=a%2Bb+c") == {"t": ["a+b c"]}
-    assert parse_query(b"t=%ff") == {"t": ["\udcff"]}
-    for bad in (b"t=%", b"t=%g0", b"a=1;b=2", b"%zz=1"):
-        with pytest.raises(ValueError):
-            parse_query(bad)
 
 
 def test_clean_path_like_httprouter() -> None:

@@ -4,11 +4,13 @@
   GET, 307 otherwise); an unknown path is 404 ``{"message":"NOT_FOUND"}``; a known path with
   another method is 405 ``{"message":"METHOD_NOT_ALLOWED"}`` with an ``Allow`` header; OPTIONS
   on a known path is an empty 200 with ``Allow``. HEAD is not GET: it gets a 405.
-- "V1" answers always carry ``X-NSQ-Content-Type: nsq; version=1.0``; an object is compact JSON
-  in Go's field order, nothing is an empty body, an error is ``{"message":"<TEXT>"}``.
+- "V1" answers (NSQ's conventions: ``nsq_common._httpv1``) always carry
+  ``X-NSQ-Content-Type: nsq; version=1.0``; an object is compact JSON in Go's field order,
+  nothing is an empty body, an error is ``{"message":"<TEXT>"}``.
 - "plain" answers (``/ping``) are bare text without that header.
-- Query strings are parsed as Go's ``url.ParseQuery`` does: a bad ``%`` escape or a ``;``
-  makes the whole query invalid (NSQ's ``INVALID_REQUEST``); the first value of a key wins.
+- Query strings are parsed as Go's ``url.ParseQuery`` does (``nsq_common.parse_query``): a bad
+  ``%`` escape or a ``;`` makes the whole query invalid (NSQ's ``INVALID_REQUEST``); the first
+  value of a key wins.
 - A handler that raises is a 500 ``INTERNAL_ERROR``, logged, never a dead server.
 - Every answer of a route, and every 404/405/500, is logged as
   ``<status> <method> <uri> (<remote>) <elapsed>``.
@@ -23,16 +25,20 @@ from functools import partial
 from typing import Any
 
 import attrs
-from nsq_common import format_go_duration, go_json
+from nsq_common import (
+    JSON_CONTENT_TYPE,
+    TEXT_CONTENT_TYPE,
+    error_json,
+    format_go_duration,
+    go_json,
+    parse_query,
+    v1_headers,
+)
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from .logger import Logger
-
-NSQ_CONTENT_TYPE = ("X-NSQ-Content-Type", "nsq; version=1.0")
-JSON_TYPE = "application/json; charset=utf-8"
-TEXT_TYPE = "text/plain; charset=utf-8"
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -49,67 +55,21 @@ class HTTPError(Exception):
 def v1_response(data: Any = None, status: int = 200, *, json: bool = False) -> Response:
     """A V1 answer: None is an empty body, bytes/str go raw (as JSON already encoded with
     ``json=True``), anything else as JSON."""
-    headers = dict([NSQ_CONTENT_TYPE])
+    headers = v1_headers()
     if data is None:
         return Response(b"", status, headers)
     if isinstance(data, bytes | str):
-        return Response(data, status, headers, media_type=JSON_TYPE if json else TEXT_TYPE)
-    return Response(go_json(data), status, headers, media_type=JSON_TYPE)
+        return Response(data, status, headers,
+                        media_type=JSON_CONTENT_TYPE if json else TEXT_CONTENT_TYPE)
+    return Response(go_json(data), status, headers, media_type=JSON_CONTENT_TYPE)
 
 
 def v1_error(status: int, text: str) -> Response:
-    return v1_response({"message": text}, status)
+    return Response(error_json(text), status, v1_headers(), media_type=JSON_CONTENT_TYPE)
 
 
 def plain_text(text: str, status: int = 200) -> Response:
-    return Response(text, status, media_type=TEXT_TYPE)
-
-
-def parse_query(raw: bytes) -> dict[str, list[str]]:
-    """Go's ``url.ParseQuery``; values are str, with undecodable bytes kept as surrogates.
-
-    Raises:
-        ValueError: a ``;`` in a pair, or a ``%`` not followed by two hex digits.
-    """
-    values: dict[str, list[str]] = {}
-    error: ValueError | None = None
-    for pair in raw.split(b"&"):
-        if b";" in pair:
-            error = error or ValueError("invalid semicolon separator in query")
-            continue
-        if not pair:
-            continue
-        key, _, value = pair.partition(b"=")
-        try:
-            values.setdefault(_unescape(key), []).append(_unescape(value))
-        except ValueError as exc:
-            error = error or exc
-    if error is not None:
-        raise error
-    return values
-
-
-_HEX = b"0123456789abcdefABCDEF"
-
-
-def _unescape(text: bytes) -> str:
-    if b"%" not in text and b"+" not in text:  # nothing to unescape: the common case
-        return text.decode("utf-8", "surrogateescape")
-    out = bytearray()
-    i = 0
-    while i < len(text):
-        byte = text[i]
-        if byte == 0x25:  # "%"
-            pair = text[i + 1 : i + 3]
-            if len(pair) < 2 or pair[0] not in _HEX or pair[1] not in _HEX:
-                bad = text[i : i + 3].decode("latin-1")
-                raise ValueError(f'invalid URL escape "{bad}"')
-            out.append(int(pair, 16))
-            i += 3
-            continue
-        out.append(0x20 if byte == 0x2B else byte)  # "+" is a space
-        i += 1
-    return out.decode("utf-8", "surrogateescape")
+    return Response(text, status, media_type=TEXT_CONTENT_TYPE)
 
 
 class Params:
