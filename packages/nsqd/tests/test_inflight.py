@@ -58,3 +58,33 @@ def test_deferred():
     assert b"%016x" % 1 in q
     assert [m.deadline for m in q.pop_due(2.0)] == [1.0, 2.0]
     assert len(q) == 1
+
+
+def owned(i: int, deadline: float, owner: int) -> QueuedMessage:
+    m = msg(i, deadline)
+    m.client_id = owner
+    return m
+
+
+def test_add_many_is_add_of_each():
+    q = InFlightQueue()
+    q.add_many([owned(i, 10.0, 1) for i in range(3)], 10.0)
+    q.add_many([owned(i, 5.0, 1) for i in range(3, 5)], 5.0)  # earlier than the newest: heap
+    q.add_many([owned(i, 12.0, 1) for i in range(5, 7)], 12.0)
+    assert len(q) == 7 and q.next_deadline() == 5.0
+    assert sorted(m.deadline for m in q.pop_due(11.0)) == [5.0, 5.0, 10.0, 10.0, 10.0]
+    assert [m.deadline for m in q.pop_due(12.0)] == [12.0, 12.0]
+
+
+def test_take_owned_takes_in_order_and_says_why_not():
+    q = InFlightQueue()
+    q.add_many([owned(i, 10.0, 1) for i in range(3)], 10.0)
+    q.add(owned(3, 5.0, 2))  # in the heap, another owner
+    q.add(owned(4, 6.0, 1))  # in the heap
+    ids = [b"%016x" % i for i in (0, 3, 9, 4, 0, 2)]
+    taken, failed = q.take_owned(ids, 1)
+    assert [m.id for m in taken] == [ids[0], ids[3], ids[5]]
+    assert failed == [(ids[1], True), (ids[2], False), (ids[4], False)]
+    assert len(q) == 2 and q.next_deadline() == 5.0
+    assert [m.deadline for m in q.pop_due(20.0)] == [10.0, 5.0]
+    assert len(q) == 0

@@ -3,7 +3,7 @@
 import struct
 import time
 
-from nsqd.backlog import decode_record, encode_record
+from nsqd.backlog import decode_record, decode_records, encode_record
 from nsqd.channel import Channel
 from nsqd.message import QueuedMessage
 from nsqd.metadata import ChannelMeta, TopicMeta, decode, encode
@@ -32,6 +32,19 @@ def test_a_message_with_ttl_keeps_it_on_disk():
     back = decode_record(encode_record(msg))
     assert (back.id, back.body, back.timestamp, back.attempts, back.expires) == (
         msg.id, b"body", 10, 2, 99)
+
+
+def test_records_decoded_together_as_one_by_one():
+    from nsqd.message import Job
+
+    msgs = [QueuedMessage(b"0123456789abcdef", b"plain", 5, attempts=1),
+            QueuedMessage(b"0123456789abcdeg", b"ttl", 6, attempts=2, expires=99),
+            Job(b"0123456789abcdeh", b"job", 7, 3, expires=5, tries=4, delay=1, due=8,
+                attributes=b'{"a":1}')]
+    records = [encode_record(m) for m in msgs]
+    fields = ("id", "body", "timestamp", "attempts", "expires", "is_job")
+    assert [tuple(getattr(m, f) for f in fields) for m in decode_records(records)] == [
+        tuple(getattr(decode_record(r), f) for f in fields) for r in records]
 
 
 def expiring(n: int, expires: int) -> list[QueuedMessage]:

@@ -86,6 +86,22 @@ def decode_record(record: bytes) -> QueuedMessage:
     return QueuedMessage(record[10:26], record[26:], timestamp, attempts)
 
 
+def decode_records(records: list[bytes]) -> list[QueuedMessage]:
+    """``decode_record`` of each record, Go's plain records decoded inline: one Python call
+    less per message read from disk (a few per cent of nsqd's CPU when consuming from disk,
+    python -m bench.writer_reader)."""
+    out: list[QueuedMessage] = []
+    append = out.append
+    unpack = MESSAGE_HEADER.unpack_from
+    for record in records:
+        timestamp, attempts = unpack(record)
+        if attempts & EXTENDED:
+            append(decode_record(record))
+        else:
+            append(QueuedMessage(record[10:26], record[26:], timestamp, attempts))
+    return out
+
+
 class Backlog:
     def __init__(self, mem_size: int, disk: DiskQueue | None,
                  on_readable: Callable[[], None]) -> None:
@@ -183,7 +199,7 @@ class Backlog:
             else:
                 records = self.disk.pop(n - len(out))
                 if records:
-                    out.extend([decode_record(r) for r in records])
+                    out.extend(decode_records(records))
                     self._taken.set()
 
     def ack(self, message_id: bytes) -> None:

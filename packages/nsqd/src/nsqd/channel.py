@@ -361,14 +361,13 @@ class Channel:
     def _put_in_flight(self, msgs: list[QueuedMessage], owner: int, now: float, deadline: float
                        ) -> None:
         """One more delivery of each of ``msgs``, in flight to ``owner`` until ``deadline``."""
-        add = self.in_flight.add
         for msg in msgs:
             if msg.attempts < 65535:
                 msg.attempts += 1
             msg.client_id = owner
             msg.delivered = now
             msg.deadline = deadline
-            add(msg)
+        self.in_flight.add_many(msgs, deadline)
 
     def peek(self, n: int, now: float) -> list[QueuedMessage]:
         """The next ``n`` messages the channel would deliver (waiting in memory, then on disk,
@@ -468,37 +467,28 @@ class Channel:
         the ids that failed, each with NSQ's reason (the caller answers E_FIN_FAILED for
         each, in order, as for single FINs).
 
-        The consumer's path: one call for every FIN of a read. The loop keeps what
-        ``finish`` does per message (the in-flight lookup, the owner check, the removal, the
-        acknowledgement and latency when those are on) and does the rest once: the counters
-        and the pump's mark.
+        The consumer's path: one call for every FIN of a read. What ``finish`` does per
+        message (the lookup, the owner check, the removal) is one loop in
+        ``InFlightQueue.take_owned``; acknowledgements and latencies only when those are on;
+        the counters and the pump's mark once.
         """
-        in_flight = self.in_flight
-        get = in_flight.get
-        remove = in_flight.remove
-        owner = client.id
-        ack = self.backlog.ack if self.backlog.explicit_commit else None
+        taken, failed = self.in_flight.take_owned(message_ids, client.id)
+        if self.backlog.explicit_commit:
+            ack = self.backlog.ack
+            for msg in taken:
+                ack(msg.id)
         e2e = self.e2e
-        failed: list[tuple[bytes, InFlightError]] = []
-        done = 0
-        for message_id in message_ids:
-            msg = get(message_id)
-            if msg is None:
-                failed.append((message_id, NotInFlight()))
-            elif msg.client_id != owner:
-                failed.append((message_id, NotOwner()))
-            else:
-                remove(message_id)
-                done += 1
-                if ack is not None:
-                    ack(message_id)
-                if e2e is not None:
-                    e2e.observe(time.time_ns() - msg.timestamp)
+        if e2e is not None:
+            now_ns = time.time_ns()
+            for msg in taken:
+                e2e.observe(now_ns - msg.timestamp)
+        done = len(taken)
         if done:
             client.in_flight -= done
             client.finish_count += done
             self.owner.mark_dirty(self)  # the client may take more (see _take_in_flight)
-        return failed
+        return [(message_id, NotOwner() if owned else NotInFlight())
+                for message_id, owned in failed]
 
     def _finished(self, msg: QueuedMessage) -> None:
         """A FIN (over TCP or HTTP): the message is done with, its latency observed."""
