@@ -34,10 +34,10 @@ from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import attrs
 import httpx
+from nsq_common import ACCEPT_V1
 
 from .options import Options
 
-ACCEPT_V1 = "application/vnd.nsq; version=1.0"
 log = logging.getLogger("nsqadmin")
 T = TypeVar("T")
 

@@ -8,22 +8,23 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
-from nsq_common import go_json
+from nsq_common import JSON_CONTENT_TYPE, error_json, go_json, v1_headers
 from starlette.requests import Request
 from starlette.responses import Response
 
-V1_HEADERS = {"X-NSQ-Content-Type": "nsq; version=1.0"}
-JSON_TYPE = "application/json; charset=utf-8"
+_V1_HEADERS = v1_headers()  # NSQ's HTTP V1 conventions: nsq_common._httpv1
 
 
 def v1_json(value: Any, status: int = 200) -> Response:
     """An answer in the Go nsqadmin's V1 JSON shape."""
-    return Response(go_json(value), status_code=status, media_type=JSON_TYPE,
-                    headers=V1_HEADERS)
+    return Response(go_json(value), status_code=status, media_type=JSON_CONTENT_TYPE,
+                    headers=_V1_HEADERS)
 
 
 def v1_error(status: int, message: str) -> Response:
-    return v1_json({"message": message}, status)
+    """A V1 error: ``{"message":"<TEXT>"}`` with ``status``."""
+    return Response(error_json(message), status_code=status, media_type=JSON_CONTENT_TYPE,
+                    headers=_V1_HEADERS)
 
 
 def is_api_path(path: str) -> bool:
