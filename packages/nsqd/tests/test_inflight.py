@@ -88,3 +88,53 @@ def test_take_owned_takes_in_order_and_says_why_not():
     assert len(q) == 2 and q.next_deadline() == 5.0
     assert [m.deadline for m in q.pop_due(20.0)] == [10.0, 5.0]
     assert len(q) == 0
+
+
+def test_in_flight_agrees_with_a_plain_model():
+    # Random adds (in order and not), batches, removals, FINs of many and scans, against a
+    # dict of id -> (deadline, owner): same contents, same messages due.
+    import random
+
+    rng = random.Random(7)
+    q = InFlightQueue()
+    model: dict[bytes, tuple[float, int]] = {}
+    next_id = 0
+    now = 0.0
+    for _ in range(3000):
+        op = rng.random()
+        if op < 0.3:
+            m = owned(next_id, now + rng.choice([1.0, 5.0, 10.0]), rng.choice([1, 2]))
+            next_id += 1
+            q.add(m)
+            model[m.id] = (m.deadline, m.client_id)
+        elif op < 0.45:
+            deadline = now + rng.choice([5.0, 10.0])
+            batch = [owned(next_id + i, deadline, 1) for i in range(rng.randrange(1, 5))]
+            next_id += len(batch)
+            q.add_many(batch, deadline)
+            model.update((m.id, (deadline, 1)) for m in batch)
+        elif op < 0.6 and next_id:
+            mid = b"%016x" % rng.randrange(next_id)
+            assert (q.remove(mid) is not None) == (mid in model)
+            model.pop(mid, None)
+        elif op < 0.8 and next_id:
+            ids = [b"%016x" % rng.randrange(next_id) for _ in range(rng.randrange(1, 6))]
+            taken, failed = q.take_owned(ids, 1)
+            want_taken, want_failed = [], []
+            for mid in ids:
+                if mid in model and model[mid][1] == 1:
+                    want_taken.append(mid)
+                    del model[mid]
+                else:
+                    want_failed.append((mid, mid in model))
+            assert [m.id for m in taken] == want_taken and failed == want_failed
+        else:
+            now += rng.choice([0.5, 2.0])
+            due = {m.id for m in q.pop_due(now)}
+            assert due == {mid for mid, (d, _) in model.items() if d <= now}
+            for mid in due:
+                del model[mid]
+        assert len(q) == len(model)
+        assert {m.id for m in q} == set(model)
+        if model:
+            assert q.next_deadline() <= min(d for d, _ in model.values())
