@@ -4,7 +4,8 @@ import httpx
 import pytest
 import trio
 from nsq_client import Config, DiscoveryError, LookupdPoller, lookupd_url
-from nsq_client._discovery import decode_v1, producer_tcp_addresses
+from nsq_client._discovery import producer_tcp_addresses
+from nsq_common import decode_v1
 
 V1 = {"X-NSQ-Content-Type": "nsq; version=1.0"}
 

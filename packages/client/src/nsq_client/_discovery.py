@@ -9,7 +9,7 @@
   connection asks for a query right away (``recheck``).
 * Requests send ``Accept: application/vnd.nsq; version=1.0``. A reply with the header
   ``X-NSQ-Content-Type: nsq; version=1.0`` is the object itself; older servers wrap it in
-  ``{"status_code":..,"data":{..}}``.
+  ``{"status_code":..,"data":{..}}`` (NSQ's HTTP V1 conventions: ``nsq_common.decode_v1``).
 * Every producer found is ``broadcast_address:tcp_port``; connecting to it is the caller's
   job. A producer that disappears from lookupd is not disconnected here: its connection
   ends when that nsqd goes away (go-nsq behaves the same).
@@ -17,7 +17,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 from collections.abc import Callable, Sequence
@@ -26,15 +25,13 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import httpx
 import trio
-from nsq_common import join_host_port
+from nsq_common import ACCEPT_V1, decode_v1, join_host_port
 
 from ._config import Config
 from ._errors import DiscoveryError
 
 log = logging.getLogger("nsq_client")
 
-ACCEPT_V1 = "application/vnd.nsq; version=1.0"
-CONTENT_TYPE_V1 = "nsq; version=1.0"
 _TRIES_PER_ROUND = 3
 
 
@@ -53,16 +50,6 @@ def lookupd_url(address: str, path: str = "/lookup", **query: str) -> str:
     params.extend(query.items())
     params.sort(key=lambda kv: kv[0])  # Go's url.Values.Encode sorts by key
     return urlunsplit((parts.scheme, parts.netloc, own_path, urlencode(params), ""))
-
-
-def decode_v1(headers: httpx.Headers | dict[str, str], body: bytes) -> Any:
-    """The payload of an NSQ V1 HTTP reply, unwrapping pre-1.0 ``{"data": ...}`` envelopes."""
-    data = json.loads(body or b"{}")
-    if headers.get("X-NSQ-Content-Type") == CONTENT_TYPE_V1:
-        return data
-    if isinstance(data, dict):
-        return data.get("data") or {}
-    return {}
 
 
 def producer_tcp_addresses(payload: Any) -> list[str]:
