@@ -12,8 +12,8 @@ from typing import Any
 
 import httpx
 from nsq_client import lookupd_url
-from nsq_client._discovery import ACCEPT_V1, decode_v1, producer_tcp_addresses
-from nsq_common import join_host_port
+from nsq_client._discovery import producer_tcp_addresses
+from nsq_common import ACCEPT_V1, decode_v1, join_host_port
 
 from .options import Options
 
