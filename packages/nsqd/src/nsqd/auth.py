@@ -21,6 +21,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 import attrs
+from nsq_common import ACCEPT_V1
 
 from .errors import AuthError
 
@@ -103,7 +104,7 @@ async def query(http: httpx.AsyncClient, addresses: list[str], *, secret: str, r
     for address in addresses[start:] + addresses[:start]:
         try:
             r = await http.get(auth_url(address), params=params,
-                               headers={"Accept": "application/vnd.nsq; version=1.0"})
+                               headers={"Accept": ACCEPT_V1})
             if r.status_code != 200:
                 raise AuthError(f"got response {r.status_code}")
             return parse_reply(r.content, now)

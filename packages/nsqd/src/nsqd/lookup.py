@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import trio
 from nsq_common import (
+    ACCEPT_V1,
     MAGIC_V1,
     NSQ_VERSION,
     ConnectionAbort,
@@ -228,7 +229,7 @@ class Lookup:
                 try:
                     r = await self._http.get(f"http://{address}/channels",
                                              params={"topic": topic.name},
-                                             headers={"Accept": "application/vnd.nsq; version=1.0"})
+                                             headers={"Accept": ACCEPT_V1})
                     channels = r.json().get("channels") or [] if r.status_code == 200 else []
                 except (httpx.HTTPError, ValueError, AttributeError) as exc:
                     log.warning("LOOKUPD(%s): channels of %s not known - %s", address,
