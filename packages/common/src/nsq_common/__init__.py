@@ -102,6 +102,14 @@ if TYPE_CHECKING:  # the names as type checkers see them; at run time see _MODUL
         is_valid_topic_name,
     )
     from ._reader import MAX_LINE_LENGTH, BodySpec, Command, CommandReader
+    from ._stats import (
+        ChannelStats,
+        ClientStats,
+        Latency,
+        TopicStats,
+        aggregate_channel,
+        aggregate_topic,
+    )
 
 # The version our daemons report on the wire (IDENTIFY, /info, lookupd): NSQ's, since tools
 # compare it (nsqadmin flags nodes older than the newest it sees).
@@ -192,6 +200,11 @@ __all__ += [
     "TEXT_CONTENT_TYPE", "decode_v1", "error_json", "parse_query", "query_first", "v1_headers",
 ]
 
+# nsqd's /stats as nsqadmin and nsq_stat read it
+__all__ += [
+    "ChannelStats", "ClientStats", "Latency", "TopicStats", "aggregate_channel", "aggregate_topic",
+]
+
 
 # Where each name of __all__ lives (``commands`` is the module _commands itself).
 _EXPORTS = {
@@ -228,6 +241,7 @@ _EXPORTS = {
     "_mpub": "MpubPrefixCheck decode_mpub_body",
     "_names": "EPHEMERAL_SUFFIX is_ephemeral is_valid_channel_name is_valid_name is_valid_topic_name",
     "_reader": "MAX_LINE_LENGTH BodySpec Command CommandReader",
+    "_stats": "ChannelStats ClientStats Latency TopicStats aggregate_channel aggregate_topic",
 }
 _MODULES = {name: module for module, names in _EXPORTS.items() for name in names.split()}
 

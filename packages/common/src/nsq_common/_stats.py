@@ -1,0 +1,305 @@
+"""What nsqd's ``/stats`` (``format=json``) says of topics, channels and clients, as the tools
+that read it use it: nsqadmin's pages and JSON API, nsq_stat's totals (Go's
+internal/clusterinfo/types.go, NSQ 1.3.0 shapes, which both Go tools share).
+
+Each nsqd's reply becomes per-node values (``node`` = that nsqd's HTTP address, ``hostname``
+its own); ``memory_depth`` is ``depth - backend_depth``, as clusterinfo derives it. The
+``aggregate_*`` functions sum values across nodes into one whose ``node`` is ``*`` and whose
+``nodes`` lists the per-node parts (clusterinfo's ``Add``). ``to_json`` writes nsqadmin's JSON
+API field order. Missing keys read as zero values (an older nsqd, or one without the job
+features: ``expired_count``, ``dead_letter_count``, ``message_ttl``)::
+
+    {"topics": [{"topic_name": "t", "depth": 3, "backend_depth": 1, "message_count": 9,
+                 "paused": false, "e2e_processing_latency": {"count": 0, "percentiles": null},
+                 "channels": [{"channel_name": "c", "depth": 2, "in_flight_count": 1, ...,
+                               "clients": [{"client_id": "w1", "connect_ts": 1700000000, ...}]}]}]}
+      -> TopicStats.parse(topic, node, hostname) -> TopicStats(channels=(ChannelStats(...),))
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import attrs
+
+_NS = 1_000_000_000
+
+
+@attrs.frozen
+class Latency:
+    """``e2e_processing_latency``: percentiles as maps of quantile/value/min/max/average/count."""
+
+    count: int = 0
+    percentiles: tuple[dict[str, float], ...] | None = None
+    topic: str = ""
+    channel: str = ""
+    host: str = ""
+
+    @classmethod
+    def parse(cls, raw: Any) -> Latency:
+        raw = raw if isinstance(raw, dict) else {}
+        count = int(raw.get("count") or 0)
+        items = raw.get("percentiles")
+        if items is None:
+            return cls(count=count)
+        percentiles = []
+        for item in items:
+            value = float(item.get("value", 0))
+            percentiles.append({"quantile": float(item.get("quantile", 0)), "value": value,
+                                "min": value, "max": value, "average": value,
+                                "count": float(count)})
+        return cls(count=count, percentiles=tuple(percentiles))
+
+    def merged(self, other: Latency, host: str, topic: str, channel: str = "") -> Latency:
+        """Combine per-node percentiles: min/max kept, averages weighted by count."""
+        merged = [dict(p) for p in self.percentiles or ()]
+        for theirs in other.percentiles or ():
+            mine = next((p for p in merged if p["quantile"] == theirs["quantile"]), None)
+            if mine is None:
+                mine = {"quantile": theirs["quantile"], "min": math.inf, "max": 0.0,
+                        "average": 0.0, "count": 0.0}
+                merged.append(mine)
+            mine["max"] = max(mine["max"], theirs["max"])
+            mine["min"] = min(mine["min"], theirs["min"])
+            mine["count"] += theirs["count"]
+            if mine["count"]:
+                weight = theirs["count"] / mine["count"]
+                mine["average"] += (theirs["average"] - mine["average"]) * weight
+        percentiles = tuple(merged) if merged or self.percentiles is not None else None
+        return Latency(self.count + other.count, percentiles, topic, channel, host)
+
+    def to_json(self) -> dict[str, Any]:
+        items = None
+        if self.percentiles is not None:
+            items = [{k: p[k] for k in sorted(p)} for p in self.percentiles]
+        return {"count": self.count, "percentiles": items, "topic": self.topic,
+                "channel": self.channel, "host": self.host}
+
+
+@attrs.frozen
+class ClientStats:
+    """One client of a channel on one nsqd (``connected``: ns since ``connect_ts``)."""
+
+    node: str
+    remote_address: str
+    version: str
+    client_id: str
+    hostname: str
+    user_agent: str
+    connect_ts: int
+    connected: int  # nanoseconds since connect_ts, as Go's time.Duration
+    in_flight_count: int
+    ready_count: int
+    finish_count: int
+    requeue_count: int
+    message_count: int
+    sample_rate: int
+    deflate: bool
+    snappy: bool
+    authed: bool
+    auth_identity: str
+    auth_identity_url: str
+    tls: bool
+    tls_cipher_suite: str
+    tls_version: str
+    tls_negotiated_protocol: str
+    tls_negotiated_protocol_is_mutual: bool
+
+    @classmethod
+    def parse(cls, raw: dict[str, Any], node: str, now: float | None = None) -> ClientStats:
+        now = int(time.time() if now is None else now)
+        connect_ts = int(raw.get("connect_ts", 0))
+        return cls(
+            node=node, remote_address=str(raw.get("remote_address", "")),
+            version=str(raw.get("version", "")), client_id=str(raw.get("client_id", "")),
+            hostname=str(raw.get("hostname", "")), user_agent=str(raw.get("user_agent", "")),
+            connect_ts=connect_ts, connected=(now - connect_ts) * _NS,
+            in_flight_count=int(raw.get("in_flight_count", 0)),
+            ready_count=int(raw.get("ready_count", 0)),
+            finish_count=int(raw.get("finish_count", 0)),
+            requeue_count=int(raw.get("requeue_count", 0)),
+            message_count=int(raw.get("message_count", 0)),
+            sample_rate=int(raw.get("sample_rate", 0)), deflate=bool(raw.get("deflate")),
+            snappy=bool(raw.get("snappy")), authed=bool(raw.get("authed")),
+            auth_identity=str(raw.get("auth_identity", "")),
+            auth_identity_url=str(raw.get("auth_identity_url", "")), tls=bool(raw.get("tls")),
+            tls_cipher_suite=str(raw.get("tls_cipher_suite", "")),
+            tls_version=str(raw.get("tls_version", "")),
+            tls_negotiated_protocol=str(raw.get("tls_negotiated_protocol", "")),
+            tls_negotiated_protocol_is_mutual=bool(raw.get("tls_negotiated_protocol_is_mutual")),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+
+def _sum(items: Iterable[Any], name: str) -> int:
+    return sum(getattr(i, name) for i in items)
+
+
+def _by_host(items: Iterable[Any]) -> tuple[Any, ...]:
+    return tuple(sorted(items, key=lambda i: (i.hostname, i.node)))
+
+
+@attrs.frozen
+class ChannelStats:
+    """One channel on one nsqd, or summed over several (``aggregate_channel``)."""
+
+    node: str
+    hostname: str
+    topic_name: str
+    channel_name: str
+    depth: int = 0
+    memory_depth: int = 0
+    backend_depth: int = 0
+    in_flight_count: int = 0
+    deferred_count: int = 0
+    requeue_count: int = 0
+    timeout_count: int = 0
+    message_count: int = 0
+    client_count: int = 0
+    nodes: tuple[ChannelStats, ...] | None = None
+    clients: tuple[ClientStats, ...] | None = None
+    paused: bool = False
+    e2e_processing_latency: Latency = attrs.field(factory=Latency)
+    # beyond NSQ (an nsqd with the job features; 0 from any other)
+    expired_count: int = 0
+    dead_letter_count: int = 0
+
+    @classmethod
+    def parse(cls, raw: dict[str, Any], node: str, hostname: str, topic: str,
+              now: float | None = None) -> ChannelStats:
+        depth, backend = int(raw.get("depth", 0)), int(raw.get("backend_depth", 0))
+        clients = raw.get("clients")
+        return cls(
+            node=node, hostname=hostname, topic_name=topic,
+            channel_name=str(raw.get("channel_name", "")), depth=depth,
+            memory_depth=depth - backend, backend_depth=backend,
+            in_flight_count=int(raw.get("in_flight_count", 0)),
+            deferred_count=int(raw.get("deferred_count", 0)),
+            requeue_count=int(raw.get("requeue_count", 0)),
+            timeout_count=int(raw.get("timeout_count", 0)),
+            message_count=int(raw.get("message_count", 0)),
+            client_count=int(raw.get("client_count", 0)),
+            clients=None if clients is None else tuple(
+                ClientStats.parse(c, node, now) for c in clients),
+            paused=bool(raw.get("paused")),
+            e2e_processing_latency=Latency.parse(raw.get("e2e_processing_latency")),
+            expired_count=int(raw.get("expired_count", 0)),
+            dead_letter_count=int(raw.get("dead_letter_count", 0)),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "node": self.node, "hostname": self.hostname, "topic_name": self.topic_name,
+            "channel_name": self.channel_name, "depth": self.depth,
+            "memory_depth": self.memory_depth, "backend_depth": self.backend_depth,
+            "in_flight_count": self.in_flight_count, "deferred_count": self.deferred_count,
+            "requeue_count": self.requeue_count, "timeout_count": self.timeout_count,
+            "message_count": self.message_count, "client_count": self.client_count,
+            "nodes": None if self.nodes is None else [n.to_json() for n in self.nodes],
+            "clients": None if self.clients is None else [c.to_json() for c in self.clients],
+            "paused": self.paused,
+            "e2e_processing_latency": self.e2e_processing_latency.to_json(),
+            "expired_count": self.expired_count, "dead_letter_count": self.dead_letter_count,
+        }
+
+
+def aggregate_channel(topic: str, channel: str, parts: Sequence[ChannelStats]) -> ChannelStats:
+    """One channel summed over the nodes that have it (``node`` = ``*``)."""
+    latency = Latency()
+    for part in parts:
+        latency = latency.merged(part.e2e_processing_latency, "*", topic, channel)
+    clients = sorted((c for p in parts for c in p.clients or ()),
+                     key=lambda c: (c.hostname, c.node, c.remote_address))
+    return ChannelStats(
+        node="*", hostname="", topic_name=topic, channel_name=channel,
+        depth=_sum(parts, "depth"), memory_depth=_sum(parts, "memory_depth"),
+        backend_depth=_sum(parts, "backend_depth"),
+        in_flight_count=_sum(parts, "in_flight_count"),
+        deferred_count=_sum(parts, "deferred_count"), requeue_count=_sum(parts, "requeue_count"),
+        timeout_count=_sum(parts, "timeout_count"), message_count=_sum(parts, "message_count"),
+        client_count=_sum(parts, "client_count"), nodes=_by_host(parts),
+        clients=tuple(clients) or None, paused=any(p.paused for p in parts),
+        e2e_processing_latency=latency, expired_count=_sum(parts, "expired_count"),
+        dead_letter_count=_sum(parts, "dead_letter_count"),
+    )
+
+
+@attrs.frozen
+class TopicStats:
+    """One topic on one nsqd with its channels, or summed over several (``aggregate_topic``)."""
+
+    node: str
+    hostname: str
+    topic_name: str
+    depth: int = 0
+    memory_depth: int = 0
+    backend_depth: int = 0
+    message_count: int = 0
+    nodes: tuple[TopicStats, ...] | None = None
+    channels: tuple[ChannelStats, ...] | None = None
+    paused: bool = False
+    e2e_processing_latency: Latency | None = None
+    message_ttl: int = 0  # seconds; beyond NSQ (0 from any other nsqd)
+
+    @classmethod
+    def parse(cls, raw: dict[str, Any], node: str, hostname: str,
+              now: float | None = None) -> TopicStats:
+        name = str(raw.get("topic_name", ""))
+        depth, backend = int(raw.get("depth", 0)), int(raw.get("backend_depth", 0))
+        channels = tuple(ChannelStats.parse(c, node, hostname, name, now)
+                         for c in raw.get("channels") or ())
+        return cls(
+            node=node, hostname=hostname, topic_name=name, depth=depth,
+            memory_depth=depth - backend, backend_depth=backend,
+            message_count=int(raw.get("message_count", 0)), channels=channels,
+            paused=bool(raw.get("paused")),
+            e2e_processing_latency=Latency.parse(raw.get("e2e_processing_latency")),
+            message_ttl=int(raw.get("message_ttl", 0)),
+        )
+
+    @property
+    def channel_names(self) -> list[str]:
+        return [c.channel_name for c in self.channels or ()]
+
+    def channel(self, name: str) -> ChannelStats | None:
+        return next((c for c in self.channels or () if c.channel_name == name), None)
+
+    def to_json(self) -> dict[str, Any]:
+        latency = self.e2e_processing_latency
+        return {
+            "node": self.node, "hostname": self.hostname, "topic_name": self.topic_name,
+            "depth": self.depth, "memory_depth": self.memory_depth,
+            "backend_depth": self.backend_depth, "message_count": self.message_count,
+            "nodes": None if self.nodes is None else [n.to_json() for n in self.nodes],
+            "channels": None if self.channels is None else [c.to_json() for c in self.channels],
+            "paused": self.paused,
+            "e2e_processing_latency": None if latency is None else latency.to_json(),
+            "message_ttl": self.message_ttl,
+        }
+
+
+def aggregate_topic(topic: str, parts: Sequence[TopicStats]) -> TopicStats:
+    """One topic summed over its nodes; with no nodes, the empty value the Go API returns."""
+    if not parts:
+        return TopicStats(node="", hostname="", topic_name=topic)
+    latency = Latency()
+    for part in parts:
+        if part.e2e_processing_latency is not None:
+            latency = latency.merged(part.e2e_processing_latency, "*", topic)
+    by_channel: dict[str, list[ChannelStats]] = {}
+    for part in parts:
+        for channel in part.channels or ():
+            by_channel.setdefault(channel.channel_name, []).append(channel)
+    channels = tuple(aggregate_channel(topic, name, by_channel[name]) for name in sorted(by_channel))
+    return TopicStats(
+        node="*", hostname="", topic_name=topic, depth=_sum(parts, "depth"),
+        memory_depth=_sum(parts, "memory_depth"), backend_depth=_sum(parts, "backend_depth"),
+        message_count=_sum(parts, "message_count"), nodes=_by_host(parts), channels=channels,
+        paused=any(p.paused for p in parts), e2e_processing_latency=latency,
+        message_ttl=max(p.message_ttl for p in parts),
+    )
