@@ -3,8 +3,8 @@ node totals, the series bound. Time is passed in (``now=``) or a fake clock: no 
 
 import itertools
 
+from nsq_common import TopicStats, aggregate_topic
 from nsqadmin.history import STALE_WHEN_FULL, History
-from nsqadmin.stats import TopicStats, aggregate_topic
 
 
 def per_node(node: str, depth: int, messages: int, *, topic: str = "t", channel: str = "c",

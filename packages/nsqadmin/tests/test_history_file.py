@@ -5,9 +5,9 @@ import json
 import logging
 
 import trio
+from nsq_common import TopicStats
 from nsqadmin import history_file
 from nsqadmin.history import History
-from nsqadmin.stats import TopicStats
 
 
 def sample(node: str, depth: int, messages: int) -> TopicStats:

@@ -15,7 +15,12 @@ from typing import Any
 
 import attrs
 import httpx
-from nsq_common import PYTHON_LOG_LEVELS, is_valid_channel_name, is_valid_topic_name
+from nsq_common import (
+    PYTHON_LOG_LEVELS,
+    aggregate_topic,
+    is_valid_channel_name,
+    is_valid_topic_name,
+)
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -23,7 +28,6 @@ from starlette.routing import Route
 from .cluster import ActionResult
 from .options import LOG_LEVELS, Options
 from .state import admin_of as _admin
-from .stats import aggregate_topic
 from .upstream import ClusterError, UpstreamError, warning_message
 from .web import v1_error, v1_json
 

@@ -21,16 +21,9 @@ from typing import Any, TypeVar
 
 import attrs
 import trio
+from nsq_common import ChannelStats, TopicStats, aggregate_channel
 
-from .stats import (
-    ChannelStats,
-    Node,
-    NodeTopic,
-    QueuedMessage,
-    TopicStats,
-    aggregate_channel,
-    mark_out_of_date,
-)
+from .stats import Node, NodeTopic, QueuedMessage, mark_out_of_date
 from .upstream import ClusterError, Partial, Upstream, UpstreamError
 
 log = logging.getLogger("nsqadmin")

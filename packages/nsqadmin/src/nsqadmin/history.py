@@ -43,8 +43,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Final
 
 import attrs
-
-from .stats import TopicStats
+from nsq_common import TopicStats
 
 log = logging.getLogger("nsqadmin")
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from nsq_common import TopicStats, aggregate_topic
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -21,7 +22,7 @@ from . import actions, graphs
 from .cluster import RESPAWN_BATCH
 from .pages import Context, Warnings, page_path, render
 from .state import Admin, admin_of
-from .stats import Node, QueuedMessage, TopicStats, aggregate_topic
+from .stats import Node, QueuedMessage
 from .upstream import ClusterError
 
 if TYPE_CHECKING:
