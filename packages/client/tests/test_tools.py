@@ -13,9 +13,10 @@ from nsq_client import Config
 from nsq_client.tools._common import apply_opts
 from nsq_client.tools._file_logger import FileLogger, FileOptions, filename_format, strftime
 from nsq_client.tools._hostpool import EpsilonGreedy, HostPool, TimerMetrics
-from nsq_client.tools.nsq_stat import ChannelTotals, report_line, totals
+from nsq_client.tools.nsq_stat import report_line, totals
 from nsq_client.tools.nsq_to_http import parse_headers
 from nsq_client.tools.nsq_to_nsq import JSONFilter, RetryLater
+from nsq_common import ChannelStats
 
 
 def test_strftime_knows_nsqs_subset_only() -> None:
@@ -181,9 +182,12 @@ def test_nsq_stat_sums_channels_over_nsqd() -> None:
          "client_count": 2},
         {"channel_name": "other", "depth": 100}]}]}
     sums = totals([reply, reply, {"topics": None}], "t", "c")
-    assert sums == ChannelTotals(10, 6, 4, 2, 0, 6, 2, 100, 4)
+    assert sums is not None
+    assert (sums.depth, sums.memory_depth, sums.backend_depth, sums.in_flight_count,
+            sums.deferred_count, sums.requeue_count, sums.timeout_count, sums.message_count,
+            sums.client_count) == (10, 6, 4, 2, 0, 6, 2, 100, 4)
     assert totals([reply], "t", "missing") is None
-    before = ChannelTotals(message_count=60, depth=4)
+    before = ChannelStats("", "", "t", "c", message_count=60, depth=4)
     assert report_line(sums, before, 2.0).split()[:2] == ["20", "17"]
 
 

@@ -2,7 +2,8 @@
 
 The table is NSQ's, column for column: ingress and egress rates (messages per second since the
 previous report), depths (total, memory, disk), in flight, deferred, requeued, timed out,
-messages and clients, summed over the nsqd. A header comes first and again every 25 lines;
+messages and clients, summed over the nsqd (``nsq_common.ChannelStats``, as nsqadmin sums
+them). A header comes first and again every 25 lines;
 the first poll only sets the baseline for the rates. ``--count N`` stops after N reports.
 
 nsqd are found through ``--lookupd-http-address`` (``/lookup``: each producer's
@@ -16,10 +17,9 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 from urllib.parse import quote
 
-import attrs
 import httpx
 import trio
-from nsq_common import FlagSet, join_host_port
+from nsq_common import ChannelStats, FlagSet, aggregate_channel, join_host_port
 
 from .._discovery import get_v1, lookupd_url
 from ._common import Fatal, fatal, parse_flags, run_tool, setup_logging, stop_on_signals
@@ -47,47 +47,17 @@ def flag_set() -> FlagSet:
     return fs
 
 
-@attrs.frozen
-class ChannelTotals:
-    """One channel summed over every nsqd (clusterinfo's ChannelStats.Add)."""
-
-    depth: int = 0
-    memory_depth: int = 0
-    backend_depth: int = 0
-    in_flight_count: int = 0
-    deferred_count: int = 0
-    requeue_count: int = 0
-    timeout_count: int = 0
-    message_count: int = 0
-    client_count: int = 0
-
-    def add(self, channel: dict[str, Any]) -> ChannelTotals:
-        depth, backend = int(channel.get("depth", 0)), int(channel.get("backend_depth", 0))
-        return ChannelTotals(
-            self.depth + depth, self.memory_depth + depth - backend, self.backend_depth + backend,
-            self.in_flight_count + int(channel.get("in_flight_count", 0)),
-            self.deferred_count + int(channel.get("deferred_count", 0)),
-            self.requeue_count + int(channel.get("requeue_count", 0)),
-            self.timeout_count + int(channel.get("timeout_count", 0)),
-            self.message_count + int(channel.get("message_count", 0)),
-            self.client_count + int(channel.get("client_count", 0)),
-        )
+def totals(stats_replies: Sequence[Any], topic: str, channel: str) -> ChannelStats | None:
+    """Sum ``channel`` of ``topic`` over /stats replies (as nsqadmin sums it:
+    ``nsq_common.aggregate_channel``); None when no nsqd has it."""
+    parts = [ChannelStats.parse(c, "", "", topic)
+             for reply in stats_replies for t in (reply or {}).get("topics") or []
+             if t.get("topic_name") == topic
+             for c in t.get("channels") or [] if c.get("channel_name") == channel]
+    return aggregate_channel(topic, channel, parts) if parts else None
 
 
-def totals(stats_replies: Sequence[Any], topic: str, channel: str) -> ChannelTotals | None:
-    """Sum ``channel`` of ``topic`` over /stats replies; None when no nsqd has it."""
-    result: ChannelTotals | None = None
-    for reply in stats_replies:
-        for t in (reply or {}).get("topics") or []:
-            if t.get("topic_name") != topic:
-                continue
-            for c in t.get("channels") or []:
-                if c.get("channel_name") == channel:
-                    result = (result or ChannelTotals()).add(c)
-    return result
-
-
-def report_line(now: ChannelTotals, before: ChannelTotals, interval: float) -> str:
+def report_line(now: ChannelStats, before: ChannelStats, interval: float) -> str:
     ingress = now.message_count - before.message_count
     egress = ingress - (now.depth - before.depth)
     return (f"{int(ingress / interval):7d} {int(egress / interval):7d} | {now.depth:7d} "
@@ -143,7 +113,7 @@ async def run(opts: dict[str, Any], out: TextIO) -> None:
     async with trio.open_nursery() as nursery:
         await nursery.start(stop_on_signals, nursery.cancel_scope.cancel)
         async with httpx.AsyncClient(timeout=timeout) as client:
-            before: ChannelTotals | None = None
+            before: ChannelStats | None = None
             i = 0
             while not opts["count"] or opts["count"] >= i:
                 addresses = await nsqd_addresses(client, opts)
