@@ -132,6 +132,8 @@ def test_max_attempts_is_kept_in_the_metadata_and_can_change(run_daemon, tmp_pat
      "INVALID_MAX_ATTEMPTS"),
     ("POST", "/channel/create", {"channel": "c", "max_attempts": "65536"}, 400,
      "INVALID_MAX_ATTEMPTS"),
+    ("POST", "/channel/create", {"channel": "c", "max_attempts": "\u00b2"}, 400,
+     "INVALID_MAX_ATTEMPTS"),
     ("POST", "/channel/update", {"channel": "c"}, 400, "MISSING_ARG_MAX_ATTEMPTS"),
     ("POST", "/channel/update", {"channel": "nope", "max_attempts": "1"}, 404,
      "CHANNEL_NOT_FOUND"),

@@ -76,6 +76,7 @@ def test_a_topic_default_ttl_survives_a_restart_and_applies_to_tcp_publishes(run
     ("/pub", {"topic": "t", "ttl": "1.5"}),
     ("/mpub", {"topic": "t", "ttl": "x"}),
     ("/mpub", {"topic": "t", "ttl": str(2**32)}),
+    ("/pub", {"topic": "t", "ttl": "\u00b2"}),  # a digit to str.isdigit, not to int()
     ("/topic/create", {"topic": "t", "message_ttl": "soon"}),
 ])
 def test_a_bad_ttl_is_refused(nsqd, path, params):

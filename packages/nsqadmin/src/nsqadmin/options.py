@@ -153,7 +153,7 @@ class Options:
                     raise ValueError(f"failed to resolve {flag} ({address}) - unsupported scheme "
                                      f"{scheme!r} (http:// or https://)")
                 _, sep, port = (rest if sep else address).rstrip("/").rpartition(":")
-                if not sep or not port.isdigit():
+                if not sep or not (port.isascii() and port.isdigit()):
                     raise ValueError(f"failed to resolve {flag} ({address}) - address {address}: "
                                      "missing port in address")
         if self.proxy_graphite and not self.graphite_url:

@@ -65,7 +65,7 @@ class Node:
 def version_key(version: str) -> tuple[int, int, int]:
     """A semver's (major, minor, patch); unparsable versions count as 0.0.0, as in Go."""
     core = version.split("-", 1)[0].split("+", 1)[0].split(".")
-    if len(core) != 3 or not all(p.isdigit() for p in core):
+    if len(core) != 3 or not all(p.isascii() and p.isdigit() for p in core):
         return (0, 0, 0)
     return (int(core[0]), int(core[1]), int(core[2]))
 

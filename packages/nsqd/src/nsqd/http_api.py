@@ -102,7 +102,7 @@ def _max_attempts(q: dict[str, str]) -> int | None:
     text = q.get("max_attempts")
     if text is None:
         return None
-    if not text.isdigit() or int(text) > 65535:
+    if not (text.isascii() and text.isdigit()) or int(text) > 65535:
         raise ApiError(400, "INVALID_MAX_ATTEMPTS")
     return int(text)
 
@@ -125,7 +125,8 @@ def _ttl(q: dict[str, str], key: str) -> int:
     text = q.get(key)
     if text is None:
         return 0
-    if not text.isdigit() or int(text) > MAX_TTL:  # isdigit: no sign, no spaces
+    # ASCII digits only: no sign, no spaces, and no "²", which isdigit() accepts and int() refuses
+    if not (text.isascii() and text.isdigit()) or int(text) > MAX_TTL:
         raise ApiError(400, "INVALID_TTL")
     return int(text)
 
