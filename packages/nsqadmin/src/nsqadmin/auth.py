@@ -63,7 +63,8 @@ def hash_password(password: str, *, iterations: int = DEFAULT_ITERATIONS,
 
 def _split(encoded: str) -> tuple[int, str, bytes]:
     algorithm, iterations, salt, digest = encoded.split("$")
-    if algorithm != ALGORITHM or not (iterations.isascii() and iterations.isdigit()) or int(iterations) < 1 or not salt:
+    digits = iterations.isascii() and iterations.isdigit()
+    if algorithm != ALGORITHM or not digits or int(iterations) < 1 or not salt:
         raise ValueError(encoded)
     return int(iterations), salt, base64.b64decode(digest, validate=True)
 
