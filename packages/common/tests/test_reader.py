@@ -161,7 +161,10 @@ def test_next_fins_takes_a_run_of_fins_and_stops_at_anything_else():
 @pytest.mark.parametrize("line", [
     b"FIN 0123456789abcdef\r\n", b"FIN 0123456789abcde\r\n", b"FIN 0123456789abcd\n\n",
     b"FIN 0123 56789abcdef\n", b"FIN 0123456789abcdef 1\n", b"FIN  123456789abcdef\n",
-    b"FIN 0123456789abcdefg\n", b"FIN\n", b"FIN 0\n"])
+    b"FIN 0123456789abcdefg\n", b"FIN\n", b"FIN 0\n",
+    # 21 bytes, as long as a FIN line: the column checks see them
+    b"FIN 0123456789abcd\r\n", b"FIX 0123456789abcdef\n", b"FIN 0123456789ab\nNOP\n",
+    b"NOP\nFIN 0123456789ab\n", b"FIN 0123456789abcdef "])
 def test_next_fins_reads_every_line_as_next_event_does(line):
     data = b"FIN aaaaaaaaaaaaaaaa\n" + line + b"FIN bbbbbbbbbbbbbbbb\n"
     plain = CommandReader(hook)
