@@ -3,7 +3,7 @@
 import struct
 import time
 
-from nsqd.backlog import decode_record, decode_records, encode_record
+from nsqd.backlog import decode_record, decode_records, encode_record, encode_records
 from nsqd.channel import Channel
 from nsqd.message import QueuedMessage
 from nsqd.metadata import ChannelMeta, TopicMeta, decode, encode
@@ -42,6 +42,7 @@ def test_records_decoded_together_as_one_by_one():
             Job(b"0123456789abcdeh", b"job", 7, 3, expires=5, tries=4, delay=1, due=8,
                 attributes=b'{"a":1}')]
     records = [encode_record(m) for m in msgs]
+    assert encode_records(msgs) == records
     fields = ("id", "body", "timestamp", "attempts", "expires", "is_job")
     assert [tuple(getattr(m, f) for f in fields) for m in decode_records(records)] == [
         tuple(getattr(decode_record(r), f) for f in fields) for r in records]
