@@ -23,6 +23,12 @@ log = logging.getLogger("nsq_spark")
 HTTP_TIMEOUT = 10.0
 
 
+def nsqd_url(http_address: str, path: str) -> str:
+    """``path`` on an nsqd's HTTP address (``host:port``, or a URL with its scheme)."""
+    base = http_address if "://" in http_address else f"http://{http_address}"
+    return base + path
+
+
 def _headers(options: Options) -> dict[str, str]:
     headers = {"Accept": ACCEPT_V1}
     config = options.client_config()
@@ -68,7 +74,7 @@ def _ask_nsqd_http(options: Options) -> list[str]:
     found = []
     with httpx.Client(timeout=HTTP_TIMEOUT) as client:
         for address in options.nsqd_http:
-            base = address if "://" in address else f"http://{address}"
+            base = nsqd_url(address, "")
             try:
                 response = client.get(f"{base}/info", headers={"Accept": ACCEPT_V1})
                 response.raise_for_status()
@@ -153,9 +159,8 @@ def topic_nsqd_http(options: Options) -> list[tuple[str, str]]:
 def consumes_over_http(http_address: str) -> bool:
     """Whether this nsqd lets clients consume over HTTP (``POST /channel/consume``, beyond
     NSQ): asked without a topic, it answers 400 MISSING_ARG_TOPIC; Go's nsqd answers 404."""
-    base = http_address if "://" in http_address else f"http://{http_address}"
     try:
-        response = httpx.post(f"{base}/channel/consume", timeout=HTTP_TIMEOUT)
+        response = httpx.post(nsqd_url(http_address, "/channel/consume"), timeout=HTTP_TIMEOUT)
     except httpx.HTTPError:
         return False
     return response.status_code == 400 and b"MISSING_ARG_TOPIC" in response.content

@@ -29,6 +29,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from .batchlog import ID_SIZE, BatchLog, Messages, Part
+from .discovery import nsqd_url
 from .rows import messages_batch
 
 log = logging.getLogger("nsq_spark")
@@ -36,11 +37,6 @@ log = logging.getLogger("nsq_spark")
 HTTP_TIMEOUT = 30.0
 MAX_PULL = 2500  # messages per /channel/consume: nsqd's default --max-rdy-count
 FIN_CHUNK = 5000  # ids per /message/fin body
-
-
-def _url(http_address: str, path: str) -> str:
-    base = http_address if "://" in http_address else f"http://{http_address}"
-    return base + path
 
 
 class PullPartition(InputPartition):
@@ -106,7 +102,7 @@ def _pull(p: PullPartition) -> Messages:
     remaining = part.count
     client = _client()
     while remaining > 0:
-        response = client.post(_url(part.nsqd_http, "/channel/consume"), params={
+        response = client.post(nsqd_url(part.nsqd_http, "/channel/consume"), params={
             "topic": p.topic, "channel": p.channel, "n": str(min(remaining, MAX_PULL)),
             "ttr": f"{p.ttr:g}"})
         response.raise_for_status()
@@ -142,7 +138,7 @@ def finish(client: httpx.Client, nsqd_http: str, topic: str, channel: str,
     missed: list[bytes] = []
     for i in range(0, len(batch), FIN_CHUNK):
         chunk = batch[i:i + FIN_CHUNK]
-        response = client.post(_url(nsqd_http, "/message/fin"),
+        response = client.post(nsqd_url(nsqd_http, "/message/fin"),
                                params={"topic": topic, "channel": channel},
                                content=b"\n".join(chunk))
         if response.status_code == 404:
@@ -156,14 +152,14 @@ def finish(client: httpx.Client, nsqd_http: str, topic: str, channel: str,
 
 def touch(client: httpx.Client, nsqd_http: str, topic: str, channel: str, ids: Iterable[bytes]
           ) -> None:
-    url = _url(nsqd_http, "/message/touch")
+    url = nsqd_url(nsqd_http, "/message/touch")
     for id in ids:
         client.post(url, params={"topic": topic, "channel": channel, "id": id.decode()})
 
 
 def depth(client: httpx.Client, nsqd_http: str, topic: str, channel: str) -> int:
     """Messages the channel holds on this nsqd, neither in flight nor deferred."""
-    response = client.get(_url(nsqd_http, "/stats"),
+    response = client.get(nsqd_url(nsqd_http, "/stats"),
                           params={"format": "json", "topic": topic, "channel": channel})
     response.raise_for_status()
     for t in response.json().get("topics") or []:
@@ -175,6 +171,6 @@ def depth(client: httpx.Client, nsqd_http: str, topic: str, channel: str) -> int
 
 def create_channel(client: httpx.Client, nsqd_http: str, topic: str, channel: str) -> None:
     """As a TCP SUB would: the channel exists, and keeps every message from now on."""
-    client.post(_url(nsqd_http, "/topic/create"), params={"topic": topic}).raise_for_status()
-    client.post(_url(nsqd_http, "/channel/create"),
+    client.post(nsqd_url(nsqd_http, "/topic/create"), params={"topic": topic}).raise_for_status()
+    client.post(nsqd_url(nsqd_http, "/channel/create"),
                 params={"topic": topic, "channel": channel}).raise_for_status()
