@@ -21,6 +21,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -44,15 +45,14 @@ DEFAULT_MSG_TIMEOUT = 60.0  # asked of nsqd when the msgTimeout option does not 
 DISCOVER_EVERY = 5.0  # seconds between asking (over HTTP) which nsqd have the topic
 
 
+@dataclass(repr=False)
 class MessagesPartition(InputPartition):
     """A slice of one batch's messages, carried to the executor in the partition itself (as
     columns: a few byte strings to pickle, whatever the number of messages)."""
 
-    def __init__(self, topic: str, channel: str, messages: Messages) -> None:
-        super().__init__(None)
-        self.topic = topic
-        self.channel = channel
-        self.messages = messages
+    topic: str
+    channel: str
+    messages: Messages
 
     def __repr__(self) -> str:
         return f"MessagesPartition({self.topic}/{self.channel}, {len(self.messages)} messages)"

@@ -23,6 +23,7 @@ import logging
 import os
 from binascii import a2b_base64
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 
 import httpx
 import pyarrow as pa
@@ -39,6 +40,7 @@ MAX_PULL = 2500  # messages per /channel/consume: nsqd's default --max-rdy-count
 FIN_CHUNK = 5000  # ids per /message/fin body
 
 
+@dataclass(repr=False)
 class PullPartition(InputPartition):
     """Part ``index`` of the batch ending at ``end``: pull up to ``part.count`` messages.
 
@@ -46,18 +48,15 @@ class PullPartition(InputPartition):
     pickle) on this part's nsqd of recently committed batches and of other batches not yet
     committed."""
 
-    def __init__(self, topic: str, channel: str, log_dir: str, end: int, index: int, part: Part,
-                 ttr: float, committed: bytes, pending: bytes) -> None:
-        super().__init__(None)
-        self.topic = topic
-        self.channel = channel
-        self.log_dir = log_dir
-        self.end = end
-        self.index = index
-        self.part = part
-        self.ttr = ttr
-        self.committed = committed
-        self.pending = pending
+    topic: str
+    channel: str
+    log_dir: str
+    end: int
+    index: int
+    part: Part
+    ttr: float
+    committed: bytes
+    pending: bytes
 
     def __repr__(self) -> str:
         return (f"PullPartition({self.topic}/{self.channel} batch {self.end} part {self.index}: "
