@@ -31,8 +31,8 @@ class RecordingStream(trio.abc.Stream):
         payload = bytes(data)
         if self._magic:
             payload, self._magic = payload[4:], False
-        self._reader.feed(payload)
-        while (cmd := self._reader.next_command()) is not None:
+        self._reader.receive_data(payload)
+        while (cmd := self._reader.next_event()) is not None:
             self.log.append((trio.current_time(), cmd.name, cmd.params))
         await self.inner.send_all(data)
 

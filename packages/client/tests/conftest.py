@@ -101,8 +101,8 @@ class FakeConn:
                         break
                     if self.in_codec is not None:
                         data = self.in_codec(data)
-                    reader.feed(data)
-                    while (cmd := reader.next_command()) is not None:
+                    reader.receive_data(data)
+                    while (cmd := reader.next_event()) is not None:
                         self.commands.append((cmd.name, cmd.params, cmd.body))
                         self.server.changed()
                         await self.handle(cmd.name, cmd.params, cmd.body)

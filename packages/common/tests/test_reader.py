@@ -6,6 +6,7 @@ from nsq_common import (
     CommandReader,
     ConnectionAbort,
     ErrorCode,
+    LookupResponseReader,
     ProtocolError,
     commands,
     decode_mpub_body,
@@ -121,13 +122,11 @@ def test_mpub_round_trip(bodies):
     assert decode_mpub_body(commands.mpub_body(bodies), 50, 100000) == bodies
 
 
-def test_the_former_names_are_the_same_methods():
-    # nsqd's TCP edge calls feed / next_command until it moves to the shared vocabulary.
-    assert CommandReader.feed is CommandReader.receive_data
-    assert CommandReader.next_command is CommandReader.next_event
-    r = CommandReader(hook)
-    r.feed(b"NOP\n")
-    assert r.next_command().name == b"NOP"
+def test_the_readers_speak_only_the_shared_vocabulary():
+    # ``feed`` / ``next_command`` / ``next_response`` were the former names; every caller moved.
+    for old in ("feed", "next_command"):
+        assert not hasattr(CommandReader, old)
+    assert not hasattr(LookupResponseReader, "next_response")
 
 
 def parse_with_fins(reader):

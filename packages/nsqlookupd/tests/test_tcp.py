@@ -55,7 +55,7 @@ class Client:
         await self.stream.send_all(data)
 
     async def response(self) -> bytes:
-        while (answer := self.reader.next_response()) is None:
+        while (answer := self.reader.next_event()) is None:
             data = await self.stream.receive_some(65536)
             assert data, "connection closed before a response"
             self.raw += data

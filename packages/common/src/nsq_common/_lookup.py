@@ -390,5 +390,3 @@ class LookupResponseReader(ReceiveBuffer):
             return None
         self._pos = start + size
         return bytes(self._buf[start : self._pos])
-
-    next_response = next_event  # the former name (nsqd's lookup peer still uses it)

@@ -2,8 +2,7 @@
 
 Give it whatever the socket returned (``receive_data``); take commands until ``next_event``
 returns None. Partial reads and pipelined commands both work because nothing is consumed until
-a command is whole. (``feed`` / ``next_command`` are the former names of the two, kept as
-aliases while callers move to the vocabulary every reader in ``nsq_common`` shares.)
+a command is whole.
 
 A command is a line (``NAME param param\\n``, a trailing ``\\r`` stripped, split on single
 spaces). Whether a body follows, and how large it may be, is the server's decision, made by
@@ -190,7 +189,3 @@ class CommandReader(ReceiveBuffer):
         self._pos = pos + size
         self._pending = None
         return Command(name, params, body)
-
-    # The former names (nsqd's TCP edge still uses them).
-    feed = ReceiveBuffer.receive_data
-    next_command = next_event

@@ -147,7 +147,7 @@ class LookupPeer:
         assert self._stream is not None
         with trio.fail_after(IO_TIMEOUT):
             await self._stream.send_all(encode_lookup_command(command))
-            while (reply := self._reader.next_response()) is None:
+            while (reply := self._reader.next_event()) is None:
                 data = await self._stream.receive_some(65536)
                 if not data:
                     raise trio.BrokenResourceError("connection closed by lookupd")
