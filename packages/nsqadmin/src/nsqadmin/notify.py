@@ -22,7 +22,7 @@ from typing import Any
 import attrs
 import httpx
 import trio
-from nsq_common import go_json
+from nsq_common import go_json, join_host_port
 from starlette.requests import Request
 
 log = logging.getLogger("nsqadmin")
@@ -58,7 +58,7 @@ def action_body(action: str, topic: str, channel: str, node: str, request: Reque
     user = basic_auth_user(request)
     if user:
         body["user"] = user
-    body["remote_ip"] = f"{client.host}:{client.port}" if client else ""
+    body["remote_ip"] = join_host_port(client.host, client.port) if client else ""
     body["user_agent"] = request.headers.get("user-agent", "")
     body["url"] = url
     body["via"] = socket.gethostname()

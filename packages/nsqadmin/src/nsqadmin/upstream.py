@@ -34,7 +34,7 @@ from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import attrs
 import httpx
-from nsq_common import ACCEPT_V1
+from nsq_common import ACCEPT_V1, join_host_port
 
 from .options import Options
 
@@ -209,6 +209,5 @@ def _https_url(url: str, body: bytes) -> str | None:
     except (ValueError, KeyError, TypeError):
         return None
     parts = urlsplit(url)
-    host = parts.hostname or ""
-    host = f"[{host}]" if ":" in host else host
-    return urlunsplit(("https", f"{host}:{port}", parts.path, parts.query, ""))
+    return urlunsplit(("https", join_host_port(parts.hostname or "", port), parts.path,
+                       parts.query, ""))

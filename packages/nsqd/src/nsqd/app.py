@@ -27,7 +27,7 @@ import socket
 from typing import TYPE_CHECKING
 
 import trio
-from nsq_common import go_errno_text
+from nsq_common import go_errno_text, join_host_port
 from nsq_serving import ListenError, listen_tcp
 
 from .broker import Broker
@@ -42,12 +42,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("nsqd")
 
 
-def split_address(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    host = host.strip("[]") or "0.0.0.0"
-    return host, int(port)
-
-
 def bind_socket(address: str) -> socket.socket:
     """A non-blocking listening socket; ListenError names the address as Go's nsqd does."""
     sock: socket.socket = listen_tcp(address, 1024)
@@ -57,7 +51,7 @@ def bind_socket(address: str) -> socket.socket:
 
 def _shown(sock: socket.socket) -> str:
     host, port = sock.getsockname()[:2]
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return join_host_port(host, port)
 
 
 def lock_data_path(path: str) -> int:

@@ -37,7 +37,9 @@ from nsq_common import (
     decode_lookupd_info,
     encode_lookup_command,
     is_ephemeral,
+    join_host_port,
     lookup_response_error,
+    split_address,
 )
 
 if TYPE_CHECKING:
@@ -73,11 +75,6 @@ MAX_BACKOFF = 15.0
 #: port or the IDENTIFY answer), a closed stream, an E_ answer (ProtocolError) or a broken one.
 PEER_ERRORS = (OSError, ValueError, trio.TooSlowError, trio.BrokenResourceError,
                trio.ClosedResourceError, ProtocolError, ConnectionAbort)
-
-
-def _host_port(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    return host.strip("[]"), int(port)
 
 
 class LookupPeer:
@@ -117,7 +114,7 @@ class LookupPeer:
                 backoff = min(backoff * 2, MAX_BACKOFF)
 
     async def _connect(self) -> None:
-        host, port = _host_port(self.address)
+        host, port = split_address(self.address)
         with trio.fail_after(IO_TIMEOUT):
             self._stream = await trio.open_tcp_stream(host, port)
         self._reader = LookupResponseReader(self.lookup.broker.opts.max_body_size)
@@ -130,7 +127,7 @@ class LookupPeer:
                 break
         reply = await self._command(self.lookup.identify())
         info = decode_lookupd_info(reply)
-        self.http_address = f"{info.broadcast_address}:{info.http_port}"
+        self.http_address = join_host_port(info.broadcast_address, info.http_port)
         log.info("LOOKUPD(%s): peer info %s", self.address, reply.decode(errors="replace"))
         for command in self.lookup.registrations():
             await self._command(command)

@@ -23,6 +23,7 @@ from nsq_common import (
     ConnectionAbort,
     ProtocolError,
     encode_error,
+    join_host_port,
 )
 
 from .broker import Broker
@@ -49,7 +50,7 @@ def _address(stream: trio.abc.Stream) -> str:
         host, port = stream.socket.getpeername()[:2]
     except OSError:
         return "unknown:0"
-    return f"{host}:{port}"
+    return join_host_port(host, port)
 
 
 class Connection:

@@ -274,6 +274,8 @@ class RegistrationDB:
         count = 0
         for producer in self.find_producers(TOPIC, topic, ""):
             peer = producer.peer
+            # no brackets for IPv6 (not join_host_port): Go's nsqlookupd compares
+            # fmt.Sprintf("%s:%d"), and nsqadmin sends the node in that form
             if f"{peer.broadcast_address}:{peer.http_port}" == node:
                 self.tombstone(producer)
                 count += 1

@@ -31,6 +31,7 @@ from nsq_common import (
     error_json,
     format_go_duration,
     go_json,
+    join_host_port,
     parse_query,
     v1_headers,
 )
@@ -147,7 +148,7 @@ class Router:
         if logged:
             elapsed = format_go_duration(time.perf_counter() - start)
             client = request.scope.get("client")
-            remote = f"{client[0]}:{client[1]}" if client else "-"
+            remote = join_host_port(client[0], client[1]) if client else "-"
             uri = _request_uri(request.scope)
             self.log.info(f"{response.status_code} {request.method} {uri} ({remote}) {elapsed}")
         return response
