@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from nsq_common import go_json, parse_bool
-from nsq_serving import ConnectionCounts
+from nsq_serving import ConnectionCounts, metrics_endpoint
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
@@ -30,7 +30,7 @@ from starlette.routing import Route
 from .secrets_file import SecretStore
 
 if TYPE_CHECKING:
-    from prometheus_client.registry import CollectorRegistry
+    from prometheus_client.registry import Collector
 
 log = logging.getLogger("nsq_auth")
 JSON_TYPE = "application/json; charset=utf-8"
@@ -91,20 +91,16 @@ async def ping(request: Request) -> Response:
 def build_app(store: SecretStore, connections: ConnectionCounts | None = None) -> Starlette:
     """The app; ``connections`` are the server's counts, for ``/metrics``."""
     counts = connections or ConnectionCounts()
-    registry: CollectorRegistry | None = None
 
-    async def metrics(request: Request) -> Response:
-        nonlocal registry
-        from . import metrics  # deferred to the first scrape: see nsq_authd.metrics
+    def collector() -> Collector:
+        from .metrics import AuthCollector  # deferred to the first scrape: see nsq_authd.metrics
 
-        if registry is None:
-            registry = metrics.registry_for(store, counts)
-        return metrics.render(registry)
+        return AuthCollector(store, counts)
 
     app = Starlette(routes=[
         Route("/ping", ping, methods=["GET"]),
         Route("/auth", auth, methods=["GET", "POST"]),
-        Route("/metrics", metrics, methods=["GET"]),
+        Route("/metrics", metrics_endpoint(collector), methods=["GET"]),
     ])
     app.state.store = store
     return app

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import trio
 from nsq_common import format_go_duration
-from nsq_serving import ConnectionCounts
+from nsq_serving import ConnectionCounts, metrics_endpoint
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.gzip import GZipMiddleware
@@ -39,7 +39,7 @@ from .upstream import ClusterError, Upstream, build_client
 from .web import is_api_path, v1_error
 
 if TYPE_CHECKING:
-    from prometheus_client.registry import CollectorRegistry
+    from prometheus_client.registry import Collector
 
 log = logging.getLogger("nsqadmin")
 
@@ -115,20 +115,16 @@ def create_app(options: Options, cluster: ClusterInfo | None = None, *,
                 await http.aclose()
 
     counts = connections or ConnectionCounts()
-    registry: CollectorRegistry | None = None
 
-    async def metrics(request: Request) -> Response:
-        nonlocal registry
-        from . import metrics  # deferred to the first scrape: see nsqadmin.metrics
+    def collector() -> Collector:
+        from .metrics import AdminCollector  # deferred to the first scrape: see nsqadmin.metrics
 
-        if registry is None:
-            registry = metrics.registry_for(options, counts)
-        return metrics.render(registry)
+        return AdminCollector(options, counts)
 
     static_dir = options.dev_static_dir or str(PACKAGE_DIR / "static")
     routes: list[BaseRoute] = [
         Route("/ping", ping, methods=["GET"]),
-        Route("/metrics", metrics, methods=["GET"]),
+        Route("/metrics", metrics_endpoint(collector), methods=["GET"]),
         *views.routes(),
         *graphs.routes(),
         *api.routes(options),

@@ -7,41 +7,20 @@ Trio, the server and logging are imported only once the flags are parsed, so tha
 from __future__ import annotations
 
 import gc
-import platform
-import signal
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 
-from nsq_common import NSQ_VERSION
+from nsq_serving import exit_on, serve_until_signalled, start_logging, version_string
 
 from .errors import NsqdError
 from .options import Options, build_flagset
 
 
-def version_string() -> str:
-    return f"nsqd v{NSQ_VERSION} (built w/python{platform.python_version()})"
-
-
 def parse_options(argv: Sequence[str]) -> Options:
-    values = build_flagset().parse_command_line(argv, version_string())
-    opts = Options.from_values(values)
-    try:
+    opts = Options.from_values(build_flagset().parse_command_line(argv, version_string("nsqd")))
+    with exit_on(ValueError, prefix="[nsqd] "):
         opts.validate()
-    except ValueError as exc:
-        sys.stderr.write(f"[nsqd] FATAL: {exc}\n")
-        raise SystemExit(1) from None
     return opts
-
-
-async def _run(opts: Options, serve: Callable[..., Awaitable[None]]) -> None:
-    import trio
-
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(serve, opts)
-            async for _ in signals:
-                break
-            nursery.cancel_scope.cancel()
 
 
 def tune_gc() -> None:
@@ -55,15 +34,13 @@ def tune_gc() -> None:
 def main(argv: Sequence[str] | None = None) -> None:
     opts = parse_options(sys.argv[1:] if argv is None else argv)
     import trio  # deferred: see the module's docstring
-    from nsq_common import setup_logging
 
     from .app import serve  # before tune_gc, so that gc.freeze() covers the server's modules too
 
     tune_gc()
-    log = setup_logging("nsqd", opts.log_prefix, opts.log_level)
-    log.info(version_string())
+    log = start_logging("nsqd", opts.log_prefix, opts.log_level)
     try:
-        trio.run(_run, opts, serve)
+        trio.run(serve_until_signalled, serve, opts)
     except (Exception, BaseExceptionGroup) as exc:
         for leaf in _leaves(exc):
             if isinstance(leaf, EXPECTED):

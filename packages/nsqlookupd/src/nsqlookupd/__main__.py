@@ -6,37 +6,21 @@ Trio and the server are imported only once the flags are parsed, so that ``--ver
 
 from __future__ import annotations
 
-import platform
 import signal
 import sys
 from collections.abc import Sequence
 from functools import partial
-from typing import TYPE_CHECKING
 
-from nsq_common import NSQ_VERSION, FlagError, exit_with_flag_error
+from nsq_common import FlagError, exit_with_flag_error
+from nsq_serving import serve_until_signalled
+from nsq_serving import version_string as daemon_version
 
 from .logger import Logger
-from .options import ConfigError, Options, flag_set, parse_args
-
-if TYPE_CHECKING:
-    from .app import Listeners
+from .options import ConfigError, flag_set, parse_args
 
 
 def version_string() -> str:
-    return f"nsqlookupd v{NSQ_VERSION} (built w/python{platform.python_version()})"
-
-
-async def _run(options: Options, log: Logger, listeners: Listeners) -> None:
-    import trio  # deferred: see the module's docstring
-
-    from .app import serve
-
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(partial(serve, options, log=log, listeners=listeners))
-            async for _ in signals:  # the first one ends the server, gracefully
-                nursery.cancel_scope.cancel()
-                break
+    return daemon_version("nsqlookupd")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -55,7 +39,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     import trio
     from nsq_serving import ListenError
 
-    from .app import bind_listeners
+    from .app import bind_listeners, serve
 
     log = Logger(options.log_prefix, options.log_level)
     log.info(version_string())
@@ -67,7 +51,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     # Until trio listens for signals itself, both of them mean a quiet exit too.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        trio.run(_run, options, log, listeners)
+        # the first signal ends the server, gracefully
+        trio.run(serve_until_signalled, partial(serve, options, log=log, listeners=listeners))
     except KeyboardInterrupt:
         listeners.close()
 

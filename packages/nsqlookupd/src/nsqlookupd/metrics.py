@@ -4,22 +4,21 @@ Read at scrape time from the registry, with the same rules as the HTTP API: a pr
 counts while ``/nodes`` and ``/lookup`` would show it (heard from within
 ``--inactive-producer-timeout``; ``/lookup``'s also not tombstoned). Registration events are
 counted by the registry as nsqds join and leave registrations, connections by the servers as
-they open and close. Imported on the first scrape (prometheus-client's import is slow).
+they open and close. Imported on the first scrape (prometheus-client's import is slow); the
+pieces every daemon's ``/metrics`` has come from ``nsq_serving``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from nsq_common import NSQ_VERSION
-from nsq_serving import ConnectionCounts
-from prometheus_client import GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR
+from nsq_serving import ConnectionCounts, build_info, connection_metrics, registry_with, render
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 from prometheus_client.registry import Collector, CollectorRegistry
-from starlette.responses import Response
 
 from .registry import CHANNEL, CLIENT, TOPIC, RegistrationDB
+
+__all__ = ["LookupdCollector", "registry_for", "render"]  # render: nsq_serving's, for http_api
 
 
 class LookupdCollector(Collector):
@@ -29,9 +28,7 @@ class LookupdCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         db = self.db
-        info = GaugeMetricFamily("nsq_build_info", "the NSQ version this nsqlookupd speaks",
-                                 labels=["version"])
-        info.add_metric([NSQ_VERSION], 1)
+        info = build_info("the NSQ version this nsqlookupd speaks")
         nodes = [p for p in db.find_producers(CLIENT, "", "")
                  if db.is_active(p, tombstone_lifetime=0)]
         producers = GaugeMetricFamily("nsq_lookupd_producers",
@@ -61,24 +58,10 @@ class LookupdCollector(Collector):
             for category in (CLIENT, TOPIC, CHANNEL):
                 events.add_metric([action, category], db.events.get((action, category), 0))
         yield from (info, producers, topics, channels, per_topic, tombstones, events)
-        for kind, counts in (("tcp", self.tcp), ("http", self.http)):
-            gauge = GaugeMetricFamily(f"nsq_{kind}_connections",
-                                      f"{kind.upper()} connections open")
-            gauge.add_metric([], counts.open)
-            counter = CounterMetricFamily(f"nsq_{kind}_connections_accepted",
-                                          f"{kind.upper()} connections accepted")
-            counter.add_metric([], counts.accepted)
-            yield from (gauge, counter)
+        yield from connection_metrics("tcp", self.tcp)
+        yield from connection_metrics("http", self.http)
 
 
 def registry_for(db: RegistrationDB, tcp: ConnectionCounts, http: ConnectionCounts
                  ) -> CollectorRegistry:
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(LookupdCollector(db, tcp, http))
-    for collector in (PROCESS_COLLECTOR, GC_COLLECTOR, PLATFORM_COLLECTOR):
-        registry.register(collector)
-    return registry
-
-
-def render(registry: CollectorRegistry) -> Response:
-    return Response(generate_latest(registry), media_type=CONTENT_TYPE_PLAIN_0_0_4)
+    return registry_with(LookupdCollector(db, tcp, http))

@@ -1,14 +1,46 @@
-"""HTTP/1.1 for NSQ's daemons on Trio: ``serve_http(app, sockets)``.
+"""HTTP/1.1 for NSQ's daemons on Trio: ``serve_http(app, sockets)``, and what the daemons'
+commands share besides.
 
 One task per connection reads, parses (httptools) and answers its requests in turn. A
 request for a plain route of a Starlette app calls the route's endpoint directly; every other
 request goes to the ASGI app. nsqd, nsqlookupd, nsqadmin and nsq_auth all serve through it,
 on sockets bound by ``listen_tcp`` (which fails in the words of Go's ``net.Listen``).
+
+Also shared by the daemons: start-up (``version_string``, ``exit_on``, ``start_logging``,
+``run_daemon``), one app on one address (``serve_app``) and ``GET /metrics``
+(``metrics_endpoint``; ``build_info``, ``connection_metrics``, ``registry_with`` and
+``render`` for the daemons' collectors).
+
+The names are imported on first use (``nsq_common.lazy_exports``): a command parsing its
+flags loads neither Trio nor prometheus-client.
 """
 
-from ._direct import direct_endpoints
-from ._listen import ListenError, bound_address, listen_tcp, split_host_port
-from ._server import KEEP_ALIVE_TIMEOUT, ConnectionCounts, serve_http
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from nsq_common import lazy_exports
+
+if TYPE_CHECKING:
+    from ._daemon import exit_on, run_daemon, serve_until_signalled, start_logging, version_string
+    from ._direct import direct_endpoints
+    from ._listen import ListenError, bound_address, listen_tcp, split_host_port
+    from ._metrics import build_info, connection_metrics, registry_with, render
+    from ._one_address import serve_app
+    from ._scrape import metrics_endpoint
+    from ._server import KEEP_ALIVE_TIMEOUT, ConnectionCounts, serve_http
 
 __all__ = ["KEEP_ALIVE_TIMEOUT", "ConnectionCounts", "ListenError", "bound_address",
-           "direct_endpoints", "listen_tcp", "serve_http", "split_host_port"]
+           "build_info", "connection_metrics", "direct_endpoints", "exit_on", "listen_tcp",
+           "metrics_endpoint", "registry_with", "render", "run_daemon", "serve_app",
+           "serve_http", "serve_until_signalled", "split_host_port", "start_logging",
+           "version_string"]
+__getattr__ = lazy_exports(__name__, {
+    "KEEP_ALIVE_TIMEOUT": "_server", "ConnectionCounts": "_server", "serve_http": "_server",
+    "ListenError": "_listen", "bound_address": "_listen", "listen_tcp": "_listen",
+    "split_host_port": "_listen", "direct_endpoints": "_direct",
+    "exit_on": "_daemon", "run_daemon": "_daemon", "serve_until_signalled": "_daemon",
+    "start_logging": "_daemon", "version_string": "_daemon", "serve_app": "_one_address",
+    "metrics_endpoint": "_scrape", "build_info": "_metrics",
+    "connection_metrics": "_metrics", "registry_with": "_metrics", "render": "_metrics",
+})

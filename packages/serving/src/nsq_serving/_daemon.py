@@ -1,0 +1,93 @@
+"""A daemon's start-up and run, as NSQ's Go daemons behave: what each command's ``main`` shares.
+
+Flags are parsed before anything heavy is imported, so that ``--version``, ``--help`` and a bad
+flag answer at once (docs/performance.md): Trio and logging are imported here only by the
+functions that run after the flags (``start_logging``, ``serve_until_signalled``,
+``run_daemon``).
+
+    version_string(name)          "nsqd v1.3.0 (built w/python3.12.7)"
+    exit_on(ValueError, ...)      a bad option: "<prefix>FATAL: <why>" on stderr, exit 1
+    start_logging(name, ...)      NSQ's log layout on stderr, the version as the first line
+    run_daemon(name, log, serve)  serve until SIGINT/SIGTERM, exit 1 if the start failed
+"""
+
+from __future__ import annotations
+
+import platform
+import signal
+import sys
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from nsq_common import NSQ_VERSION
+
+if TYPE_CHECKING:
+    import logging
+
+
+def version_string(name: str) -> str:
+    """What ``<name> --version`` prints and the first log line says."""
+    return f"{name} v{NSQ_VERSION} (built w/python{platform.python_version()})"
+
+
+@contextmanager
+def exit_on(*errors: type[Exception], prefix: str, context: str = "") -> Iterator[None]:
+    """Exit 1 with ``<prefix>FATAL: <context><error>`` on stderr if the block raises one of
+    ``errors`` (options checked before logging is set up)."""
+    try:
+        yield
+    except errors as exc:
+        sys.stderr.write(f"{prefix}FATAL: {context}{exc}\n")
+        raise SystemExit(1) from None
+
+
+def start_logging(name: str, prefix: str, level: str) -> logging.Logger:
+    """The logger ``name`` in NSQ's layout (``nsq_common.setup_logging``), having logged the
+    version line every daemon starts with."""
+    from nsq_common import setup_logging
+
+    log = setup_logging(name, prefix, level)
+    log.info(version_string(name))
+    return log
+
+
+async def serve_until_signalled(serve: Callable[..., Awaitable[Any]], *args: Any,
+                                on_hangup: Callable[[], object] | None = None) -> None:
+    """Start ``serve(*args)`` (``nursery.start``) and cancel it at the first SIGINT or SIGTERM.
+    With ``on_hangup``, each SIGHUP calls it instead of ending the daemon."""
+    import trio
+
+    watched = [signal.SIGINT, signal.SIGTERM] + ([signal.SIGHUP] if on_hangup else [])
+    with trio.open_signal_receiver(*watched) as signals:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(serve, *args)
+            async for signum in signals:
+                if on_hangup is None or signum != signal.SIGHUP:
+                    break
+                on_hangup()
+            nursery.cancel_scope.cancel()
+
+
+def run_daemon(name: str, log: logging.Logger, serve: Callable[..., Awaitable[Any]],
+               *args: Any, on_hangup: Callable[[], object] | None = None) -> None:
+    """Run ``serve(*args)`` under Trio until signalled (``serve_until_signalled``), then log
+    ``exiting``. An OSError (a port taken) exits 1 with ``failed to instantiate <name> - ``
+    and the error, as Go's daemons do."""
+    import trio
+
+    try:
+        trio.run(partial(serve_until_signalled, serve, *args, on_hangup=on_hangup))
+    except* OSError as group:
+        log.critical("failed to instantiate %s - %s", name, _first(group))
+        raise SystemExit(1) from None
+    log.info("exiting")
+
+
+def _first(group: BaseExceptionGroup[OSError]) -> BaseException:
+    """The first exception of ``group``, however deeply Trio's nurseries nested it."""
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    return exc
