@@ -16,5 +16,4 @@ if TYPE_CHECKING:
     from .server import serve
 
 __all__ = ["Options", "create_app", "serve"]
-_MODULES = {"Options": "options", "create_app": "app", "serve": "server"}
-__getattr__ = lazy_exports(__name__, _MODULES)
+__getattr__ = lazy_exports(__name__, {"Options": "options", "create_app": "app", "serve": "server"})

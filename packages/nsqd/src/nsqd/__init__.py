@@ -16,5 +16,4 @@ if TYPE_CHECKING:
     from .options import Options
 
 __all__ = ["Broker", "Options", "serve"]
-_MODULES = {"Broker": "broker", "Options": "options", "serve": "app"}
-__getattr__ = lazy_exports(__name__, _MODULES)
+__getattr__ = lazy_exports(__name__, {"Broker": "broker", "Options": "options", "serve": "app"})

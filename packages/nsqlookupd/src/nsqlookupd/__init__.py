@@ -17,5 +17,4 @@ if TYPE_CHECKING:
     from .options import Options
 
 __all__ = ["Addresses", "Options", "serve"]
-_MODULES = {"Addresses": "app", "Options": "options", "serve": "app"}
-__getattr__ = lazy_exports(__name__, _MODULES)
+__getattr__ = lazy_exports(__name__, {"Addresses": "app", "Options": "options", "serve": "app"})
