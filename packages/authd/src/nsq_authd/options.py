@@ -10,20 +10,10 @@ from nsq_common import FlagSet
 LOG_LEVELS = ("debug", "info", "warn", "error", "fatal")
 
 
-def build_flagset() -> FlagSet:
-    fs = FlagSet("nsq_auth")
-    fs.add("version", "bool", False, "print version string")
-    fs.add("http-address", "string", "127.0.0.1:4181", "<addr>:<port> to listen on for HTTP "
-           "clients (nsqd's --auth-http-address)")
-    fs.add("secrets-file", "string", "", "path to the TOML file of secrets (required; read "
-           "again on SIGHUP)")
-    fs.add("log-level", "string", "info", "set log verbosity: debug, info, warn, error, or fatal")
-    fs.add("log-prefix", "string", "[nsq_auth] ", "log message prefix")
-    return fs
-
-
 @attrs.frozen(kw_only=True)
 class Options:
+    """What nsq_auth runs with; the defaults are the flags' (``build_flagset``)."""
+
     http_address: str = "127.0.0.1:4181"
     secrets_file: str = ""
     log_level: str = "info"
@@ -43,3 +33,17 @@ class Options:
         _, sep, port = self.http_address.rpartition(":")
         if not sep or not port.isdigit():
             raise ValueError(f"--http-address ({self.http_address}) - missing port in address")
+
+
+def build_flagset() -> FlagSet:
+    default = Options()
+    fs = FlagSet("nsq_auth")
+    fs.add("version", "bool", False, "print version string")
+    fs.add("http-address", "string", default.http_address, "<addr>:<port> to listen on for HTTP "
+           "clients (nsqd's --auth-http-address)")
+    fs.add("secrets-file", "string", default.secrets_file, "path to the TOML file of secrets "
+           "(required; read again on SIGHUP)")
+    fs.add("log-level", "string", default.log_level,
+           "set log verbosity: debug, info, warn, error, or fatal")
+    fs.add("log-prefix", "string", default.log_prefix, "log message prefix")
+    return fs
