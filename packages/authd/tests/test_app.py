@@ -7,32 +7,15 @@ import pytest
 from nsq_authd import SecretStore, build_app
 from nsq_authd.secrets_file import parse
 
-SECRETS = """
-ttl = 3600
-[[secrets]]
-secret = "s3cret"
-identity = "alice"
-identity_url = "https://example.com/alice"
-[[secrets.authorizations]]
-topic = "orders.*"
-channels = [".*"]
-permissions = ["publish", "subscribe"]
-
-[[secrets]]
-secret = "tls-only"
-identity = "carol"
-require_tls = true
-[[secrets.authorizations]]
-topic = ".*"
-channels = [".*"]
-permissions = ["subscribe"]
-"""
 ACCEPT = {"Accept": "application/vnd.nsq; version=1.0"}
 
 
 @pytest.fixture
-async def client():
-    store = SecretStore("secrets.toml", parse(tomllib.loads(SECRETS)))
+async def client(secret_entry):
+    alice = secret_entry("alice", "orders.*", ["publish", "subscribe"], secret="s3cret",
+                         identity_url="https://example.com/alice")
+    carol = secret_entry("carol", ".*", ["subscribe"], secret="tls-only", require_tls=True)
+    store = SecretStore("secrets.toml", parse(tomllib.loads("ttl = 3600\n" + alice + carol)))
     transport = httpx.ASGITransport(app=build_app(store))
     async with httpx.AsyncClient(transport=transport, base_url="http://auth.test") as http:
         yield http

@@ -14,30 +14,16 @@ from nsq_testing import WireClient, start_daemon
 
 WAIT = 30.0  # seconds: the most any one step may take on a slow, busy machine
 
-SECRETS = """
-[[secrets]]
-secret = "s3cret"
-identity = "alice"
-[[secrets.authorizations]]
-topic = "^orders"
-channels = [".*"]
-permissions = ["publish", "subscribe"]
-"""
-ADDED = """
-[[secrets]]
-secret = "n3w"
-identity = "dave"
-[[secrets.authorizations]]
-topic = ".*"
-channels = [".*"]
-permissions = ["subscribe"]
-"""
+
+@pytest.fixture
+def secrets(secret_entry):
+    return secret_entry("alice", "^orders", ["publish", "subscribe"], secret="s3cret")
 
 
 @pytest.fixture
-def secrets_file(tmp_path):
+def secrets_file(tmp_path, secrets):
     path = tmp_path / "secrets.toml"
-    path.write_text(SECRETS)
+    path.write_text(secrets)
     return path
 
 
@@ -62,10 +48,10 @@ def wait_for(condition, timeout: float = WAIT) -> None:
         time.sleep(0.05)
 
 
-def test_serves_reloads_on_sighup_and_exits_cleanly(authd, secrets_file):
+def test_serves_reloads_on_sighup_and_exits_cleanly(authd, secrets_file, secrets, secret_entry):
     assert httpx.get(f"http://{authd.http_address}/ping", timeout=WAIT).text == "OK"
     assert status(authd, "s3cret") == 200 and status(authd, "n3w") == 403
-    secrets_file.write_text(SECRETS + ADDED)
+    secrets_file.write_text(secrets + secret_entry("dave", ".*", ["subscribe"], secret="n3w"))
     authd.process.send_signal(signal.SIGHUP)
     wait_for(lambda: status(authd, "n3w") == 200)
     secrets_file.write_text("this is not toml [")

@@ -8,38 +8,25 @@ import pytest
 from nsq_authd import Entry, SecretsError
 from nsq_authd.secrets_file import parse
 
-GOOD = """
-ttl = 1800
 
-[[secrets]]
-secret = "s3cret"
-identity = "alice"
-identity_url = "https://example.com/alice"
-[[secrets.authorizations]]
-topic = "orders.*"
-channels = [".*"]
-permissions = ["publish", "subscribe"]
-
-[[secrets]]
-secret_sha256 = "BOB_DIGEST"
-identity = "bob"
-ttl = 60
-require_tls = true
-remote_ips = ["10.0.0.0/8", "::1"]
-common_names = ["bob.example"]
-[[secrets.authorizations]]
-topic = "^metrics$"
-channels = ["^archive$", "^alerts$"]
-permissions = ["subscribe"]
-""".replace("BOB_DIGEST", hashlib.sha256(b"bob-token").hexdigest())
+@pytest.fixture
+def good(secret_entry):
+    """Two secrets: one as written, one as the SHA-256 of its text, with every restriction."""
+    alice = secret_entry("alice", "orders.*", ["publish", "subscribe"], secret="s3cret",
+                         identity_url="https://example.com/alice")
+    bob = secret_entry("bob", "^metrics$", ["subscribe"], channels=["^archive$", "^alerts$"],
+                       secret_sha256=hashlib.sha256(b"bob-token").hexdigest(), ttl=60,
+                       require_tls=True, remote_ips=["10.0.0.0/8", "::1"],
+                       common_names=["bob.example"])
+    return "ttl = 1800\n" + alice + bob
 
 
 def load(text: str):
     return parse(tomllib.loads(text), "secrets.toml")
 
 
-def test_loads_plain_and_hashed_secrets_with_their_ttls():
-    secrets = load(GOOD)
+def test_loads_plain_and_hashed_secrets_with_their_ttls(good):
+    secrets = load(good)
     assert len(secrets) == 2
     alice = secrets.lookup("s3cret")
     assert alice.answer() == {
@@ -52,8 +39,8 @@ def test_loads_plain_and_hashed_secrets_with_their_ttls():
     assert secrets.lookup("s3cre") is None and secrets.lookup("") is None
 
 
-def test_restrictions():
-    bob = load(GOOD).lookup("bob-token")
+def test_restrictions(good):
+    bob = load(good).lookup("bob-token")
     ok = {"remote_ip": "10.1.2.3", "tls": True, "common_name": "bob.example"}
     assert bob.refusal(**ok) is None
     assert bob.refusal(**{**ok, "remote_ip": "::1"}) is None
