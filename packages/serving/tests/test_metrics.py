@@ -33,7 +33,7 @@ class Fixed(Collector):
 def test_shared_families_text() -> None:
     counts = ConnectionCounts()
     counts.open, counts.accepted = 2, 5
-    text = render(registry_with(Fixed(counts))).body.decode()
+    text = bytes(render(registry_with(Fixed(counts))).body).decode()
     assert text.startswith(
         "# HELP nsq_build_info the NSQ version d speaks\n"
         "# TYPE nsq_build_info gauge\n"
