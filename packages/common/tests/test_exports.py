@@ -16,7 +16,8 @@ def test_every_public_name_resolves_to_its_module() -> None:
         if name in eager:
             continue
         module = importlib.import_module(f"nsq_common.{nsq_common._MODULES[name]}")
-        assert value is (module if name == "commands" else getattr(module, name)), name
+        is_module = nsq_common._MODULES[name] == f"_{name}"  # commands, nsqd_stats
+        assert value is (module if is_module else getattr(module, name)), name
     assert set(nsq_common.__all__) <= set(dir(nsq_common))
 
 

@@ -16,6 +16,7 @@ from ._lazy import lazy_exports
 
 if TYPE_CHECKING:  # the names as type checkers see them; at run time see _MODULES below
     from . import _commands as commands
+    from . import _nsqd_stats as nsqd_stats
     from ._buffer import ReceiveBuffer
     from ._errors import NON_FATAL_CODES, ConnectionAbort, ErrorCode, ProtocolError
     from ._frames import (
@@ -200,13 +201,15 @@ __all__ += [
     "TEXT_CONTENT_TYPE", "decode_v1", "error_json", "parse_query", "query_first", "v1_headers",
 ]
 
-# nsqd's /stats as nsqadmin and nsq_stat read it
+# nsqd's /stats: as nsqd writes it (the module nsqd_stats), as nsqadmin and nsq_stat read it
 __all__ += [
     "ChannelStats", "ClientStats", "Latency", "TopicStats", "aggregate_channel", "aggregate_topic",
+    "nsqd_stats",
 ]
 
 
-# Where each name of __all__ lives (``commands`` is the module _commands itself).
+# Where each name of __all__ lives (``commands`` and ``nsqd_stats`` are the modules _commands
+# and _nsqd_stats themselves).
 _EXPORTS = {
     "_commands": "commands",
     "_errors": "NON_FATAL_CODES ConnectionAbort ErrorCode ProtocolError",
@@ -240,6 +243,7 @@ _EXPORTS = {
     ),
     "_mpub": "MpubPrefixCheck decode_mpub_body",
     "_names": "EPHEMERAL_SUFFIX is_ephemeral is_valid_channel_name is_valid_name is_valid_topic_name",
+    "_nsqd_stats": "nsqd_stats",
     "_reader": "MAX_LINE_LENGTH BodySpec Command CommandReader",
     "_stats": "ChannelStats ClientStats Latency TopicStats aggregate_channel aggregate_topic",
 }

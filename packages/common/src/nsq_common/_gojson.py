@@ -50,6 +50,10 @@ class GoKind(enum.Enum):
     INT32 = "int32"
     INT64 = "int64"  # Go's int on the 64-bit platforms NSQ runs on
 
+    @property
+    def zero(self) -> Any:
+        return _ZERO[self]
+
 
 _ZERO: dict[GoKind, Any] = {GoKind.STRING: "", GoKind.BOOL: False, GoKind.INT32: 0,
                             GoKind.INT64: 0}

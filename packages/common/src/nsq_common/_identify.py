@@ -11,38 +11,42 @@ All durations on this wire are milliseconds.
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 
 from ._errors import ErrorCode, ProtocolError
 from ._gojson import GoKind, decode_go_struct, go_json
 
-# nsqd's identifyDataV2 as Go declares it (long_id and short_id, of clients before 1.0, are
-# decoded for their type and dropped).
-_FIELDS = {
-    "client_id": GoKind.STRING, "hostname": GoKind.STRING, "heartbeat_interval": GoKind.INT64,
-    "output_buffer_size": GoKind.INT64, "output_buffer_timeout": GoKind.INT64,
-    "feature_negotiation": GoKind.BOOL, "tls_v1": GoKind.BOOL, "deflate": GoKind.BOOL,
-    "deflate_level": GoKind.INT64, "snappy": GoKind.BOOL, "sample_rate": GoKind.INT32,
-    "user_agent": GoKind.STRING, "msg_timeout": GoKind.INT64, "long_id": GoKind.STRING,
-    "short_id": GoKind.STRING,
-}
+
+def _go(kind: GoKind) -> Any:
+    """A field of nsqd's identifyDataV2: its Go type, and that type's zero value."""
+    return attrs.field(default=kind.zero, metadata={"go": kind})
 
 
 @attrs.frozen
 class IdentifyRequest:
-    client_id: str = ""
-    hostname: str = ""
-    user_agent: str = ""
-    feature_negotiation: bool = False
-    heartbeat_interval: int = 0
-    output_buffer_size: int = 0
-    output_buffer_timeout: int = 0
-    tls_v1: bool = False
-    snappy: bool = False
-    deflate: bool = False
-    deflate_level: int = 0
-    sample_rate: int = 0
-    msg_timeout: int = 0
+    """The IDENTIFY body: nsqd's identifyDataV2, each field with the Go type it is decoded as."""
+
+    client_id: str = _go(GoKind.STRING)
+    hostname: str = _go(GoKind.STRING)
+    user_agent: str = _go(GoKind.STRING)
+    feature_negotiation: bool = _go(GoKind.BOOL)
+    heartbeat_interval: int = _go(GoKind.INT64)
+    output_buffer_size: int = _go(GoKind.INT64)
+    output_buffer_timeout: int = _go(GoKind.INT64)
+    tls_v1: bool = _go(GoKind.BOOL)
+    snappy: bool = _go(GoKind.BOOL)
+    deflate: bool = _go(GoKind.BOOL)
+    deflate_level: int = _go(GoKind.INT64)
+    sample_rate: int = _go(GoKind.INT32)
+    msg_timeout: int = _go(GoKind.INT64)
+
+
+# What decode_go_struct fills: the request's fields, and long_id and short_id (of clients
+# before 1.0), decoded for their type and dropped.
+_FIELDS = {f.name: f.metadata["go"] for f in attrs.fields(IdentifyRequest)} | {
+    "long_id": GoKind.STRING, "short_id": GoKind.STRING}
 
 
 def decode_identify(body: bytes) -> IdentifyRequest:

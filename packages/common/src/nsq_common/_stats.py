@@ -2,12 +2,14 @@
 that read it use it: nsqadmin's pages and JSON API, nsq_stat's totals (Go's
 internal/clusterinfo/types.go, NSQ 1.3.0 shapes, which both Go tools share).
 
-Each nsqd's reply becomes per-node values (``node`` = that nsqd's HTTP address, ``hostname``
-its own); ``memory_depth`` is ``depth - backend_depth``, as clusterinfo derives it. The
-``aggregate_*`` functions sum values across nodes into one whose ``node`` is ``*`` and whose
-``nodes`` lists the per-node parts (clusterinfo's ``Add``). ``to_json`` writes nsqadmin's JSON
-API field order. Missing keys read as zero values (an older nsqd, or one without the job
-features: ``expired_count``, ``dead_letter_count``, ``message_ttl``)::
+Each nsqd's reply is read with nsqd's own shapes (``_nsqd_stats``, which nsqd writes with:
+the same names, and zero values for missing keys, as from an older nsqd or one without the
+job features: ``expired_count``, ``dead_letter_count``, ``message_ttl``), then becomes
+per-node values (``node`` = that nsqd's HTTP address, ``hostname`` its own) with the fields
+of the same name copied; ``memory_depth`` is ``depth - backend_depth``, as clusterinfo
+derives it. The ``aggregate_*`` functions sum values across nodes into one whose ``node`` is
+``*`` and whose ``nodes`` lists the per-node parts (clusterinfo's ``Add``). ``to_json`` writes
+nsqadmin's JSON API field order::
 
     {"topics": [{"topic_name": "t", "depth": 3, "backend_depth": 1, "message_count": 9,
                  "paused": false, "e2e_processing_latency": {"count": 0, "percentiles": null},
@@ -21,11 +23,15 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
+from attrs import AttrsInstance
+
+from . import _nsqd_stats as nsqd
 
 _NS = 1_000_000_000
+_T = TypeVar("_T", bound=AttrsInstance)
 
 
 @attrs.frozen
@@ -110,30 +116,24 @@ class ClientStats:
 
     @classmethod
     def parse(cls, raw: dict[str, Any], node: str, now: float | None = None) -> ClientStats:
+        return cls.from_nsqd(nsqd.ClientStats.from_json(raw), node, now)
+
+    @classmethod
+    def from_nsqd(cls, client: nsqd.ClientStats, node: str, now: float | None = None
+                  ) -> ClientStats:
         now = int(time.time() if now is None else now)
-        connect_ts = int(raw.get("connect_ts", 0))
-        return cls(
-            node=node, remote_address=str(raw.get("remote_address", "")),
-            version=str(raw.get("version", "")), client_id=str(raw.get("client_id", "")),
-            hostname=str(raw.get("hostname", "")), user_agent=str(raw.get("user_agent", "")),
-            connect_ts=connect_ts, connected=(now - connect_ts) * _NS,
-            in_flight_count=int(raw.get("in_flight_count", 0)),
-            ready_count=int(raw.get("ready_count", 0)),
-            finish_count=int(raw.get("finish_count", 0)),
-            requeue_count=int(raw.get("requeue_count", 0)),
-            message_count=int(raw.get("message_count", 0)),
-            sample_rate=int(raw.get("sample_rate", 0)), deflate=bool(raw.get("deflate")),
-            snappy=bool(raw.get("snappy")), authed=bool(raw.get("authed")),
-            auth_identity=str(raw.get("auth_identity", "")),
-            auth_identity_url=str(raw.get("auth_identity_url", "")), tls=bool(raw.get("tls")),
-            tls_cipher_suite=str(raw.get("tls_cipher_suite", "")),
-            tls_version=str(raw.get("tls_version", "")),
-            tls_negotiated_protocol=str(raw.get("tls_negotiated_protocol", "")),
-            tls_negotiated_protocol_is_mutual=bool(raw.get("tls_negotiated_protocol_is_mutual")),
-        )
+        return _from_nsqd(cls, client, node=node, connected=(now - client.connect_ts) * _NS)
 
     def to_json(self) -> dict[str, Any]:
         return attrs.asdict(self)
+
+
+def _from_nsqd(cls: type[_T], shape: AttrsInstance, **derived: Any) -> _T:
+    """``cls`` with the fields it shares with nsqd's ``shape`` copied, and the ``derived``
+    ones (the rest: nsqd's own, as ``state`` and ``pub_counts``, are not kept)."""
+    theirs = attrs.fields_dict(type(shape))
+    return cls(**{f.name: getattr(shape, f.name) for f in attrs.fields(cls)
+                  if f.name in theirs and f.name not in derived}, **derived)
 
 
 def _sum(items: Iterable[Any], name: str) -> int:
@@ -172,25 +172,18 @@ class ChannelStats:
     @classmethod
     def parse(cls, raw: dict[str, Any], node: str, hostname: str, topic: str,
               now: float | None = None) -> ChannelStats:
-        depth, backend = int(raw.get("depth", 0)), int(raw.get("backend_depth", 0))
-        clients = raw.get("clients")
-        return cls(
-            node=node, hostname=hostname, topic_name=topic,
-            channel_name=str(raw.get("channel_name", "")), depth=depth,
-            memory_depth=depth - backend, backend_depth=backend,
-            in_flight_count=int(raw.get("in_flight_count", 0)),
-            deferred_count=int(raw.get("deferred_count", 0)),
-            requeue_count=int(raw.get("requeue_count", 0)),
-            timeout_count=int(raw.get("timeout_count", 0)),
-            message_count=int(raw.get("message_count", 0)),
-            client_count=int(raw.get("client_count", 0)),
+        return cls.from_nsqd(nsqd.ChannelStats.from_json(raw), node, hostname, topic, now)
+
+    @classmethod
+    def from_nsqd(cls, channel: nsqd.ChannelStats, node: str, hostname: str, topic: str,
+                  now: float | None = None) -> ChannelStats:
+        clients = channel.clients
+        return _from_nsqd(
+            cls, channel, node=node, hostname=hostname, topic_name=topic,
+            memory_depth=channel.depth - channel.backend_depth,
             clients=None if clients is None else tuple(
-                ClientStats.parse(c, node, now) for c in clients),
-            paused=bool(raw.get("paused")),
-            e2e_processing_latency=Latency.parse(raw.get("e2e_processing_latency")),
-            expired_count=int(raw.get("expired_count", 0)),
-            dead_letter_count=int(raw.get("dead_letter_count", 0)),
-        )
+                ClientStats.from_nsqd(c, node, now) for c in clients),
+            e2e_processing_latency=Latency.parse(channel.e2e_processing_latency))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -249,18 +242,13 @@ class TopicStats:
     @classmethod
     def parse(cls, raw: dict[str, Any], node: str, hostname: str,
               now: float | None = None) -> TopicStats:
-        name = str(raw.get("topic_name", ""))
-        depth, backend = int(raw.get("depth", 0)), int(raw.get("backend_depth", 0))
-        channels = tuple(ChannelStats.parse(c, node, hostname, name, now)
-                         for c in raw.get("channels") or ())
-        return cls(
-            node=node, hostname=hostname, topic_name=name, depth=depth,
-            memory_depth=depth - backend, backend_depth=backend,
-            message_count=int(raw.get("message_count", 0)), channels=channels,
-            paused=bool(raw.get("paused")),
-            e2e_processing_latency=Latency.parse(raw.get("e2e_processing_latency")),
-            message_ttl=int(raw.get("message_ttl", 0)),
-        )
+        topic = nsqd.TopicStats.from_json(raw)
+        return _from_nsqd(
+            cls, topic, node=node, hostname=hostname,
+            memory_depth=topic.depth - topic.backend_depth,
+            channels=tuple(ChannelStats.from_nsqd(c, node, hostname, topic.topic_name, now)
+                           for c in topic.channels),
+            e2e_processing_latency=Latency.parse(topic.e2e_processing_latency))
 
     @property
     def channel_names(self) -> list[str]:

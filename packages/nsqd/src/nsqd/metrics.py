@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 from weakref import WeakKeyDictionary
 
-from nsq_common import NSQ_VERSION
+from nsq_common import NSQ_VERSION, nsqd_stats
 from prometheus_client import GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
@@ -113,26 +113,26 @@ class NsqdCollector(Collector):
             doc = topic_stats(topic, None, include_clients=False)
             labels = [name]
             _add_depths(t, labels, doc)
-            t["messages"].add_metric(labels, doc["message_count"])
-            t["bytes"].add_metric(labels, doc["message_bytes"])
-            t["paused"].add_metric(labels, int(doc["paused"]))
-            t["channels"].add_metric(labels, len(doc["channels"]))
+            t["messages"].add_metric(labels, doc.message_count)
+            t["bytes"].add_metric(labels, doc.message_bytes)
+            t["paused"].add_metric(labels, int(doc.paused))
+            t["channels"].add_metric(labels, len(doc.channels))
             _add_quantiles(t["e2e"], {"topic": name}, doc)
             _add_disk(disk, [name, ""], topic.backlog.disk)
-            for ch in doc["channels"]:
-                labels = [name, ch["channel_name"]]
+            for ch in doc.channels:
+                labels = [name, ch.channel_name]
                 _add_depths(c, labels, ch)
-                c["in_flight"].add_metric(labels, ch["in_flight_count"])
-                c["deferred"].add_metric(labels, ch["deferred_count"])
-                c["messages"].add_metric(labels, ch["message_count"])
-                c["requeued"].add_metric(labels, ch["requeue_count"])
-                c["timed_out"].add_metric(labels, ch["timeout_count"])
-                c["expired"].add_metric(labels, ch["expired_count"])
-                c["dead"].add_metric(labels, ch["dead_letter_count"])
-                c["clients"].add_metric(labels, ch["client_count"])
-                c["paused"].add_metric(labels, int(ch["paused"]))
-                _add_quantiles(c["e2e"], {"topic": name, "channel": ch["channel_name"]}, ch)
-                channel = topic.channels.get(ch["channel_name"])
+                c["in_flight"].add_metric(labels, ch.in_flight_count)
+                c["deferred"].add_metric(labels, ch.deferred_count)
+                c["messages"].add_metric(labels, ch.message_count)
+                c["requeued"].add_metric(labels, ch.requeue_count)
+                c["timed_out"].add_metric(labels, ch.timeout_count)
+                c["expired"].add_metric(labels, ch.expired_count)
+                c["dead"].add_metric(labels, ch.dead_letter_count)
+                c["clients"].add_metric(labels, ch.client_count)
+                c["paused"].add_metric(labels, int(ch.paused))
+                _add_quantiles(c["e2e"], {"topic": name, "channel": ch.channel_name}, ch)
+                channel = topic.channels.get(ch.channel_name)
                 _add_disk(disk, labels, channel.backlog.disk if channel else None)
         yield from (*t.values(), *c.values(), *disk.values())
 
@@ -154,16 +154,18 @@ def http_connection_metrics(open_now: int, accepted: int) -> tuple[Metric, Metri
     return gauge, counter
 
 
-def _add_depths(families: dict[str, _Family], labels: list[str], doc: dict[str, Any]) -> None:
-    for key, value in (("depth", doc["depth"]), ("disk", doc["backend_depth"]),
-                       ("memory", doc["depth"] - doc["backend_depth"])):
+def _add_depths(families: dict[str, _Family], labels: list[str],
+                doc: nsqd_stats.TopicStats | nsqd_stats.ChannelStats) -> None:
+    for key, value in (("depth", doc.depth), ("disk", doc.backend_depth),
+                       ("memory", doc.depth - doc.backend_depth)):
         families[key].add_metric(labels, value)
 
 
-def _add_quantiles(family: Metric, labels: dict[str, str], doc: dict[str, Any]) -> None:
+def _add_quantiles(family: Metric, labels: dict[str, str],
+                   doc: nsqd_stats.TopicStats | nsqd_stats.ChannelStats) -> None:
     """A summary's quantiles only: like the quantiles, a ``_count`` and ``_sum`` would have
     to be added up on every FIN, and /stats has no such totals (its count is the window's)."""
-    for p in doc["e2e_processing_latency"]["percentiles"] or []:
+    for p in doc.e2e_processing_latency["percentiles"] or []:
         family.add_sample(family.name, {**labels, "quantile": repr(float(p["quantile"]))},
                           p["value"] / 1e9)
 

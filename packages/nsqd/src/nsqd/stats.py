@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
-from nsq_common import NSQ_VERSION, format_go_duration
+from nsq_common import NSQ_VERSION, format_go_duration, nsqd_stats
 
 from .channel import Channel
 from .client import Client
@@ -42,86 +42,52 @@ def _e2e(channels: list[Channel]) -> dict[str, Any]:
     return summary(c.e2e for c in channels if c.e2e is not None)
 
 
-def client_stats(client: Client, topic_filter: str | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "client_id": client.client_id,
-        "hostname": client.hostname,
-        "version": "V2",
-        "remote_address": client.remote_address,
-        "state": int(client.state),
-        "ready_count": client.rdy,
-        "in_flight_count": client.in_flight,
-        "message_count": client.message_count,
-        "finish_count": client.finish_count,
-        "requeue_count": client.requeue_count,
-        "connect_ts": client.connect_ts,
-        "sample_rate": client.sample_rate,
-        "deflate": client.deflate,
-        "snappy": client.snappy,
-        "user_agent": client.user_agent,
-    }
-    if client.auth is not None:
-        out["authed"] = True
-        if client.auth.identity:
-            out["auth_identity"] = client.auth.identity
-        if client.auth.identity_url:
-            out["auth_identity_url"] = client.auth.identity_url
-    counts = [{"topic": t, "count": n} for t, n in sorted(client.pub_counts.items())
-              if topic_filter is None or t == topic_filter]
-    if counts:
-        out["pub_counts"] = counts
-    out.update({
-        "tls": client.tls,
-        "tls_cipher_suite": client.tls_cipher_suite,
-        "tls_version": client.tls_version,
-        "tls_negotiated_protocol": "",
-        "tls_negotiated_protocol_is_mutual": False,
-    })
-    return out
+def client_stats(client: Client, topic_filter: str | None = None) -> nsqd_stats.ClientStats:
+    auth = client.auth
+    return nsqd_stats.ClientStats(
+        client_id=client.client_id, hostname=client.hostname, version="V2",
+        remote_address=client.remote_address, state=int(client.state), ready_count=client.rdy,
+        in_flight_count=client.in_flight, message_count=client.message_count,
+        finish_count=client.finish_count, requeue_count=client.requeue_count,
+        connect_ts=client.connect_ts, sample_rate=client.sample_rate, deflate=client.deflate,
+        snappy=client.snappy, user_agent=client.user_agent, authed=auth is not None,
+        auth_identity=auth.identity if auth else "",
+        auth_identity_url=auth.identity_url if auth else "",
+        pub_counts=tuple(nsqd_stats.PubCount(t, n) for t, n in sorted(client.pub_counts.items())
+                         if topic_filter is None or t == topic_filter),
+        tls=client.tls, tls_cipher_suite=client.tls_cipher_suite, tls_version=client.tls_version,
+        tls_negotiated_protocol="", tls_negotiated_protocol_is_mutual=False,
+    )
 
 
-def channel_stats(channel: Channel, include_clients: bool) -> dict[str, Any]:
+def channel_stats(channel: Channel, include_clients: bool) -> nsqd_stats.ChannelStats:
     # (a channel's consumers are Clients; the isinstance only tells the type checker so)
-    clients = ([client_stats(c) for c in channel.clients.values() if isinstance(c, Client)]
+    clients = (tuple(client_stats(c) for c in channel.clients.values() if isinstance(c, Client))
                if include_clients else None)
-    return {
-        "channel_name": channel.name,
-        "depth": channel.depth,
-        "backend_depth": channel.backend_depth,
-        "in_flight_count": len(channel.in_flight),
-        "deferred_count": len(channel.deferred),
-        "message_count": channel.message_count,
-        "requeue_count": channel.requeue_count,
-        "timeout_count": channel.timeout_count,
-        "client_count": len(channel.clients),
-        "clients": clients,
-        "paused": channel.paused,
-        "e2e_processing_latency": _e2e([channel]),
-        # beyond NSQ, after Go's keys
-        "expired_count": channel.expired_count,
-        "dead_letter_count": channel.dead_letter_count,
-    }
+    return nsqd_stats.ChannelStats(
+        channel_name=channel.name, depth=channel.depth, backend_depth=channel.backend_depth,
+        in_flight_count=len(channel.in_flight), deferred_count=len(channel.deferred),
+        message_count=channel.message_count, requeue_count=channel.requeue_count,
+        timeout_count=channel.timeout_count, client_count=len(channel.clients),
+        clients=clients, paused=channel.paused, e2e_processing_latency=_e2e([channel]),
+        expired_count=channel.expired_count, dead_letter_count=channel.dead_letter_count,
+    )
 
 
 def topic_stats(topic: Topic, channel_filter: str | None, include_clients: bool
-                ) -> dict[str, Any]:
-    channels = [channel_stats(c, include_clients) for name, c in sorted(topic.channels.items())
-                if channel_filter is None or name == channel_filter]
-    return {
-        "topic_name": topic.name,
-        "channels": channels,
-        "depth": topic.depth,
-        "backend_depth": topic.backend_depth,
-        "message_count": topic.message_count,
-        "message_bytes": topic.message_bytes,
-        "paused": topic.paused,
-        "e2e_processing_latency": _e2e(list(topic.channels.values())),
-        # beyond NSQ, after Go's keys
-        "message_ttl": topic.message_ttl,
-    }
+                ) -> nsqd_stats.TopicStats:
+    channels = tuple(channel_stats(c, include_clients) for name, c in sorted(topic.channels.items())
+                     if channel_filter is None or name == channel_filter)
+    return nsqd_stats.TopicStats(
+        topic_name=topic.name, channels=channels, depth=topic.depth,
+        backend_depth=topic.backend_depth, message_count=topic.message_count,
+        message_bytes=topic.message_bytes, paused=topic.paused,
+        e2e_processing_latency=_e2e(list(topic.channels.values())),
+        message_ttl=topic.message_ttl,
+    )
 
 
-def memory_stats() -> dict[str, int]:
+def memory_stats() -> nsqd_stats.MemoryStats:
     """Go runtime figures have no Python twin; these are the nearest honest ones:
     allocated blocks for heap_objects, resident bytes for heap_in_use_bytes, GC runs."""
     try:
@@ -129,23 +95,16 @@ def memory_stats() -> dict[str, int]:
             rss = int(fh.read().split()[1]) * resource.getpagesize()
     except OSError:
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return {
-        "heap_objects": sys.getallocatedblocks(),
-        "heap_idle_bytes": 0,
-        "heap_in_use_bytes": rss,
-        "heap_released_bytes": 0,
-        "gc_pause_usec_100": 0,
-        "gc_pause_usec_99": 0,
-        "gc_pause_usec_95": 0,
-        "next_gc_bytes": 0,
-        "gc_total_runs": sum(g["collections"] for g in gc.get_stats()),
-    }
+    return nsqd_stats.MemoryStats(
+        heap_objects=sys.getallocatedblocks(), heap_idle_bytes=0, heap_in_use_bytes=rss,
+        heap_released_bytes=0, gc_pause_usec_100=0, gc_pause_usec_99=0, gc_pause_usec_95=0,
+        next_gc_bytes=0, gc_total_runs=sum(g["collections"] for g in gc.get_stats()))
 
 
 def stats(broker: StatsSource, *, topic: str | None = None, channel: str | None = None,
           include_clients: bool = True, include_mem: bool = True) -> dict[str, Any]:
     """The /stats?format=json document."""
-    topics: list[dict[str, Any]] | None
+    topics: tuple[nsqd_stats.TopicStats, ...] | None
     if topic is not None and topic not in broker.topics:
         topics = None
     else:
@@ -153,22 +112,16 @@ def stats(broker: StatsSource, *, topic: str | None = None, channel: str | None 
                     if topic is None or name == topic]
         if channel is not None:
             selected = [t for t in selected if channel in t.channels]
-        topics = [topic_stats(t, channel, include_clients) for t in selected]
-    producers: list[dict[str, Any]] | None = None
+        topics = tuple(topic_stats(t, channel, include_clients) for t in selected)
+    producers: tuple[nsqd_stats.ClientStats, ...] | None = None
     if include_clients and topics is not None:
-        pubs = [client_stats(c, topic) for c in broker.clients.values() if c.pub_counts
-                and (topic is None or topic in c.pub_counts)]
+        pubs = tuple(client_stats(c, topic) for c in broker.clients.values() if c.pub_counts
+                     and (topic is None or topic in c.pub_counts))
         producers = pubs or None
-    doc: dict[str, Any] = {
-        "version": NSQ_VERSION,
-        "health": broker.health,
-        "start_time": broker.start_time,
-        "topics": topics,
-    }
-    if include_mem:
-        doc["memory"] = memory_stats()
-    doc["producers"] = producers
-    return doc
+    return nsqd_stats.Stats(
+        version=NSQ_VERSION, health=broker.health, start_time=broker.start_time, topics=topics,
+        memory=memory_stats() if include_mem else None, producers=producers,
+    ).to_json()
 
 
 def _e2e_text(obj: dict[str, Any]) -> str:

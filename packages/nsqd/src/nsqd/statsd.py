@@ -8,7 +8,6 @@ and colons made underscores), ending in a dot. Lines are packed into datagrams o
 
 from __future__ import annotations
 
-import gc
 import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Protocol
@@ -87,10 +86,11 @@ def collect(broker: StatsdSource, state: StatsdState, key_prefix: str) -> list[s
             gauge(f"{c}.clients", len(channel.clients))
     if opts.statsd_mem_stats:
         mem = memory_stats()
-        for key in ("heap_objects", "heap_idle_bytes", "heap_in_use_bytes", "heap_released_bytes",
-                    "gc_pause_usec_100", "gc_pause_usec_99", "gc_pause_usec_95", "next_gc_bytes"):
-            gauge(f"mem.{key}", mem[key])
-        runs = sum(g["collections"] for g in gc.get_stats())
+        # every figure of /stats's memory as a gauge but the GC runs, sent as a counter
+        for key, value in mem.to_json().items():
+            if key != "gc_total_runs":
+                gauge(f"mem.{key}", value)
+        runs = mem.gc_total_runs
         lines.append(f"{key_prefix}mem.gc_runs:{max(0, runs - state.gc_runs)}|c")
         state.gc_runs = runs
     return lines
