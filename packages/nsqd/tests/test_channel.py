@@ -1,8 +1,12 @@
 """Channel and topic logic with explicit times and fake clients: no sockets, memory queues only."""
 
+from collections import deque
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from nsq_common import MESSAGE_HEADER
+from nsqd.backlog import WaitingQueue, new_records
 from nsqd.channel import Channel, spread
 from nsqd.client import Client
 from nsqd.errors import NotInFlight, NotOwner
@@ -36,19 +40,25 @@ def messages(n: int) -> list[QueuedMessage]:
     return [QueuedMessage(b"%016x" % i, b"body%d" % i, 0) for i in range(n)]
 
 
+async def channel_with(owner: Owner, *clients: Client, queued: int, name: str = "c",
+                       max_msg_timeout: float = 900) -> Channel:
+    """A channel with ``clients`` subscribed, ``queued`` messages put and one pump done."""
+    ch = Channel("t", name, owner, max_msg_timeout=max_msg_timeout)
+    for client in clients:
+        ch.add_client(client)
+    await ch.put(messages(queued), now=0.0)
+    ch.pump(0.0)
+    return ch
+
+
 def delivered(client: Client) -> int:
     data = client.output.take()
     return data.count(b"body")
 
 
 async def test_rdy_window_and_spread():
-    owner = Owner()
-    ch = Channel("t", "c", owner, max_msg_timeout=900)
     a, b = make_client(1, 3), make_client(2, 3)
-    ch.add_client(a)
-    ch.add_client(b)
-    await ch.put(messages(10), now=0.0)
-    ch.pump(0.0)
+    ch = await channel_with(Owner(), a, b, queued=10)
     assert (a.in_flight, b.in_flight) == (3, 3)
     assert ch.depth == 4 and len(ch.in_flight) == 6
     assert delivered(a) == 3 and delivered(b) == 3
@@ -57,13 +67,8 @@ async def test_rdy_window_and_spread():
 async def test_one_pump_fills_every_window_it_can():
     # A small window beside a big one: the big one takes what the small one cannot, in the
     # same pump, rather than leaving it queued until some FIN or timeout wakes the channel.
-    owner = Owner()
-    ch = Channel("t", "c", owner, max_msg_timeout=900)
     a, b = make_client(1, 1), make_client(2, 100)
-    ch.add_client(a)
-    ch.add_client(b)
-    await ch.put(messages(101), now=0.0)
-    ch.pump(0.0)
+    ch = await channel_with(Owner(), a, b, queued=101)
     assert (a.in_flight, b.in_flight) == (1, 100)
     assert ch.depth == 0 and delivered(a) == 1 and delivered(b) == 100
 
@@ -71,13 +76,8 @@ async def test_one_pump_fills_every_window_it_can():
 @settings(deadline=None)  # examples are timed in wall-clock time: a busy machine breaks that
 @given(st.lists(st.integers(0, 50), min_size=1, max_size=6), st.integers(0, 400))
 async def test_after_a_pump_nothing_waits_for_a_ready_client(windows, queued):
-    owner = Owner()
-    ch = Channel("t", "c", owner, max_msg_timeout=900)
     clients = [make_client(i, rdy) for i, rdy in enumerate(windows, 1)]
-    for client in clients:
-        ch.add_client(client)
-    await ch.put(messages(queued), now=0.0)
-    ch.pump(0.0)
+    ch = await channel_with(Owner(), *clients, queued=queued)
     assert ch.depth == 0 or all(c.ready_slots() == 0 for c in clients)
     assert sum(c.in_flight for c in clients) == min(queued, sum(windows))
     assert all(c.in_flight <= c.rdy for c in clients)
@@ -97,12 +97,8 @@ def test_spread_gives_every_message_a_client_evenly(slots, data):
 
 
 async def test_fin_req_touch_and_timeouts():
-    owner = Owner()
-    ch = Channel("t", "c", owner, max_msg_timeout=5.0)
     a = make_client(1, 10, msg_timeout=2.0)
-    ch.add_client(a)
-    await ch.put(messages(3), now=0.0)
-    ch.pump(0.0)
+    ch = await channel_with(Owner(), a, queued=3, max_msg_timeout=5.0)
     m0, m1, m2 = (b"%016x" % i for i in range(3))
     ch.finish(a, m0)
     with pytest.raises(NotInFlight, match=r"^ID not in flight$"):
@@ -121,24 +117,16 @@ async def test_fin_req_touch_and_timeouts():
 
 
 async def test_other_client_cannot_answer():
-    owner = Owner()
-    ch = Channel("t", "c", owner, max_msg_timeout=900)
     a, b = make_client(1, 1), make_client(2, 0)
-    ch.add_client(a)
-    ch.add_client(b)
-    await ch.put(messages(1), now=0.0)
-    ch.pump(0.0)
+    ch = await channel_with(Owner(), a, b, queued=1)
     with pytest.raises(NotOwner, match=r"^client does not own message$"):
         ch.finish(b, b"%016x" % 0)
 
 
 async def test_remove_client_requeues_its_messages_and_ephemeral_goes():
     owner = Owner()
-    ch = Channel("t", "c#ephemeral", owner, max_msg_timeout=900)
     a = make_client(1, 5)
-    ch.add_client(a)
-    await ch.put(messages(2), now=0.0)
-    ch.pump(0.0)
+    ch = await channel_with(owner, a, queued=2, name="c#ephemeral")
     ch.remove_client(a)
     assert ch.depth == 2 and len(ch.in_flight) == 0
     assert owner.emptied == [ch]
@@ -173,18 +161,59 @@ async def test_topic_fans_out_copies_and_holds_without_channels():
     topic.add_channel(two)
     await topic.put(messages(1))
     assert one.depth == 3 and two.depth == 1
-    a, b = one.backlog.memory[-1], two.backlog.memory[-1]
+    a, b = list(one.backlog.memory)[-1], list(two.backlog.memory)[-1]
     assert a is not b and a.id == b.id
 
 
-async def test_sampling_drops_about_the_rest():
+async def test_records_are_shared_by_the_channels_and_delivered_as_messages():
     owner = Owner()
-    ch = Channel("t", "c", owner, max_msg_timeout=900)
+    topic = Topic("t", clock=lambda: 0.0)
+    records = new_records([b"x", b"%s", b"y" * 300], 0x1234, 77)
+    assert records[1] == MESSAGE_HEADER.pack(77, 0) + b"0000000000001235%s"
+    await topic.put_records(records)  # no channel yet: held by the topic
+    assert topic.depth == 3 and topic.message_bytes == 303
+    one, two = (Channel("t", name, owner, max_msg_timeout=900) for name in ("one", "two"))
+    topic.add_channel(one)
+    topic.add_channel(two)
+    await topic._fan_out_records(topic.backlog.take_waiting(10))
+    assert [w is r for w, r in zip(one.backlog.memory, two.backlog.memory, strict=True)] == [True] * 3
+    a = make_client(1, 2)
+    one.add_client(a)
+    one.pump(0.0)
+    msgs = list(one.in_flight)
+    assert [(m.id, m.body, m.timestamp, m.attempts) for m in msgs] == [
+        (b"0000000000001234", b"x", 77, 1), (b"0000000000001235", b"%s", 77, 1)]
+    assert [m.body for m in one.peek(5, 0.0)] == [b"y" * 300]
+    one.cancel(b"0000000000001236")
+    assert one.depth == 0 and two.depth == 3
+
+
+@settings(deadline=None)
+@given(st.lists(st.one_of(st.integers(0, 9), st.lists(st.binary(max_size=3), max_size=5)),
+                max_size=30))
+def test_the_waiting_queue_is_a_fifo(operations):
+    """``WaitingQueue`` against a ``deque``: an int takes that many, a list is an extend."""
+    queue, model = WaitingQueue(), deque[bytes]()
+    for op in operations:
+        if isinstance(op, int):
+            assert queue.take(op) == [model.popleft() for _ in range(min(op, len(model)))]
+        else:
+            queue.extend(op)
+            model.extend(op)
+        assert len(queue) == len(model) and list(queue) == list(model)
+    if model:
+        item = model[len(model) // 2]
+        queue.remove(item)
+        model.remove(item)
+        assert list(queue) == list(model)
+    queue.clear()
+    assert len(queue) == 0 and list(queue) == []
+
+
+async def test_sampling_drops_about_the_rest():
     a = make_client(1, 2500)
     a.sample_rate = 10
-    ch.add_client(a)
-    await ch.put(messages(2000), now=0.0)
-    ch.pump(0.0)
+    ch = await channel_with(Owner(), a, queued=2000)
     assert 100 < a.in_flight < 350 and ch.depth == 0
 
 

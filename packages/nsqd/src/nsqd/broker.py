@@ -25,7 +25,7 @@ from nsq_common import NSQ_VERSION, ServerFeatures
 from nsq_serving import ConnectionCounts
 
 from . import deferred_store, metadata, saving
-from .backlog import MAX_EXTENSION, Backlog
+from .backlog import MAX_EXTENSION, Backlog, Records, new_records
 from .channel import Channel
 from .client import Client
 from .deadletters import SUFFIX as DEAD_LETTER_SUFFIX
@@ -335,9 +335,15 @@ class Broker:
         return [QueuedMessage(b"%016x" % (first + i), body, ts, 0, defer, expires)
                 for i, body in enumerate(bodies)]
 
-    async def publish(self, topic_name: str, msgs: list[QueuedMessage], *, extended: bool = False
-                      ) -> None:
-        """Store ``msgs`` in a topic (created if needed).
+    def new_records(self, bodies: list[bytes]) -> Records:
+        """``new_messages`` (no deferral, no expiry) as the records they wait as
+        (``backlog.new_records``): what PUB and MPUB publish."""
+        return new_records(bodies, self.guid.take(len(bodies)), time.time_ns())
+
+    async def publish(self, topic_name: str, msgs: list[QueuedMessage] | Records, *,
+                      extended: bool = False) -> None:
+        """Store ``msgs`` (messages, or records from ``new_records``) in a topic (created if
+        needed).
 
         Raises:
             Exiting: nsqd is shutting down.
@@ -346,7 +352,11 @@ class Broker:
         if self.exiting:
             raise Exiting
         try:
-            await self.get_topic(topic_name).put(msgs, extended=extended)
+            topic = self.get_topic(topic_name)
+            if isinstance(msgs, Records):
+                await topic.put_records(msgs)
+            else:
+                await topic.put(msgs, extended=extended)
         except DiskQueueError as exc:
             self.health = f"NOK - {exc}"
             log.error("TOPIC(%s): failed to store messages - %s", topic_name, exc)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 import trio
 from nsq_common import is_ephemeral
 
-from .backlog import Backlog
+from .backlog import Backlog, WithBacklog
 from .errors import InFlightError, NotInFlight, NotOwner
 from .inflight import DeferredQueue, InFlightQueue
 
@@ -83,7 +83,7 @@ def spread(total: int, slots: list[int]) -> list[int]:
     return counts
 
 
-class Channel:
+class Channel(WithBacklog):
     def __init__(self, topic_name: str, name: str, owner: Owner, *, max_msg_timeout: float,
                  mem_queue_size: int = 10000, disk: DiskQueue | None = None,
                  e2e: LatencyStream | None = None) -> None:
@@ -114,15 +114,6 @@ class Channel:
         # that pullers waiting for messages sleep on (made by the first of them)
         self._pulled_ttr: dict[bytes, float] = {}
         self._pullers_wakeup: trio.Event | None = None
-
-    # -- stats ---------------------------------------------------------------------------
-    @property
-    def depth(self) -> int:
-        return len(self.backlog)
-
-    @property
-    def backend_depth(self) -> int:
-        return self.backlog.disk_depth
 
     def _changed(self) -> None:
         """Messages may be deliverable now: the broker pumps the channel, waiting HTTP
@@ -165,6 +156,18 @@ class Channel:
         if msgs:
             self._changed()
             await self.backlog.put(msgs)
+
+    async def put_records(self, records: list[bytes]) -> None:
+        """Accept new messages from the topic as their plain records (shared with the
+        topic's other channels; immutable): nothing to defer, nothing to copy.
+
+        Raises:
+            DiskQueueError: the overflow could not be written to disk.
+        """
+        if records:
+            self.message_count += len(records)
+            self._changed()
+            await self.backlog.put_records(records)
 
     # -- delivery ------------------------------------------------------------------------
     def pump(self, now: float) -> None:
@@ -258,9 +261,7 @@ class Channel:
         TCP consumer is left to that consumer."""
         msg = self.deferred.remove(message_id)
         if msg is None:
-            msg = next((m for m in self.backlog.memory if m.id == message_id), None)
-            if msg is not None:
-                self.backlog.memory.remove(msg)
+            msg = self.backlog.remove_waiting(message_id)
         if msg is not None:
             self.backlog.ack(message_id)
         elif message_id not in self.in_flight and self.backlog.disk_depth:
@@ -431,19 +432,31 @@ class Channel:
         msg = self.in_flight.get(message_id)
         if msg is None or msg.client_id != PULLER:
             return False
-        self.in_flight.remove(message_id)
-        msg.deadline = min(now + self._pulled_ttr[message_id],
-                           msg.delivered + self.max_msg_timeout)
-        self.in_flight.add(msg)
+        self._restart_timeout(msg, self._pulled_ttr[message_id], now)
         return True
 
+    def _restart_timeout(self, msg: QueuedMessage, timeout: float, now: float) -> None:
+        """TOUCH: ``timeout`` again from now, never past delivery + max-msg-timeout."""
+        self.in_flight.remove(msg.id)
+        msg.deadline = min(now + timeout, msg.delivered + self.max_msg_timeout)
+        self.in_flight.add(msg)
+
     # -- answers from clients --------------------------------------------------------------
-    def _take_in_flight(self, client: Consumer, message_id: bytes) -> QueuedMessage:
+    def _owned(self, client: Consumer, message_id: bytes) -> QueuedMessage:
+        """The message ``message_id``, in flight to ``client``.
+
+        Raises:
+            NotInFlight, NotOwner: NSQ's reasons for E_FIN_FAILED, E_REQ_FAILED...
+        """
         msg = self.in_flight.get(message_id)
         if msg is None:
             raise NotInFlight
         if msg.client_id != client.id:
             raise NotOwner
+        return msg
+
+    def _take_in_flight(self, client: Consumer, message_id: bytes) -> QueuedMessage:
+        msg = self._owned(client, message_id)
         self.in_flight.remove(message_id)
         client.in_flight -= 1
         # the client may take another: a pump, not a puller's wake-up (once per FIN, so the
@@ -521,14 +534,7 @@ class Channel:
         Raises:
             NotInFlight, NotOwner: NSQ's reasons for E_TOUCH_FAILED.
         """
-        msg = self.in_flight.get(message_id)
-        if msg is None:
-            raise NotInFlight
-        if msg.client_id != client.id:
-            raise NotOwner
-        self.in_flight.remove(message_id)
-        msg.deadline = min(now + client.msg_timeout, msg.delivered + self.max_msg_timeout)
-        self.in_flight.add(msg)
+        self._restart_timeout(self._owned(client, message_id), client.msg_timeout, now)
 
     # -- timers ----------------------------------------------------------------------------
     def scan(self, now: float) -> bool:
@@ -571,11 +577,7 @@ class Channel:
         if not self.clients and self.ephemeral:
             self.owner.channel_emptied_of_clients(self)
 
-    def pause(self) -> None:
-        self.paused = True
-
-    def unpause(self) -> None:
-        self.paused = False
+    def _may_flow(self) -> None:
         self._changed()
 
     def empty(self) -> None:

@@ -248,7 +248,7 @@ class ProtocolV2:
         self._batch_topic, self._batch_bodies, self._batch_replies = None, [], 0
         topic = _name(topic_raw)
         try:
-            await self.broker.publish(topic, self.broker.new_messages(bodies))
+            await self.broker.publish(topic, self.broker.new_records(bodies))
         except (Exiting, StoreFailed) as exc:
             code = E.E_MPUB_FAILED if first == b"MPUB" else E.E_PUB_FAILED
             raise _failed(code, first, exc) from exc

@@ -4,7 +4,8 @@ Messages published while the topic has no channel, or is paused, wait in the top
 backlog (memory, then disk) and flow to the channels once there are some and it is unpaused:
 that is the job of ``run``, the topic's one task (NSQ's topic messagePump). Otherwise a publish
 goes straight to the channels. The first channel gets the original message object and every
-other channel a copy, so a single-channel topic costs no copies at all.
+other channel a copy, so a single-channel topic costs no copies at all; messages published as
+records (``put_records``: PUB and MPUB) are immutable and every channel gets the same ones.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING
 import trio
 from nsq_common import is_ephemeral
 
-from .backlog import Backlog
+from .backlog import Backlog, WithBacklog, decode_records, is_plain_record
 from .channel import Channel
 
 if TYPE_CHECKING:
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 DRAIN_BATCH = 1000
 
 
-class Topic:
+class Topic(WithBacklog):
     def __init__(self, name: str, *, mem_queue_size: int = 10000, disk: DiskQueue | None = None,
                  clock: Callable[[], float] = trio.current_time) -> None:
         self.name = name
@@ -42,14 +43,6 @@ class Topic:
         self.message_bytes = 0
         self.message_ttl = 0  # seconds; messages published without a TTL of their own get it
         self._wake = trio.Event()
-
-    @property
-    def depth(self) -> int:
-        return len(self.backlog)
-
-    @property
-    def backend_depth(self) -> int:
-        return self.backlog.disk_depth
 
     def wake(self) -> None:
         """Something may flow to the channels now (a new channel, an unpause, disk data)."""
@@ -76,25 +69,46 @@ class Topic:
         else:
             await self._fan_out(msgs)
 
-    async def _fan_out(self, msgs: list[QueuedMessage]) -> None:
+    async def put_records(self, records: list[bytes]) -> None:
+        """Publish new messages as their plain records (``backlog.new_records``), which
+        every channel shares; as ``put``.
+
+        Raises:
+            DiskQueueError: the messages could not be stored.
+        """
+        if self.message_ttl:  # each needs its expiry: as messages
+            await self.put(decode_records(records))
+            return
+        self.message_count += len(records)
+        self.message_bytes += sum(map(len, records)) - 26 * len(records)
+        if self.paused or not self.channels or not self.started:
+            await self.backlog.put_records(records)
+        else:
+            await self._fan_out_records(records)
+
+    def _channels(self) -> list[Channel]:
         channels = list(self.channels.values())
-        now = self.now()
         if self.backlog.extended:  # the channels must look at expiries from now on
             for channel in channels:
                 channel.backlog.extended = True
+        return channels
+
+    async def _fan_out(self, msgs: list[QueuedMessage]) -> None:
+        channels = self._channels()
+        now = self.now()
         for channel in channels[1:]:
             await channel.put([m.copy() for m in msgs], now)
         await channels[0].put(msgs, now)
+
+    async def _fan_out_records(self, records: list[bytes]) -> None:
+        for channel in self._channels():
+            await channel.put_records(records)
 
     def add_channel(self, channel: Channel) -> None:
         self.channels[channel.name] = channel
         self.wake()
 
-    def pause(self) -> None:
-        self.paused = True
-
-    def unpause(self) -> None:
-        self.paused = False
+    def _may_flow(self) -> None:
         self.wake()
 
     def empty(self) -> None:
@@ -111,8 +125,15 @@ class Topic:
                 await self._wake.wait()
                 self._wake = trio.Event()
                 while self.started and not self.paused and self.channels:
-                    msgs = self.backlog.take(DRAIN_BATCH)
-                    if not msgs:
+                    waiting = self.backlog.take_waiting(DRAIN_BATCH)
+                    if not waiting:
                         break
-                    await self._fan_out(msgs)
+                    if all(w.__class__ is bytes and is_plain_record(w)
+                           for w in waiting):
+                        await self._fan_out_records(waiting)  # type: ignore[arg-type]
+                    else:
+                        msgs = decode_records(waiting)
+                        if not self.backlog.extended:  # saved before a restart, or held
+                            self.backlog.extended = any(m.expires or m.is_job for m in msgs)
+                        await self._fan_out(msgs)
                     self.backlog.ack_all()  # the channels hold them now
