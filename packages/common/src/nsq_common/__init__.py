@@ -49,6 +49,7 @@ if TYPE_CHECKING:  # the names as type checkers see them; at run time see _MODUL
         decode_v1,
         error_json,
         parse_query,
+        put_config,
         query_first,
         v1_headers,
     )
@@ -198,7 +199,8 @@ __all__ += [
 # NSQ's HTTP V1 conventions
 __all__ += [
     "ACCEPT_V1", "JSON_CONTENT_TYPE", "NSQ_CONTENT_TYPE", "NSQ_CONTENT_TYPE_V1",
-    "TEXT_CONTENT_TYPE", "decode_v1", "error_json", "parse_query", "query_first", "v1_headers",
+    "TEXT_CONTENT_TYPE", "decode_v1", "error_json", "parse_query", "put_config", "query_first",
+    "v1_headers",
 ]
 
 # nsqd's /stats: as nsqd writes it (the module nsqd_stats), as nsqadmin and nsq_stat read it
@@ -222,7 +224,7 @@ _EXPORTS = {
     "_hostport": "join_host_port split_address",
     "_httpv1": (
         "ACCEPT_V1 JSON_CONTENT_TYPE NSQ_CONTENT_TYPE NSQ_CONTENT_TYPE_V1 TEXT_CONTENT_TYPE "
-        "decode_v1 error_json parse_query query_first v1_headers"
+        "decode_v1 error_json parse_query put_config query_first v1_headers"
     ),
     "_goflags": "Flag FlagError FlagSet exit_with_flag_error parse_bool",
     "_gojson": "go_json",

@@ -21,10 +21,11 @@ Client side: a request sends ``Accept: application/vnd.nsq; version=1.0``; an an
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ._gojson import go_json
+from ._logs import NSQ_LOG_LEVELS
 
 NSQ_CONTENT_TYPE = "X-NSQ-Content-Type"
 NSQ_CONTENT_TYPE_V1 = "nsq; version=1.0"
@@ -36,6 +37,35 @@ TEXT_CONTENT_TYPE = "text/plain; charset=utf-8"
 def v1_headers() -> dict[str, str]:
     """The headers of a V1 answer (a new dict: the caller may add to it)."""
     return {NSQ_CONTENT_TYPE: NSQ_CONTENT_TYPE_V1}
+
+
+def put_config(option: str, body: bytes, addresses_option: str,
+               set_addresses: Callable[[list[str]], None],
+               set_log_level: Callable[[str], None]) -> str | None:
+    """``PUT /config/<option>`` as nsqd and nsqadmin take it (Go's ``doConfig``): their
+    lookupd address list (``addresses_option``) from a JSON list of strings, ``log_level``
+    from a level name (any case, spaces around it); the value goes to its setter.
+
+    Returns:
+        None once set, else the text of NSQ's 400 answer: ``INVALID_VALUE`` for a bad value,
+        ``INVALID_OPTION`` for an option that cannot be set.
+    """
+    if option == addresses_option:
+        try:
+            addresses = json.loads(body)
+        except ValueError:
+            return "INVALID_VALUE"
+        if not isinstance(addresses, list) or not all(isinstance(a, str) for a in addresses):
+            return "INVALID_VALUE"
+        set_addresses(addresses)
+    elif option == "log_level":
+        level = body.decode("utf-8", "replace").strip().lower()
+        if level not in NSQ_LOG_LEVELS:
+            return "INVALID_VALUE"
+        set_log_level(level)
+    else:
+        return "INVALID_OPTION"
+    return None
 
 
 def error_json(text: str) -> bytes:

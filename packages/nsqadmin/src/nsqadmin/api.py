@@ -20,6 +20,7 @@ from nsq_common import (
     aggregate_topic,
     is_valid_channel_name,
     is_valid_topic_name,
+    put_config,
 )
 from starlette.requests import Request
 from starlette.responses import Response
@@ -295,23 +296,18 @@ async def config(request: Request) -> Any:
         body = await request.body()
         if not body or len(body) > 1024 * 1024:
             raise ApiError(413, "INVALID_VALUE")
-        if name == "nsqlookupd_http_addresses":
-            try:
-                addresses = json.loads(body)
-            except ValueError:
-                raise ApiError(400, "INVALID_VALUE") from None
-            if not isinstance(addresses, list) or not all(isinstance(a, str) for a in addresses):
-                raise ApiError(400, "INVALID_VALUE")
+
+        def set_addresses(addresses: list[str]) -> None:
             admin.options = attrs.evolve(options, nsqlookupd_http_addresses=addresses)
             admin.cluster.lookupd_addresses = list(addresses)
-        elif name == "log_level":
-            level = body.decode("utf-8", "replace").strip().lower()
-            if level not in LOG_LEVELS:
-                raise ApiError(400, "INVALID_VALUE")
+
+        def set_log_level(level: str) -> None:
             admin.options = attrs.evolve(options, log_level=level)
             logging.getLogger("nsqadmin").setLevel(PYTHON_LOG_LEVELS[level])
-        else:
-            raise ApiError(400, "INVALID_OPTION")
+
+        error = put_config(name, body, "nsqlookupd_http_addresses", set_addresses, set_log_level)
+        if error is not None:
+            raise ApiError(400, error)
     return config_value(admin.options, name)
 
 

@@ -13,7 +13,6 @@ Query parameters come from the URL only, read as Go's url.ParseQuery reads them
 from __future__ import annotations
 
 import base64
-import json
 import logging
 import socket
 from collections.abc import Awaitable, Callable
@@ -31,6 +30,7 @@ from nsq_common import (
     go_json,
     is_valid_name,
     parse_query,
+    put_config,
     query_first,
     v1_headers,
 )
@@ -525,25 +525,20 @@ class HttpApi:
             body = await _read_limited(request, self.opts.max_msg_size, "INVALID_VALUE")
             if not body:
                 raise ApiError(413, "INVALID_VALUE")
-            if opt == "nsqlookupd_tcp_addresses":
-                try:
-                    addresses = json.loads(body)
-                except ValueError:
-                    raise ApiError(400, "INVALID_VALUE") from None
-                if not isinstance(addresses, list) or not all(isinstance(a, str) for a in addresses):
-                    raise ApiError(400, "INVALID_VALUE")
-                settings.nsqlookupd_tcp_addresses = addresses
-                self.broker.lookup.set_addresses(addresses)
-            elif opt == "log_level":
-                level = body.decode("utf-8", "replace").strip().lower()
-                if level not in NSQ_LOG_LEVELS:
-                    raise ApiError(400, "INVALID_VALUE")
-                settings.log_level = level
-                logging.getLogger("nsqd").setLevel(PYTHON_LOG_LEVELS[level])
-            else:
-                raise ApiError(400, "INVALID_OPTION")
+            error = put_config(opt, body, "nsqlookupd_tcp_addresses", self._set_lookupd_addresses,
+                               self._set_log_level)
+            if error is not None:
+                raise ApiError(400, error)
         value = getattr(settings, opt) if opt in _SETTINGS_KEYS else self.opts.value(opt)
         return _json(_config_value(opt, value))
+
+    def _set_lookupd_addresses(self, addresses: list[str]) -> None:
+        self.broker.settings.nsqlookupd_tcp_addresses = addresses
+        self.broker.lookup.set_addresses(addresses)
+
+    def _set_log_level(self, level: str) -> None:
+        self.broker.settings.log_level = level
+        logging.getLogger("nsqd").setLevel(PYTHON_LOG_LEVELS[level])
 
 
 #: What /config/<key> shows: every option but the command line's own.
