@@ -12,10 +12,11 @@ import pytest
 import trio
 import trio.testing
 from nsq_common import go_json
+from nsqd import stats as stats_module
 from nsqd.auth import AuthState
 from nsqd.broker import Broker
 from nsqd.options import Options
-from nsqd.stats import memory_stats, stats, topic_stats
+from nsqd.stats import memory_stats, stats, stats_text, topic_stats
 from nsqd.tcp import handle_stream
 
 WAIT = 10.0
@@ -168,3 +169,33 @@ async def test_the_pieces_metrics_and_statsd_read(nursery: trio.Nursery, broker:
         "heap_objects", "heap_idle_bytes", "heap_in_use_bytes", "heap_released_bytes",
         "gc_pause_usec_100", "gc_pause_usec_99", "gc_pause_usec_95", "next_gc_bytes",
         "gc_total_runs"]
+
+
+async def test_the_text_form(nursery: trio.Nursery, broker: Broker,
+                             monkeypatch: pytest.MonkeyPatch) -> None:
+    await workload(nursery, broker)
+    monkeypatch.setattr(stats_module.time, "time", lambda: 1700000090.0)
+    doc = stats(broker, include_mem=False)
+    doc["start_time"] = 1700000000
+    text = stats_text(doc)
+    assert text.split("\n", 1)[1] == (
+        "start_time 2023-11-14T22:13:20Z\n"
+        "uptime 1m30s\n"
+        "\n"
+        "Health: OK\n"
+        "\n"
+        "Topics:\n"
+        "   [t              ] depth: 0     be-depth: 0     msgs: 2        e2e%: \n"
+        "      [c                        ] depth: 1     be-depth: 0     inflt: 1    def: 0    "
+        "re-q: 0     timeout: 0     msgs: 2        e2e%: \n"
+        "        [V2 hn:5002 ua/1         ] state: 3 inflt: 1    rdy: 1    fin: 0        "
+        "re-q: 0        msgs: 1        connected: 1m30s\n"
+        "   *P [paused                   ] depth: 0     be-depth: 0     inflt: 0    def: 0    "
+        "re-q: 0     timeout: 0     msgs: 0        e2e%: \n"
+        "\n"
+        "   [u              ] depth: 1     be-depth: 0     msgs: 1        e2e%: \n"
+        "\n"
+        "Producers:\n"
+        "   [V2 127.0.0.1:5001       ] msgs: 0        topics: t=2,u=1 connected: 1m30s\n")
+    assert stats_text(stats(broker, topic="nope", include_mem=False)).endswith(
+        "\nHealth: OK\n\nTopics: None\n\nProducers: None\n")

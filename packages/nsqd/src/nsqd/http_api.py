@@ -319,13 +319,7 @@ class HttpApi:
         return _empty()
 
     async def topic_pause(self, request: Request) -> Response:
-        topic = self._existing_topic(_query(request))
-        if request.url.path.endswith("unpause"):
-            topic.unpause()
-        else:
-            topic.pause()
-        self.broker.metadata_changed()
-        return _empty()
+        return self._pause_or_unpause(request, self._existing_topic(_query(request)))
 
     async def channel_create(self, request: Request) -> Response:
         q = _query(request)
@@ -411,11 +405,14 @@ class HttpApi:
         return _empty()
 
     async def channel_pause(self, request: Request) -> Response:
-        channel = self._existing_channel(_query(request))[1]
+        return self._pause_or_unpause(request, self._existing_channel(_query(request))[1])
+
+    def _pause_or_unpause(self, request: Request, queue: Topic | Channel) -> Response:
+        """/topic/pause, /topic/unpause, /channel/pause and /channel/unpause, once found."""
         if request.url.path.endswith("unpause"):
-            channel.unpause()
+            queue.unpause()
         else:
-            channel.pause()
+            queue.pause()
         self.broker.metadata_changed()
         return _empty()
 

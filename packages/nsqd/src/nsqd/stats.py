@@ -134,17 +134,20 @@ def _duration_since(ts: int) -> str:
     return format_go_duration(float(int(time.time()) - ts))
 
 
-def _consumer_line(c: dict[str, Any]) -> str:
+def _client_name(c: dict[str, Any]) -> str:
     port = c["remote_address"].rsplit(":", 1)[-1]
-    name = f"{c['hostname']}:{port} {c['user_agent']}"
+    return f"{c['hostname']}:{port} {c['user_agent']}"
+
+
+def _consumer_line(c: dict[str, Any]) -> str:
+    name = _client_name(c)
     return (f"[V2 {name:<21}] state: {c['state']} inflt: {c['in_flight_count']:<4} "
             f"rdy: {c['ready_count']:<4} fin: {c['finish_count']:<8} re-q: {c['requeue_count']:<8} "
             f"msgs: {c['message_count']:<8} connected: {_duration_since(c['connect_ts'])}")
 
 
 def _producer_line(c: dict[str, Any]) -> str:
-    port = c["remote_address"].rsplit(":", 1)[-1]
-    name = f"{c['hostname']}:{port} {c['user_agent']}"
+    name = _client_name(c)
     counts = ",".join(f"{p['topic']}={p['count']}" for p in c.get("pub_counts", []))
     return (f"[V2 {name:<21}] msgs: {c['message_count']:<8} topics: {counts} "
             f"connected: {_duration_since(c['connect_ts'])}")
@@ -161,30 +164,27 @@ def stats_text(doc: dict[str, Any]) -> str:
         out.append("\nMemory:\n")
         for key, value in doc["memory"].items():
             out.append(f"   {key:<25}\t{value}\n")
-    topics = doc["topics"] or []
-    if not topics:
-        out.append("\nTopics: None\n")
-    else:
-        out.append("\nTopics:")
-        for t in topics:
-            mark = "*P " if t["paused"] else "   "
-            out.append(f"\n{mark}[{t['topic_name']:<15}] depth: {t['depth']:<5} "
-                       f"be-depth: {t['backend_depth']:<5} msgs: {t['message_count']:<8} "
-                       f"e2e%: {_e2e_text(t)}\n")
-            for c in t["channels"]:
-                mark = "   *P " if c["paused"] else "      "
-                out.append(f"{mark}[{c['channel_name']:<25}] depth: {c['depth']:<5} "
-                           f"be-depth: {c['backend_depth']:<5} inflt: {c['in_flight_count']:<4} "
-                           f"def: {c['deferred_count']:<4} re-q: {c['requeue_count']:<5} "
-                           f"timeout: {c['timeout_count']:<5} "
-                           f"msgs: {c['message_count']:<8} e2e%: {_e2e_text(c)}\n")
-                for client in c["clients"] or []:
-                    out.append(f"        {_consumer_line(client)}\n")
-    producers = doc["producers"] or []
-    if not producers:
-        out.append("\nProducers: None\n")
-    else:
-        out.append("\nProducers:\n")
-        for p in producers:
-            out.append(f"   {_producer_line(p)}\n")
+    out.append(_heading("Topics", doc["topics"], ""))  # each topic's line starts with one
+    for t in doc["topics"] or []:
+        mark = "*P " if t["paused"] else "   "
+        out.append(f"\n{mark}[{t['topic_name']:<15}] depth: {t['depth']:<5} "
+                   f"be-depth: {t['backend_depth']:<5} msgs: {t['message_count']:<8} "
+                   f"e2e%: {_e2e_text(t)}\n")
+        for c in t["channels"]:
+            mark = "   *P " if c["paused"] else "      "
+            out.append(f"{mark}[{c['channel_name']:<25}] depth: {c['depth']:<5} "
+                       f"be-depth: {c['backend_depth']:<5} inflt: {c['in_flight_count']:<4} "
+                       f"def: {c['deferred_count']:<4} re-q: {c['requeue_count']:<5} "
+                       f"timeout: {c['timeout_count']:<5} "
+                       f"msgs: {c['message_count']:<8} e2e%: {_e2e_text(c)}\n")
+            for client in c["clients"] or []:
+                out.append(f"        {_consumer_line(client)}\n")
+    out.append(_heading("Producers", doc["producers"], "\n"))
+    for p in doc["producers"] or []:
+        out.append(f"   {_producer_line(p)}\n")
     return "".join(out)
+
+
+def _heading(title: str, items: list[Any] | None, end: str) -> str:
+    """A section's title line, or ``<title>: None`` when it lists nothing."""
+    return f"\n{title}:{end}" if items else f"\n{title}: None\n"
