@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import math
 import socket
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Protocol
 
 import trio
@@ -54,17 +53,14 @@ class Node(Protocol):
     topics, and a way to add the channels the lookupds know of. No import of the broker, so
     no cycle."""
 
-    @property
-    def opts(self) -> Options: ...
-    @property
-    def settings(self) -> Settings: ...
-    @property
-    def tcp_port(self) -> int: ...
-    @property
-    def http_port(self) -> int: ...
-    @property
-    def topics(self) -> Mapping[str, Topic]: ...
+    opts: Options
+    settings: Settings
+    tcp_port: int
+    http_port: int
+    topics: dict[str, Topic]
+
     def get_channel(self, topic: Topic, name: str) -> object: ...
+
 
 log = logging.getLogger("nsqd")
 

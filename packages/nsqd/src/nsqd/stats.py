@@ -11,7 +11,6 @@ import platform
 import resource
 import sys
 import time
-from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -29,14 +28,11 @@ class StatsSource(Protocol):
     """What /stats reads of the broker (``broker.Broker`` is one): no import of it, so no
     cycle."""
 
-    @property
-    def topics(self) -> Mapping[str, Topic]: ...
-    @property
-    def clients(self) -> Mapping[int, Client]: ...
-    @property
-    def health(self) -> str: ...
-    @property
-    def start_time(self) -> int: ...
+    topics: dict[str, Topic]
+    clients: dict[int, Client]
+    health: str
+    start_time: int
+
 
 def _e2e(channels: list[Channel]) -> dict[str, Any]:
     return summary(c.e2e for c in channels if c.e2e is not None)

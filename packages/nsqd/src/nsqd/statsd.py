@@ -9,12 +9,11 @@ and colons made underscores), ending in a dot. Lines are packed into datagrams o
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Protocol
 
 import trio
 
-from .stats import memory_stats
+from .stats import channel_stats, memory_stats
 
 if TYPE_CHECKING:
     from .options import Options
@@ -24,12 +23,10 @@ if TYPE_CHECKING:
 class StatsdSource(Protocol):
     """What the statsd pusher reads of the broker (``broker.Broker`` is one)."""
 
-    @property
-    def opts(self) -> Options: ...
-    @property
-    def http_port(self) -> int: ...
-    @property
-    def topics(self) -> Mapping[str, Topic]: ...
+    opts: Options
+    http_port: int
+    topics: dict[str, Topic]
+
 
 log = logging.getLogger("nsqd")
 
@@ -45,7 +42,6 @@ class StatsdState:
 
     def __init__(self) -> None:
         self.last: dict[str, int] = {}
-        self.gc_runs = 0
 
     def delta(self, key: str, value: int) -> int:
         before = self.last.get(key, 0)
@@ -53,46 +49,48 @@ class StatsdState:
         return max(0, value - before)
 
 
+# What is sent of each topic and channel, in nsqd's order: (name, /stats field, kind); a
+# counter ("c") goes as its change since the previous push, a gauge ("g") as it is.
+TOPIC_FIGURES = (("message_count", "message_count", "c"), ("message_bytes", "message_bytes", "c"),
+                 ("depth", "depth", "g"), ("backend_depth", "backend_depth", "g"))
+CHANNEL_FIGURES = (
+    ("message_count", "message_count", "c"), ("depth", "depth", "g"),
+    ("backend_depth", "backend_depth", "g"), ("in_flight_count", "in_flight_count", "g"),
+    ("deferred_count", "deferred_count", "g"), ("requeue_count", "requeue_count", "c"),
+    ("timeout_count", "timeout_count", "c"), ("clients", "client_count", "g"),
+)
+
+
 def collect(broker: StatsdSource, state: StatsdState, key_prefix: str) -> list[str]:
     """Every statsd line for this push."""
     opts = broker.opts
     lines: list[str] = []
 
-    def counter(name: str, value: int) -> None:
-        lines.append(f"{key_prefix}{name}:{state.delta(name, value)}|c")
+    def send(name: str, value: int, kind: str) -> None:
+        sent = state.delta(name, value) if kind == "c" else value
+        lines.append(f"{key_prefix}{name}:{sent}|{kind}")
 
-    def gauge(name: str, value: int) -> None:
-        lines.append(f"{key_prefix}{name}:{value}|g")
+    def send_figures(stem: str, source: object, figures: tuple[tuple[str, str, str], ...]
+                     ) -> None:
+        for name, field, kind in figures:
+            send(f"{stem}.{name}", getattr(source, field), kind)
 
     for topic in list(broker.topics.values()):
         if topic.ephemeral and opts.statsd_exclude_ephemeral:
             continue
-        t = f"topic.{topic.name}"
-        counter(f"{t}.message_count", topic.message_count)
-        counter(f"{t}.message_bytes", topic.message_bytes)
-        gauge(f"{t}.depth", topic.depth)
-        gauge(f"{t}.backend_depth", topic.backend_depth)
+        send_figures(f"topic.{topic.name}", topic, TOPIC_FIGURES)
         for channel in list(topic.channels.values()):
             if channel.ephemeral and opts.statsd_exclude_ephemeral:
                 continue
-            c = f"{t}.channel.{channel.name}"
-            counter(f"{c}.message_count", channel.message_count)
-            gauge(f"{c}.depth", channel.depth)
-            gauge(f"{c}.backend_depth", channel.backend_depth)
-            gauge(f"{c}.in_flight_count", len(channel.in_flight))
-            gauge(f"{c}.deferred_count", len(channel.deferred))
-            counter(f"{c}.requeue_count", channel.requeue_count)
-            counter(f"{c}.timeout_count", channel.timeout_count)
-            gauge(f"{c}.clients", len(channel.clients))
+            send_figures(f"topic.{topic.name}.channel.{channel.name}",
+                         channel_stats(channel, include_clients=False), CHANNEL_FIGURES)
     if opts.statsd_mem_stats:
         mem = memory_stats()
         # every figure of /stats's memory as a gauge but the GC runs, sent as a counter
         for key, value in mem.to_json().items():
             if key != "gc_total_runs":
-                gauge(f"mem.{key}", value)
-        runs = mem.gc_total_runs
-        lines.append(f"{key_prefix}mem.gc_runs:{max(0, runs - state.gc_runs)}|c")
-        state.gc_runs = runs
+                send(f"mem.{key}", value, "g")
+        send("mem.gc_runs", mem.gc_total_runs, "c")
     return lines
 
 
