@@ -190,25 +190,24 @@ class RegistrationDB:
         """
         left: list[Registration] = []
         if channel is not None:
-            reg = Registration(CHANNEL, topic, channel)
-            removed, remaining = self.remove_producer(reg, peer.id)
-            if removed:
-                left.append(reg)
-            if remaining == 0 and is_ephemeral(channel):
-                self.remove_registration(reg)
-            self._count("unregister", left)
-            return left
-        for reg in self.find_registrations(CHANNEL, topic, "*"):
-            if self.remove_producer(reg, peer.id)[0]:
-                left.append(reg)
-        reg = Registration(TOPIC, topic, "")
+            self._leave(Registration(CHANNEL, topic, channel), channel, peer, left)
+        else:
+            for reg in self.find_registrations(CHANNEL, topic, "*"):
+                if self.remove_producer(reg, peer.id)[0]:
+                    left.append(reg)
+            self._leave(Registration(TOPIC, topic, ""), topic, peer, left)
+        self._count("unregister", left)
+        return left
+
+    def _leave(self, reg: Registration, name: str, peer: PeerInfo, left: list[Registration]
+               ) -> None:
+        """``peer`` leaves ``reg`` (added to ``left`` if it was there); an ephemeral ``name``
+        left with no producers goes."""
         removed, remaining = self.remove_producer(reg, peer.id)
         if removed:
             left.append(reg)
-        if remaining == 0 and is_ephemeral(topic):
+        if remaining == 0 and is_ephemeral(name):
             self.remove_registration(reg)
-        self._count("unregister", left)
-        return left
 
     def remove_peer(self, peer: PeerInfo) -> list[Registration]:
         """A disconnect: drop the peer from every registration (the registrations stay)."""

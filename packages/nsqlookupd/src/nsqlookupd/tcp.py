@@ -13,12 +13,12 @@ nsqlookupd:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import attrs
 import trio
 from nsq_common import (
     ConnectionAbort,
-    LookupCommand,
-    LookupdInfo,
     LookupIdentify,
     LookupPing,
     LookupReader,
@@ -33,6 +33,9 @@ from nsq_serving import ConnectionCounts
 
 from .logger import Logger
 from .registry import CHANNEL, PeerInfo, Registration, RegistrationDB
+
+if TYPE_CHECKING:  # (annotations only)
+    from nsq_common import LookupCommand, LookupdInfo
 
 RECEIVE_SIZE = 65536
 OK = b"OK"
