@@ -175,32 +175,31 @@ def test_bad_magic() -> None:
     assert encode_lookup_response(info.value.text) == b"\x00\x00\x00\x0eE_BAD_PROTOCOL"
 
 
-@pytest.mark.parametrize(("data", "text"), [
-    (b"FOO\n", b"E_INVALID invalid command FOO"),
-    (b"\n", b"E_INVALID invalid command "),
-    (b"ping\n", b"E_INVALID invalid command ping"),
-    (b"\xff\xfe bar\n", b"E_INVALID invalid command \xff\xfe"),
-    (b"REGISTER t\n", b"E_INVALID client must IDENTIFY"),
-    (b"UNREGISTER t c\n", b"E_INVALID client must IDENTIFY"),
-    (b"REGISTER\n", b"E_INVALID client must IDENTIFY"),
-])
-def test_refusals_before_identify(data: bytes, text: bytes) -> None:
-    assert refusal(MAGIC_V1 + data) == text
+# What comes before the refused command: the magic alone, or the magic and an IDENTIFY.
+BEFORE_IDENTIFY = MAGIC_V1
+IDENTIFIED = MAGIC_V1 + identify_bytes(IDENTIFY_BODY)
 
 
-@pytest.mark.parametrize(("data", "text"), [
-    (b"IDENTIFY\n", b"E_INVALID cannot IDENTIFY again"),
-    (b"REGISTER\n", b"E_INVALID REGISTER insufficient number of params"),
-    (b"UNREGISTER \n", b"E_INVALID UNREGISTER insufficient number of params"),
-    (b"REGISTER bad!topic\n", b"E_BAD_TOPIC REGISTER topic name 'bad!topic' is not valid"),
-    (b"UNREGISTER  t\n", b"E_BAD_TOPIC UNREGISTER topic name '' is not valid"),
-    (b"REGISTER " + b"x" * 65 + b"\n",
+@pytest.mark.parametrize(("before", "data", "text"), [
+    (BEFORE_IDENTIFY, b"FOO\n", b"E_INVALID invalid command FOO"),
+    (BEFORE_IDENTIFY, b"\n", b"E_INVALID invalid command "),
+    (BEFORE_IDENTIFY, b"ping\n", b"E_INVALID invalid command ping"),
+    (BEFORE_IDENTIFY, b"\xff\xfe bar\n", b"E_INVALID invalid command \xff\xfe"),
+    (BEFORE_IDENTIFY, b"REGISTER t\n", b"E_INVALID client must IDENTIFY"),
+    (BEFORE_IDENTIFY, b"UNREGISTER t c\n", b"E_INVALID client must IDENTIFY"),
+    (BEFORE_IDENTIFY, b"REGISTER\n", b"E_INVALID client must IDENTIFY"),
+    (IDENTIFIED, b"IDENTIFY\n", b"E_INVALID cannot IDENTIFY again"),
+    (IDENTIFIED, b"REGISTER\n", b"E_INVALID REGISTER insufficient number of params"),
+    (IDENTIFIED, b"UNREGISTER \n", b"E_INVALID UNREGISTER insufficient number of params"),
+    (IDENTIFIED, b"REGISTER bad!topic\n", b"E_BAD_TOPIC REGISTER topic name 'bad!topic' is not valid"),
+    (IDENTIFIED, b"UNREGISTER  t\n", b"E_BAD_TOPIC UNREGISTER topic name '' is not valid"),
+    (IDENTIFIED, b"REGISTER " + b"x" * 65 + b"\n",
      b"E_BAD_TOPIC REGISTER topic name '" + b"x" * 65 + b"' is not valid"),
-    (b"REGISTER t bad/chan\n", b"E_BAD_CHANNEL REGISTER channel name 'bad/chan' is not valid"),
-    (b"UNREGISTER t c\xff\n", b"E_BAD_CHANNEL UNREGISTER channel name 'c\xff' is not valid"),
+    (IDENTIFIED, b"REGISTER t bad/chan\n", b"E_BAD_CHANNEL REGISTER channel name 'bad/chan' is not valid"),
+    (IDENTIFIED, b"UNREGISTER t c\xff\n", b"E_BAD_CHANNEL UNREGISTER channel name 'c\xff' is not valid"),
 ])
-def test_refusals_after_identify(data: bytes, text: bytes) -> None:
-    assert refusal(MAGIC_V1 + identify_bytes(IDENTIFY_BODY) + data) == text
+def test_refusals(before: bytes, data: bytes, text: bytes) -> None:
+    assert refusal(before + data) == text
 
 
 @pytest.mark.parametrize(("body", "text"), [
