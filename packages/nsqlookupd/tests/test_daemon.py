@@ -85,6 +85,12 @@ def connect() -> Iterator[Callable[..., Nsqd]]:
         nsqd.close()
 
 
+@pytest.fixture
+def lookupd(run_daemon: RunDaemon) -> Daemon:
+    """An nsqlookupd with its default flags (on kernel-chosen ports)."""
+    return run_daemon("nsqlookupd")
+
+
 def url(daemon: Daemon, path: str) -> str:
     return f"http://{daemon.http_address}{path}"
 
@@ -207,17 +213,15 @@ def test_tombstone_hides_for_its_lifetime(run_daemon: RunDaemon, http: httpx.Cli
     b.close()
 
 
-def test_topic_delete(run_daemon: RunDaemon, http: httpx.Client,
-                      connect: Callable[..., Nsqd]) -> None:
-    daemon = run_daemon("nsqlookupd")
-    nsqd = connect(daemon)
+def test_topic_delete(lookupd: Daemon, http: httpx.Client, connect: Callable[..., Nsqd]) -> None:
+    nsqd = connect(lookupd)
     assert nsqd.command("REGISTER live c") == b"OK"
-    assert http.post(url(daemon, "/topic/create?topic=made")).status_code == 200
-    assert sorted(http.get(url(daemon, "/topics")).json()["topics"]) == ["live", "made"]
+    assert http.post(url(lookupd, "/topic/create?topic=made")).status_code == 200
+    assert sorted(http.get(url(lookupd, "/topics")).json()["topics"]) == ["live", "made"]
     for topic in ("live", "made"):
-        assert http.post(url(daemon, f"/topic/delete?topic={topic}")).status_code == 200
-    assert http.get(url(daemon, "/topics")).json() == {"topics": []}
-    assert http.get(url(daemon, "/lookup?topic=live")).status_code == 404
+        assert http.post(url(lookupd, f"/topic/delete?topic={topic}")).status_code == 200
+    assert http.get(url(lookupd, "/topics")).json() == {"topics": []}
+    assert http.get(url(lookupd, "/lookup?topic=live")).status_code == 404
     nsqd.close()
 
 
@@ -242,14 +246,13 @@ def test_restart_on_same_ports_after_sigkill(http: httpx.Client,
         first.stop()
 
 
-def test_garbage_peers_leave_the_process_serving(run_daemon: RunDaemon, http: httpx.Client,
+def test_garbage_peers_leave_the_process_serving(lookupd: Daemon, http: httpx.Client,
                                                  connect: Callable[..., Nsqd]) -> None:
-    daemon = run_daemon("nsqlookupd")
-    good = connect(daemon)
+    good = connect(lookupd)
     assert good.command("REGISTER kept") == b"OK"
     for blob in (b"\x00" * 64, b"  V2", b"  V1IDENTIFY\n\xff\xff\xff\xff", b"  V1HELLO\n",
                  b"  V1IDENTIFY\n\x00\x00\x00\x02[]", b"  V1" + b"x" * 70000):
-        with socket.create_connection(("127.0.0.1", daemon.tcp_port), timeout=WAIT) as bad:
+        with socket.create_connection(("127.0.0.1", lookupd.tcp_port), timeout=WAIT) as bad:
             try:
                 bad.sendall(blob)
                 bad.shutdown(socket.SHUT_WR)
@@ -258,7 +261,7 @@ def test_garbage_peers_leave_the_process_serving(run_daemon: RunDaemon, http: ht
             except ConnectionResetError:
                 pass
     assert good.command("PING") == b"OK"
-    assert producers(http, daemon, "kept") == ["nsqd.local"]
-    assert daemon.process.poll() is None
-    assert "Traceback" not in daemon.output()
+    assert producers(http, lookupd, "kept") == ["nsqd.local"]
+    assert lookupd.process.poll() is None
+    assert "Traceback" not in lookupd.output()
     good.close()
