@@ -9,7 +9,6 @@ from nsq_common import (
     decode_v1,
     error_json,
     parse_query,
-    put_config,
     query_first,
     v1_headers,
 )
@@ -59,19 +58,3 @@ def test_decode_v1_and_older_envelopes() -> None:
     with pytest.raises(ValueError):
         decode_v1(v1, b"not json")
 
-
-@pytest.mark.parametrize(("option", "body", "error", "set_to"), [
-    ("lookupd", b'["a:1", "b:2"]', None, ("addresses", ["a:1", "b:2"])),
-    ("lookupd", b"[]", None, ("addresses", [])),
-    ("lookupd", b"{bad", "INVALID_VALUE", None),
-    ("lookupd", b'["a", 1]', "INVALID_VALUE", None),
-    ("lookupd", b'"a:1"', "INVALID_VALUE", None),
-    ("log_level", b" WARN\n", None, ("log_level", "warn")),
-    ("log_level", b"loud", "INVALID_VALUE", None),
-    ("mem_queue_size", b"5", "INVALID_OPTION", None),
-])
-def test_put_config(option, body, error, set_to):
-    done = []
-    assert put_config(option, body, "lookupd", lambda a: done.append(("addresses", a)),
-                      lambda level: done.append(("log_level", level))) == error
-    assert done == ([set_to] if set_to else [])

@@ -202,29 +202,30 @@ def test_refusals(before: bytes, data: bytes, text: bytes) -> None:
     assert refusal(before + data) == text
 
 
+NOT_JSON = b"E_BAD_BODY IDENTIFY failed to decode JSON body"
+MISSING_FIELDS = b"E_BAD_BODY IDENTIFY missing fields"
+
+
 @pytest.mark.parametrize(("body", "text"), [
-    (b"", b"E_BAD_BODY IDENTIFY failed to decode JSON body"),
-    (b"not json", b"E_BAD_BODY IDENTIFY failed to decode JSON body"),
-    (b"[1,2]", b"E_BAD_BODY IDENTIFY failed to decode JSON body"),
-    (b'"str"', b"E_BAD_BODY IDENTIFY failed to decode JSON body"),
-    (b'{"tcp_port":"4150"}', b"E_BAD_BODY IDENTIFY failed to decode JSON body"),
-    (b'{"tcp_port":4150.5}', b"E_BAD_BODY IDENTIFY failed to decode JSON body"),
-    (b'{"tcp_port":1e3}', b"E_BAD_BODY IDENTIFY failed to decode JSON body"),
-    (b'{"tcp_port":true}', b"E_BAD_BODY IDENTIFY failed to decode JSON body"),
-    (b'{"tcp_port":99999999999999999999}', b"E_BAD_BODY IDENTIFY failed to decode JSON body"),
-    (b'{"version":1}', b"E_BAD_BODY IDENTIFY failed to decode JSON body"),
-    (b'{"hostname":NaN}', b"E_BAD_BODY IDENTIFY failed to decode JSON body"),
-    (b'{"a":1} {}', b"E_BAD_BODY IDENTIFY failed to decode JSON body"),
-    (b"[" * 100000, b"E_BAD_BODY IDENTIFY failed to decode JSON body"),
-    (b"null", b"E_BAD_BODY IDENTIFY missing fields"),
-    (b"{}", b"E_BAD_BODY IDENTIFY missing fields"),
-    (b'{"broadcast_address":"a","tcp_port":1,"http_port":2}', b"E_BAD_BODY IDENTIFY missing fields"),
-    (b'{"broadcast_address":"","tcp_port":1,"http_port":2,"version":"v"}',
-     b"E_BAD_BODY IDENTIFY missing fields"),
-    (b'{"broadcast_address":"a","tcp_port":0,"http_port":2,"version":"v"}',
-     b"E_BAD_BODY IDENTIFY missing fields"),
-    (b'{"broadcast_address":"a","tcp_port":1,"http_port":null,"version":"v"}',
-     b"E_BAD_BODY IDENTIFY missing fields"),
+    (b"", NOT_JSON),
+    (b"not json", NOT_JSON),
+    (b"[1,2]", NOT_JSON),
+    (b'"str"', NOT_JSON),
+    (b'{"tcp_port":"4150"}', NOT_JSON),
+    (b'{"tcp_port":4150.5}', NOT_JSON),
+    (b'{"tcp_port":1e3}', NOT_JSON),
+    (b'{"tcp_port":true}', NOT_JSON),
+    (b'{"tcp_port":99999999999999999999}', NOT_JSON),
+    (b'{"version":1}', NOT_JSON),
+    (b'{"hostname":NaN}', NOT_JSON),
+    (b'{"a":1} {}', NOT_JSON),
+    (b"[" * 100000, NOT_JSON),
+    (b"null", MISSING_FIELDS),
+    (b"{}", MISSING_FIELDS),
+    (b'{"broadcast_address":"a","tcp_port":1,"http_port":2}', MISSING_FIELDS),
+    (b'{"broadcast_address":"","tcp_port":1,"http_port":2,"version":"v"}', MISSING_FIELDS),
+    (b'{"broadcast_address":"a","tcp_port":0,"http_port":2,"version":"v"}', MISSING_FIELDS),
+    (b'{"broadcast_address":"a","tcp_port":1,"http_port":null,"version":"v"}', MISSING_FIELDS),
 ])
 def test_identify_body_refusals(body: bytes, text: bytes) -> None:
     assert refusal(MAGIC_V1 + identify_bytes(body)) == text
