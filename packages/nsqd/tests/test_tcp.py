@@ -82,17 +82,23 @@ def pub(topic: bytes, body: bytes) -> bytes:
     return b"PUB %s\n" % topic + struct.pack(">i", len(body)) + body
 
 
-async def test_publish_subscribe_fin(nursery: trio.Nursery, broker: Broker) -> None:
+async def delivered(nursery: trio.Nursery, broker: Broker, body: bytes) -> tuple[Peer, bytes]:
+    """``body`` published to t and sent to a new consumer of t/c (RDY 1): that consumer, and
+    the message frame's data."""
     publisher = await connect(nursery, broker)
-    await publisher.send(pub(b"t", b"hello"))
+    await publisher.send(pub(b"t", body))
     assert await publisher.answer() == (RESPONSE, b"OK")
-
     consumer = await connect(nursery, broker)
     await consumer.send(b"SUB t c\n")
     assert await consumer.answer() == (RESPONSE, b"OK")
     await consumer.send(b"RDY 1\n")
     kind, data = await consumer.answer()
     assert kind == MESSAGE
+    return consumer, data
+
+
+async def test_publish_subscribe_fin(nursery: trio.Nursery, broker: Broker) -> None:
+    consumer, data = await delivered(nursery, broker, b"hello")
     attempts, message_id, body = struct.unpack_from(">H", data, 8)[0], data[10:26], data[26:]
     assert (attempts, body) == (1, b"hello")
     await consumer.send(b"FIN %s\n" % message_id)
@@ -153,14 +159,7 @@ async def test_commands_in_the_wrong_state_are_fatal(nursery: trio.Nursery, brok
 
 async def test_closing_consumer_still_answers_and_ignores_rdy(nursery: trio.Nursery,
                                                               broker: Broker) -> None:
-    publisher = await connect(nursery, broker)
-    await publisher.send(pub(b"t", b"a"))
-    assert await publisher.answer() == (RESPONSE, b"OK")
-    consumer = await connect(nursery, broker)
-    await consumer.send(b"SUB t c\nRDY 1\n")
-    assert await consumer.answer() == (RESPONSE, b"OK")
-    kind, data = await consumer.answer()
-    assert kind == MESSAGE
+    consumer, data = await delivered(nursery, broker, b"a")
     await consumer.send(b"CLS\nRDY 5\n")
     assert await consumer.answer() == (RESPONSE, b"CLOSE_WAIT")
     await consumer.send(b"REQ %s 0\nNOP\n" % data[10:26])
