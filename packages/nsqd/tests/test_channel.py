@@ -224,3 +224,14 @@ def test_guid_unique_monotonic_16_hex():
     assert all(len(i) == 16 for i in ids)
     assert [int(i, 16) for i in ids] == sorted(int(i, 16) for i in ids)
     assert (int(ids[0], 16) >> 12) & 0x3FF == 7
+
+
+@settings(deadline=None)
+@given(st.integers(0, (1 << 63) - 1), st.lists(st.binary(max_size=4), max_size=600),
+       st.integers(-(1 << 63), (1 << 63) - 1))
+def test_new_records_are_the_header_the_hex_id_and_the_body(first, bodies, timestamp):
+    expected = [MESSAGE_HEADER.pack(timestamp, 0) + b"%016x" % (first + i) + body
+                for i, body in enumerate(bodies)]
+    assert new_records(bodies, first, timestamp) == expected
+    percent = int.from_bytes(b"%%%%%%%%")  # a timestamp of '%' bytes is no format to them
+    assert new_records([b"%s"], first, percent) == [b"%%%%%%%%\0\0" + b"%016x%%s" % first]

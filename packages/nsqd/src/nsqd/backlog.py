@@ -61,14 +61,31 @@ class Records(list[bytes]):
     __slots__ = ()
 
 
+#: Two hex digits of each byte value: the last two digits of an id.
+_HEX_BYTE = [b"%02x" % i for i in range(256)]
+
+
 def new_records(bodies: list[bytes], first_id: int, timestamp: int) -> Records:
     """The records of new messages for ``bodies`` (attempts 0, ids ``first_id`` and up in
-    hex, one timestamp), each made by one bytes formatting of the header as a literal:
-    250 ns a message where a ``QueuedMessage`` and its id took 490 (batches of 200, in
-    process)."""
-    fmt = MESSAGE_HEADER.pack(timestamp, 0).replace(b"%", b"%%") + b"%016x%b"
-    ids = range(first_id, first_id + len(bodies))
-    return Records([fmt % pair for pair in zip(ids, bodies, strict=True)])
+    hex, one timestamp).
+
+    Each record is one bytes formatting whose literal holds the header and the id's first 14
+    hex digits (the same for up to 256 consecutive ids), its last two from a table: 115 ns a
+    message, where formatting the whole id took 230 and a ``QueuedMessage`` and its id 490
+    (batches of 200, in process).
+    """
+    head = MESSAGE_HEADER.pack(timestamp, 0).replace(b"%", b"%%")
+    out = Records()
+    next_id, done, total = first_id, 0, len(bodies)
+    while done < total:
+        low = next_id & 0xFF
+        n = min(total - done, 256 - low)
+        fmt = head + b"%014x%%b%%b" % (next_id >> 8)
+        out += [fmt % pair for pair in zip(_HEX_BYTE[low:low + n], bodies[done:done + n],
+                                           strict=True)]
+        next_id += n
+        done += n
+    return out
 
 
 def is_plain_record(record: bytes) -> bool:

@@ -39,7 +39,20 @@ Pos = tuple[int, int]
 Gone = tuple[int, bool]  # a file the queue is done with: (file number, damaged)
 
 LENGTH = struct.Struct(">i")
-_pack_length = LENGTH.pack
+
+
+class _LengthPrefixes(dict[int, bytes]):
+    """The 4-byte length prefix of each record size met, made once: a lookup in C, 27 ns a
+    record less than packing each (batches of 200 records of one size, in process)."""
+
+    def __missing__(self, size: int) -> bytes:
+        if len(self) >= 4096:  # many sizes: start over rather than grow without bound
+            self.clear()
+        prefix = self[size] = LENGTH.pack(size)
+        return prefix
+
+
+_length_prefix = _LengthPrefixes().__getitem__
 _CHUNK = 64 * 1024  # read beyond max_bytes by this much: the record that crosses it
 _META = re.compile(rb"(-?\d+)\n(-?\d+),(-?\d+)\n(-?\d+),(-?\d+)\n?\Z")
 
@@ -221,10 +234,11 @@ class DiskFiles:
                 total = sum(map(len, rest)) + 4 * len(rest)
                 if pos + total <= limit:
                     # The usual case, everything left fits in this file: its length prefixes
-                    # and records interleaved by slice assignment, in C (105 ns a record
-                    # where the loop below takes 245: batches of 200, in process).
+                    # and records interleaved by slice assignment, in C (105 ns a record, 72
+                    # with the prefixes looked up, where the loop below takes 245: batches of
+                    # 200, in process).
                     parts = [b""] * (2 * len(rest))
-                    parts[0::2] = map(_pack_length, map(len, rest))
+                    parts[0::2] = map(_length_prefix, map(len, rest))
                     parts[1::2] = rest
                     self._append(fd, b"".join(parts), pos)
                     done, pos = len(records), pos + total
