@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # the names as type checkers see them; at run time see _MODUL
     from . import _nsqd_stats as nsqd_stats
     from ._buffer import ReceiveBuffer
     from ._errors import NON_FATAL_CODES, ConnectionAbort, ErrorCode, ProtocolError
+    from ._files import write_atomically
     from ._frames import (
         CLOSE_WAIT_FRAME,
         FRAME_HEADER,
@@ -185,6 +186,7 @@ __all__ = [
     "response_json",
     "setup_logging",
     "split_address",
+    "write_atomically",
 ]
 
 # nsqlookupd protocol V1
@@ -221,6 +223,7 @@ _EXPORTS = {
         "encode_frame encode_response"
     ),
     "_buffer": "ReceiveBuffer",
+    "_files": "write_atomically",
     "_hostport": "join_host_port split_address",
     "_httpv1": (
         "ACCEPT_V1 JSON_CONTENT_TYPE NSQ_CONTENT_TYPE NSQ_CONTENT_TYPE_V1 TEXT_CONTENT_TYPE "

@@ -21,7 +21,6 @@ import binascii
 import gzip
 import json
 import logging
-import os
 import sys
 import time
 from array import array
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import trio
+from nsq_common import write_atomically
 
 from .history import History
 
@@ -84,25 +84,6 @@ def decode(data: bytes) -> dict[str, Any]:
     return document
 
 
-def write_atomically(path: Path, data: bytes) -> None:
-    """``data`` in ``path``, all or nothing: a temporary file, fsync, rename, fsync of the
-    directory (so the rename survives a power cut)."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as file:
-        file.write(data)
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(tmp, path)
-    try:
-        fd = os.open(path.parent, os.O_RDONLY)
-    except OSError:  # not every platform opens directories
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def load(history: History, path: str) -> int:
     """Restore ``history`` from ``path`` (missing: nothing to do); returns the series count."""
     try:
@@ -133,7 +114,7 @@ async def save(history: History, path: str) -> bool:
 
 
 def _save_sync(state: dict[str, Any], path: Path, saved: float) -> None:
-    write_atomically(path, encode(state, saved))
+    write_atomically(path, encode(state, saved), sync_directory=True)
 
 
 async def run_saver(history: History, path: str, interval: float) -> None:

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import argparse
 import getpass
-import os
 import sys
 from collections.abc import Sequence
+
+from nsq_common import write_atomically
 
 from .auth import DEFAULT_ITERATIONS, hash_password
 
@@ -33,11 +34,7 @@ def _write(path: str, user: str, line: str) -> None:
         lines = []
     kept = [old for old in lines if old.partition(":")[0].strip() != user]
     kept.append(line)
-    temporary = f"{path}.tmp"
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write("\n".join(kept) + "\n")
-    os.replace(temporary, path)
+    write_atomically(path, ("\n".join(kept) + "\n").encode(), mode=0o600)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+from nsq_common import write_atomically
 
 from .errors import BatchLogError
 
@@ -261,15 +262,6 @@ def _decode_json(data: bytes) -> tuple[dict[str, Any], Messages]:
                                   [base64.b64decode(str(r[4])) for r in rows])
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
-    temporary = path.with_name(path.name + ".tmp")
-    with open(temporary, "wb") as file:
-        file.write(data)
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(temporary, path)
-
-
 class BatchLog:
     """Batches on disk under ``directory``; see the module docstring."""
 
@@ -289,15 +281,13 @@ class BatchLog:
     def write(self, batch: Batch) -> None:
         data = encode(batch.messages, start=batch.start, end=batch.end,
                       parts=[[p.nsqd_http, p.nsqd, p.count] for p in batch.parts])
-        _write_atomically(self._path(batch.end), data)
-        self._sync_directory()
+        write_atomically(self._path(batch.end), data, sync_directory=True)
 
     def _part_path(self, end: int, index: int) -> Path:
         return self.directory / f"{end:020d}.part-{index}"
 
     def write_part(self, end: int, index: int, messages: Messages) -> None:
-        _write_atomically(self._part_path(end, index), encode(messages))
-        self._sync_directory()
+        write_atomically(self._part_path(end, index), encode(messages), sync_directory=True)
 
     def read_part(self, end: int, index: int) -> Messages | None:
         path = self._part_path(end, index)
@@ -345,9 +335,7 @@ class BatchLog:
 
     def commit(self, end: int) -> None:
         """Record that Spark committed every batch up to ``end``; forget old batches."""
-        temporary = self.directory / "committed.tmp"
-        temporary.write_text(str(end))
-        os.replace(temporary, self.directory / "committed")
+        write_atomically(self.directory / "committed", b"%d" % end)
         done = [e for e in self.ends() if e <= end]
         for old in done[:-self.keep] if self.keep else done:
             self._remove(old)
@@ -364,10 +352,3 @@ class BatchLog:
         for batch in dropped:
             self._remove(batch.end)
         return dropped
-
-    def _sync_directory(self) -> None:
-        fd = os.open(self.directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
