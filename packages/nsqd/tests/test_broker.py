@@ -3,6 +3,7 @@ process (a ``Broker`` run in the test's nursery on a temporary data path)."""
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from nsqd.errors import (
     StoreFailed,
     SubscribeRefused,
 )
+from nsqd.metadata import decode
 from nsqd.options import Options
 from nsqd.topic import Topic
 
@@ -97,3 +99,16 @@ def test_every_leaf_of_a_group_is_reported() -> None:
     assert [type(leaf) for leaf in leaves] == [StartError, OSError, ZeroDivisionError]
     assert [isinstance(leaf, EXPECTED) for leaf in leaves] == [True, True, False]
     assert issubclass(StartError, NsqdError) and not issubclass(StartError, RuntimeError)
+
+
+async def test_metadata_is_replaced_whole_with_mode_0600(tmp_path: Path) -> None:
+    async with trio.open_nursery() as nursery:
+        broker = await start(nursery, tmp_path)
+        broker.get_channel(broker.get_topic("t"), "c")
+        nursery.cancel_scope.cancel()  # a clean shutdown writes nsqd.dat
+    path = tmp_path / "nsqd.dat"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    topics, warnings = decode(path.read_bytes())
+    assert [(t.name, [c.name for c in t.channels]) for t in topics] == [("t", ["c"])]
+    assert warnings == []

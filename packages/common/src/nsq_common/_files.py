@@ -10,6 +10,7 @@ must leave either as it was or as it became, never half written. They share this
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import random
 from pathlib import Path
@@ -22,7 +23,8 @@ def write_atomically(path: str | os.PathLike[str], data: bytes, *, mode: int = 0
     ``data`` goes into a new file beside ``path`` (a name no other writer uses, created with
     ``mode`` less the umask), is fsynced and renamed over ``path``. With ``sync_directory`` the
     directory is fsynced too, so that the rename itself survives a power cut. On an error the
-    temporary file is removed and the ``OSError`` raised.
+    temporary file is removed and the ``OSError`` raised (``EIO`` for a write that wrote
+    nothing).
     """
     final = Path(path)
     temporary = final.with_name(f"{final.name}.{random.getrandbits(62)}.tmp")
@@ -31,7 +33,10 @@ def write_atomically(path: str | os.PathLike[str], data: bytes, *, mode: int = 0
         try:
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view):]
+                written = os.write(fd, view)
+                if written <= 0:  # a short write is retried; one that writes nothing, refused
+                    raise OSError(errno.EIO, "write made no progress")
+                view = view[written:]
             os.fsync(fd)
         finally:
             os.close(fd)

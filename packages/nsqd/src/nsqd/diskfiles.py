@@ -26,7 +26,6 @@ import contextlib
 import errno
 import logging
 import os
-import random
 import re
 import struct
 from collections import deque
@@ -34,6 +33,7 @@ from pathlib import Path
 from typing import IO
 
 import attrs
+from nsq_common import write_atomically
 
 Pos = tuple[int, int]
 Gone = tuple[int, bool]  # a file the queue is done with: (file number, damaged)
@@ -353,21 +353,7 @@ class DiskFiles:
     def _persist(self, depth: int, read: Pos, write: Pos) -> None:
         """Atomically replace the metadata: temp file, fsync, rename (mode 0600)."""
         text = b"%d\n%d,%d\n%d,%d\n" % (depth, read[0], read[1], write[0], write[1])
-        final = self.meta_path()
-        tmp = final.with_name(f"{final.name}.{random.getrandbits(62)}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            try:
-                if os.write(fd, text) != len(text):
-                    raise OSError(errno.EIO, "short write of metadata")
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.rename(tmp, final)
-        except OSError:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        write_atomically(self.meta_path(), text, mode=0o600)
         self._meta_write_file = write[0]
 
     # ---- reading and damage -------------------------------------------------------------------

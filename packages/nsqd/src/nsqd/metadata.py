@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import random
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import attrs
 import trio
-from nsq_common import NSQ_VERSION, go_errno_text, go_json, is_valid_name
+from nsq_common import NSQ_VERSION, go_errno_text, go_json, is_valid_name, write_atomically
 
 if TYPE_CHECKING:
     from .topic import Topic
@@ -137,15 +135,12 @@ def load(path: Path) -> tuple[list[TopicMeta], list[str]]:
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` all at once."""
-    tmp = path.with_name(f"{path.name}.{random.randrange(1 << 62)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+    """Replace ``path`` with ``data`` all at once (mode 0600).
+
+    Raises:
+        OSError: it could not be written; the old file is left as it was.
+    """
+    write_atomically(path, data, mode=0o600)
 
 
 def topic_metadata(topics: Iterable[Topic]) -> list[TopicMeta]:
