@@ -16,7 +16,7 @@ import base64
 import logging
 import socket
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 from nsq_common import (
@@ -34,6 +34,7 @@ from nsq_common import (
     query_first,
     v1_headers,
 )
+from nsq_serving import metrics_endpoint
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
@@ -49,6 +50,9 @@ from .message import QueuedMessage
 from .options import Options, Settings
 from .stats import stats, stats_text
 from .topic import Topic
+
+if TYPE_CHECKING:
+    from prometheus_client.registry import Collector
 
 log = logging.getLogger("nsqd")
 
@@ -574,10 +578,10 @@ def build_app(broker: Broker) -> ASGIApp:
     async def openapi_json(request: Request) -> Response:
         return Response(description, media_type="application/json")
 
-    async def metrics(request: Request) -> Response:
-        from .metrics import render  # deferred to the first scrape: see nsqd.metrics
+    def collector() -> Collector:
+        from .metrics import NsqdCollector  # deferred to the first scrape: see nsqd.metrics
 
-        return render(broker)
+        return NsqdCollector(broker)
 
     def wrap(handler: Callable[[Request], Awaitable[Response]]
              ) -> Callable[[Request], Awaitable[Response]]:
@@ -594,7 +598,7 @@ def build_app(broker: Broker) -> ASGIApp:
         Route("/pub", wrap(api.pub), methods=["POST"]),
         Route("/mpub", wrap(api.mpub), methods=["POST"]),
         Route("/stats", wrap(api.stats), methods=["GET"]),
-        Route("/metrics", metrics, methods=["GET"]),
+        Route("/metrics", metrics_endpoint(collector), methods=["GET"]),
         Route("/topic/create", wrap(api.topic_create), methods=["POST"]),
         Route("/topic/delete", wrap(api.topic_delete), methods=["POST"]),
         Route("/topic/empty", wrap(api.topic_empty), methods=["POST"]),

@@ -2,8 +2,9 @@
 
 Everything is read at scrape time, by a custom collector, from the same place ``/stats``
 reads it (``stats.topic_stats``), so the two always agree and publishing and delivering pay
-nothing for it: no counter is updated per message. The HTTP API imports this module on the
-first scrape: prometheus-client takes about 60 ms to import, which every start would pay.
+nothing for it: no counter is updated per message. The HTTP API's route is
+``nsq_serving.metrics_endpoint``, which imports this module on the first scrape:
+prometheus-client takes about 60 ms to import, which every start would pay.
 Counters (``*_total``) are nsqd's own since-start counts, so they restart from 0 with nsqd,
 as Prometheus's ``rate()`` expects.
 
@@ -15,14 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol
-from weakref import WeakKeyDictionary
 
-from nsq_common import NSQ_VERSION, nsqd_stats
-from prometheus_client import GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR
+from nsq_common import nsqd_stats
+from nsq_serving import build_info
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
-from prometheus_client.registry import Collector, CollectorRegistry
-from starlette.responses import Response
+from prometheus_client.registry import Collector
 
 from .stats import topic_stats
 
@@ -54,8 +52,7 @@ class NsqdCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         broker = self.broker
-        info = _gauge("nsq_build_info", "the NSQ version this nsqd speaks", ["version"])
-        info.add_metric([NSQ_VERSION], 1)
+        info = build_info("the NSQ version this nsqd speaks")
         healthy = _gauge("nsq_healthy", "1 while disk writes succeed, 0 after one failed")
         healthy.add_metric([], 1 if broker.health == "OK" else 0)
         yield from (info, healthy)
@@ -176,23 +173,3 @@ def _add_disk(families: dict[str, _Family], labels: list[str], disk: DiskQueue |
     for key, value in (("healthy", int(disk.healthy)), ("write", disk.write_errors),
                        ("sync", disk.sync_errors)):
         families[key].add_metric(labels, value)
-
-
-_registries: WeakKeyDictionary[Broker, CollectorRegistry] = WeakKeyDictionary()
-
-
-def registry_for(broker: Broker) -> CollectorRegistry:
-    """nsqd's collector plus prometheus-client's process, GC and platform collectors."""
-    registry = _registries.get(broker)
-    if registry is None:
-        registry = _registries[broker] = CollectorRegistry(auto_describe=False)
-        registry.register(NsqdCollector(broker))
-        for collector in (PROCESS_COLLECTOR, GC_COLLECTOR, PLATFORM_COLLECTOR):
-            registry.register(collector)
-    return registry
-
-
-def render(broker: Broker) -> Response:
-    """The answer to ``GET /metrics``: text format 0.0.4, which every Prometheus reads (our
-    names need none of 1.0.0's escaping, so the body is the same in both)."""
-    return Response(generate_latest(registry_for(broker)), media_type=CONTENT_TYPE_PLAIN_0_0_4)

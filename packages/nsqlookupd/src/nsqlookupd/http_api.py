@@ -11,7 +11,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from nsq_common import NSQ_VERSION, go_json, is_valid_name
-from nsq_serving import ConnectionCounts
+from nsq_serving import ConnectionCounts, metrics_endpoint
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -22,7 +22,7 @@ from .registry import RegistrationDB
 from .router import HTTPError, Params, Router, plain_text, v1_response
 
 if TYPE_CHECKING:
-    from prometheus_client.registry import CollectorRegistry
+    from prometheus_client.registry import Collector
 
 _PROFILES = ("profile", "heap", "goroutine", "block", "threadcreate")
 
@@ -35,7 +35,7 @@ class LookupAPI:
         self.tcp_counts = tcp_counts or ConnectionCounts()
         self.http_counts = http_counts or ConnectionCounts()
         self._answers: dict[tuple[object, ...], bytes] = {}
-        self._metrics: CollectorRegistry | None = None
+        self.metrics = metrics_endpoint(self._collector)
 
     async def ping(self, request: Request) -> Response:
         return plain_text("OK")
@@ -68,12 +68,10 @@ class LookupAPI:
             self._answers[key] = body
         return v1_response(body, json=True)
 
-    async def metrics(self, request: Request) -> Response:
-        from . import metrics  # deferred to the first scrape: see nsqlookupd.metrics
+    def _collector(self) -> Collector:
+        from .metrics import LookupdCollector  # deferred to the first scrape: see its module
 
-        if self._metrics is None:
-            self._metrics = metrics.registry_for(self.db, self.tcp_counts, self.http_counts)
-        return metrics.render(self._metrics)
+        return LookupdCollector(self.db, self.tcp_counts, self.http_counts)
 
     async def nodes(self, request: Request) -> Response:
         producers = [peer.to_json() | {"tombstones": tombstones, "topics": topics}

@@ -4,21 +4,21 @@ Read at scrape time from the registry, with the same rules as the HTTP API: a pr
 counts while ``/nodes`` and ``/lookup`` would show it (heard from within
 ``--inactive-producer-timeout``; ``/lookup``'s also not tombstoned). Registration events are
 counted by the registry as nsqds join and leave registrations, connections by the servers as
-they open and close. Imported on the first scrape (prometheus-client's import is slow); the
-pieces every daemon's ``/metrics`` has come from ``nsq_serving``.
+they open and close. Imported on the first scrape (prometheus-client's import is slow) by the
+route, ``nsq_serving.metrics_endpoint``, as the pieces every daemon's ``/metrics`` has.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from nsq_serving import ConnectionCounts, build_info, connection_metrics, registry_with, render
+from nsq_serving import ConnectionCounts, build_info, connection_metrics
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.registry import Collector
 
 from .registry import CHANNEL, CLIENT, TOPIC, RegistrationDB
 
-__all__ = ["LookupdCollector", "registry_for", "render"]  # render: nsq_serving's, for http_api
+__all__ = ["LookupdCollector"]
 
 
 class LookupdCollector(Collector):
@@ -61,7 +61,3 @@ class LookupdCollector(Collector):
         yield from connection_metrics("tcp", self.tcp)
         yield from connection_metrics("http", self.http)
 
-
-def registry_for(db: RegistrationDB, tcp: ConnectionCounts, http: ConnectionCounts
-                 ) -> CollectorRegistry:
-    return registry_with(LookupdCollector(db, tcp, http))
