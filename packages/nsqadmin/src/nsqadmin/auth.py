@@ -32,9 +32,10 @@ from collections.abc import Mapping
 
 import attrs
 import trio
+from nsq_serving import HttpGate
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Scope
 
 from .web import is_api_path, same_origin, v1_error
 
@@ -161,31 +162,26 @@ class BasicAuth:
         return True
 
 
-class RequireBasicAuth:
+class RequireBasicAuth(HttpGate):
     """ASGI middleware: anything but a read needs valid credentials and our own origin."""
 
     def __init__(self, app: ASGIApp, auth: BasicAuth) -> None:
-        self.app = app
+        super().__init__(app, self._refusal)
         self.auth = auth
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] in SAFE_METHODS:
-            await self.app(scope, receive, send)
-            return
+    async def _refusal(self, scope: Scope) -> Response | None:
+        if scope["method"] in SAFE_METHODS:
+            return None
         request = Request(scope)
         given = credentials(request)
         if given is None or not await self.auth.authenticate(*given):
-            await _refuse(scope, 401, "UNAUTHORIZED",
-                          "Sign in as an nsqadmin admin user to change the cluster.",
-                          {"WWW-Authenticate": f'Basic realm="{REALM}", charset="UTF-8"'}
-                          )(scope, receive, send)
-            return
+            return _refuse(scope, 401, "UNAUTHORIZED",
+                           "Sign in as an nsqadmin admin user to change the cluster.",
+                           {"WWW-Authenticate": f'Basic realm="{REALM}", charset="UTF-8"'})
         if not same_origin(request):
-            await _refuse(scope, 403, "FORBIDDEN", "This request came from another site."
-                          )(scope, receive, send)
-            return
+            return _refuse(scope, 403, "FORBIDDEN", "This request came from another site.")
         scope[USER_KEY] = given[0]
-        await self.app(scope, receive, send)
+        return None
 
 
 def _refuse(scope: Scope, status: int, code: str, text: str,

@@ -34,13 +34,13 @@ from nsq_common import (
     query_first,
     v1_headers,
 )
-from nsq_serving import metrics_endpoint
+from nsq_serving import HttpGate, metrics_endpoint
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Scope
 
 from . import openapi
 from .broker import Broker
@@ -641,22 +641,17 @@ def build_app(broker: Broker) -> ASGIApp:
     app = Starlette(routes=routes, exception_handlers={HTTPException: http_error,
                                                         Exception: internal_error})
     if broker.tls_required == "true":
-        return TlsRequired(app, broker)
+        return tls_required(app, broker)
     return app
 
 
-class TlsRequired:
+def tls_required(app: Starlette, broker: Broker) -> HttpGate:
     """--tls-required=true: plain-HTTP requests get nsqd's 403, with the HTTPS port to use."""
 
-    def __init__(self, app: Starlette, broker: Broker) -> None:
-        self.app = app
-        self.broker = broker
+    async def refusal(scope: Scope) -> Response | None:
+        if scope.get("scheme") == "https":
+            return None
+        body = f'{{"message": "TLS_REQUIRED", "https_port": {broker.https_port}}}'.encode()
+        return Response(body, 403, headers=NSQ_HEADERS, media_type=JSON_CONTENT_TYPE)
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope.get("scheme") != "https":
-            body = (f'{{"message": "TLS_REQUIRED", "https_port": {self.broker.https_port}}}'
-                    ).encode()
-            response = Response(body, 403, headers=NSQ_HEADERS, media_type=JSON_CONTENT_TYPE)
-            await response(scope, receive, send)
-            return
-        await self.app(scope, receive, send)
+    return HttpGate(app, refusal)

@@ -7,9 +7,10 @@ request goes to the ASGI app. nsqd, nsqlookupd, nsqadmin and nsq_auth all serve 
 on sockets bound by ``listen_tcp`` (which fails in the words of Go's ``net.Listen``).
 
 Also shared by the daemons: start-up (``version_string``, ``exit_on``, ``start_logging``,
-``run_daemon``), one app on one address (``serve_app``) and ``GET /metrics``
+``run_daemon``), one app on one address (``serve_app``), ``GET /metrics``
 (``metrics_endpoint``; ``build_info``, ``connection_metrics``, ``registry_with`` and
-``render`` for the daemons' collectors).
+``render`` for the daemons' collectors) and middleware that may answer a request before the
+app does (``HttpGate``).
 
 The names are imported on first use (``nsq_common.lazy_exports``): a command parsing its
 flags loads neither Trio nor prometheus-client.
@@ -24,13 +25,14 @@ from nsq_common import lazy_exports
 if TYPE_CHECKING:
     from ._daemon import exit_on, run_daemon, serve_until_signalled, start_logging, version_string
     from ._direct import direct_endpoints
+    from ._gate import HttpGate
     from ._listen import ListenError, bound_address, listen_tcp, split_host_port
     from ._metrics import build_info, connection_metrics, registry_with, render
     from ._one_address import serve_app
     from ._scrape import metrics_endpoint
     from ._server import KEEP_ALIVE_TIMEOUT, ConnectionCounts, serve_http
 
-__all__ = ["KEEP_ALIVE_TIMEOUT", "ConnectionCounts", "ListenError", "bound_address",
+__all__ = ["KEEP_ALIVE_TIMEOUT", "ConnectionCounts", "HttpGate", "ListenError", "bound_address",
            "build_info", "connection_metrics", "direct_endpoints", "exit_on", "listen_tcp",
            "metrics_endpoint", "registry_with", "render", "run_daemon", "serve_app",
            "serve_http", "serve_until_signalled", "split_host_port", "start_logging",
@@ -38,7 +40,7 @@ __all__ = ["KEEP_ALIVE_TIMEOUT", "ConnectionCounts", "ListenError", "bound_addre
 __getattr__ = lazy_exports(__name__, {
     "KEEP_ALIVE_TIMEOUT": "_server", "ConnectionCounts": "_server", "serve_http": "_server",
     "ListenError": "_listen", "bound_address": "_listen", "listen_tcp": "_listen",
-    "split_host_port": "_listen", "direct_endpoints": "_direct",
+    "split_host_port": "_listen", "direct_endpoints": "_direct", "HttpGate": "_gate",
     "exit_on": "_daemon", "run_daemon": "_daemon", "serve_until_signalled": "_daemon",
     "start_logging": "_daemon", "version_string": "_daemon", "serve_app": "_one_address",
     "metrics_endpoint": "_scrape", "build_info": "_metrics",
