@@ -5,13 +5,14 @@ from collections import deque
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from nsq_common import MESSAGE_HEADER
+from nsq_common import MESSAGE_HEADER, FrameDecoder, FrameType, decode_message
 from nsqd.backlog import WaitingQueue, new_records
 from nsqd.channel import Channel, spread
 from nsqd.client import Client
 from nsqd.errors import NotInFlight, NotOwner
 from nsqd.guid import GuidFactory
 from nsqd.message import QueuedMessage
+from nsqd.output import record_frames
 from nsqd.state import State
 from nsqd.topic import Topic
 
@@ -41,14 +42,23 @@ def messages(n: int) -> list[QueuedMessage]:
 
 
 async def channel_with(owner: Owner, *clients: Client, queued: int, name: str = "c",
-                       max_msg_timeout: float = 900) -> Channel:
-    """A channel with ``clients`` subscribed, ``queued`` messages put and one pump done."""
+                       max_msg_timeout: float = 900, as_records: bool = False) -> Channel:
+    """A channel with ``clients`` subscribed, ``queued`` messages put and one pump done: the
+    messages of ``messages(queued)``, or (``as_records``) the same as records, as PUB and
+    MPUB queue them, which are delivered and kept in flight as records."""
     ch = Channel("t", name, owner, max_msg_timeout=max_msg_timeout)
     for client in clients:
         ch.add_client(client)
-    await ch.put(messages(queued), now=0.0)
+    if as_records:
+        await ch.put_records(new_records([b"body%d" % i for i in range(queued)], 0, 0))
+    else:
+        await ch.put(messages(queued), now=0.0)
     ch.pump(0.0)
     return ch
+
+
+#: The tests of delivery and answers run with messages queued as messages and as records.
+both_forms = pytest.mark.parametrize("as_records", [False, True], ids=["messages", "records"])
 
 
 def delivered(client: Client) -> int:
@@ -56,19 +66,21 @@ def delivered(client: Client) -> int:
     return data.count(b"body")
 
 
-async def test_rdy_window_and_spread():
+@both_forms
+async def test_rdy_window_and_spread(as_records):
     a, b = make_client(1, 3), make_client(2, 3)
-    ch = await channel_with(Owner(), a, b, queued=10)
+    ch = await channel_with(Owner(), a, b, queued=10, as_records=as_records)
     assert (a.in_flight, b.in_flight) == (3, 3)
     assert ch.depth == 4 and len(ch.in_flight) == 6
     assert delivered(a) == 3 and delivered(b) == 3
 
 
-async def test_one_pump_fills_every_window_it_can():
+@both_forms
+async def test_one_pump_fills_every_window_it_can(as_records):
     # A small window beside a big one: the big one takes what the small one cannot, in the
     # same pump, rather than leaving it queued until some FIN or timeout wakes the channel.
     a, b = make_client(1, 1), make_client(2, 100)
-    ch = await channel_with(Owner(), a, b, queued=101)
+    ch = await channel_with(Owner(), a, b, queued=101, as_records=as_records)
     assert (a.in_flight, b.in_flight) == (1, 100)
     assert ch.depth == 0 and delivered(a) == 1 and delivered(b) == 100
 
@@ -96,9 +108,10 @@ def test_spread_gives_every_message_a_client_evenly(slots, data):
             assert all(other <= n + 1 for other in counts)
 
 
-async def test_fin_req_touch_and_timeouts():
+@both_forms
+async def test_fin_req_touch_and_timeouts(as_records):
     a = make_client(1, 10, msg_timeout=2.0)
-    ch = await channel_with(Owner(), a, queued=3, max_msg_timeout=5.0)
+    ch = await channel_with(Owner(), a, queued=3, max_msg_timeout=5.0, as_records=as_records)
     m0, m1, m2 = (b"%016x" % i for i in range(3))
     ch.finish(a, m0)
     with pytest.raises(NotInFlight, match=r"^ID not in flight$"):
@@ -116,17 +129,19 @@ async def test_fin_req_touch_and_timeouts():
     assert ch.depth == 2 and ch.timeout_count == 2
 
 
-async def test_other_client_cannot_answer():
+@both_forms
+async def test_other_client_cannot_answer(as_records):
     a, b = make_client(1, 1), make_client(2, 0)
-    ch = await channel_with(Owner(), a, b, queued=1)
+    ch = await channel_with(Owner(), a, b, queued=1, as_records=as_records)
     with pytest.raises(NotOwner, match=r"^client does not own message$"):
         ch.finish(b, b"%016x" % 0)
 
 
-async def test_remove_client_requeues_its_messages_and_ephemeral_goes():
+@both_forms
+async def test_remove_client_requeues_its_messages_and_ephemeral_goes(as_records):
     owner = Owner()
     a = make_client(1, 5)
-    ch = await channel_with(owner, a, queued=2, name="c#ephemeral")
+    ch = await channel_with(owner, a, queued=2, name="c#ephemeral", as_records=as_records)
     ch.remove_client(a)
     assert ch.depth == 2 and len(ch.in_flight) == 0
     assert owner.emptied == [ch]
@@ -186,6 +201,70 @@ async def test_records_are_shared_by_the_channels_and_delivered_as_messages():
     assert [m.body for m in one.peek(5, 0.0)] == [b"y" * 300]
     one.cancel(b"0000000000001236")
     assert one.depth == 0 and two.depth == 3
+
+
+def frames_of(client: Client) -> list[tuple[bytes, int, bytes]]:
+    """(id, attempts, body) of each message frame the client was sent."""
+    decoder = FrameDecoder()
+    decoder.receive_data(client.output.take())
+    out = []
+    while (frame := decoder.next_event()) is not None:
+        msg = decode_message(frame[1])
+        out.append((msg.id, msg.attempts, msg.body))
+    return out
+
+
+async def test_records_in_flight_answer_as_messages_do():
+    # Delivered from records, the frames carry one attempt more than the record; FIN, REQ,
+    # TOUCH, a timeout and a disconnect work on them as on messages, and the next delivery
+    # counts one attempt more.
+    a = make_client(1, 2, msg_timeout=2.0)
+    ch = await channel_with(Owner(), a, queued=4, as_records=True)
+    m = [b"%016x" % i for i in range(4)]
+    assert frames_of(a) == [(m[0], 1, b"body0"), (m[1], 1, b"body1")]
+    failed = ch.finish_many(a, [m[0], m[2]])  # m2 is still waiting
+    assert [(i, type(e)) for i, e in failed] == [(m[2], NotInFlight)]
+    ch.requeue(a, m[1], 0.0, now=0.5)  # to the back of the queue
+    ch.pump(0.5)
+    assert frames_of(a) == [(m[2], 1, b"body2"), (m[3], 1, b"body3")]
+    ch.touch(a, m[3], now=1.0)
+    assert ch.in_flight.get(m[3]).deadline == 3.0
+    assert ch.scan(2.5)  # m2 timed out
+    assert ch.timeout_count == 1 and a.in_flight == 1
+    ch.pump(2.5)
+    assert frames_of(a) == [(m[1], 2, b"body1")]
+    assert ch.scan(3.0)  # m3 too
+    ch.pump(3.0)
+    assert frames_of(a) == [(m[2], 2, b"body2")]
+    assert ch.finish_many(a, [m[1], m[2]]) == [] and a.in_flight == 0
+    ch.pump(3.0)
+    assert frames_of(a) == [(m[3], 2, b"body3")]
+
+    b, c = make_client(2, 3), make_client(3, 0)
+    ch = await channel_with(Owner(), b, c, queued=3, as_records=True)
+    assert [attempts for _, attempts, _ in frames_of(b)] == [1, 1, 1]
+    with pytest.raises(NotOwner):
+        ch.finish(c, m[0])
+    ch.remove_client(b)  # its records back to the queue, as messages
+    assert ch.depth == 3 and len(ch.in_flight) == 0
+    c.rdy = 3
+    ch.pump(1.0)
+    assert frames_of(c) == [(m[i], 2, b"body%d" % i) for i in range(3)]
+
+
+def test_record_frames_are_the_message_frames_one_attempt_on():
+    bodies = [b"", b"x", b"y" * 300]
+    records = new_records(bodies, 0xABC, 5)
+    spent = MESSAGE_HEADER.pack(6, 65535) + b"%016x" % 1 + b"z"  # stays at its limit
+    got = FrameDecoder()
+    got.receive_data(bytes(record_frames([*records, spent, records[1]])))
+    frames = []
+    while (frame := got.next_event()) is not None:
+        frames.append((frame[0], decode_message(frame[1])))
+    assert [(t, m.timestamp, m.attempts, m.id, m.body) for t, m in frames] == [
+        (FrameType.MESSAGE, 5, 1, b"%016x" % (0xABC + i), body) for i, body in enumerate(bodies)
+    ] + [(FrameType.MESSAGE, 6, 65535, b"%016x" % 1, b"z"),
+         (FrameType.MESSAGE, 5, 1, b"%016x" % 0xABD, b"x")]
 
 
 @settings(deadline=None)

@@ -1,4 +1,5 @@
-from nsqd.inflight import DeferredQueue, InFlightQueue
+from nsq_common import MESSAGE_HEADER
+from nsqd.inflight import DeferredQueue, Delivery, InFlightQueue, entry_id, entry_timestamp
 from nsqd.message import QueuedMessage
 
 
@@ -66,6 +67,29 @@ def owned(i: int, deadline: float, owner: int) -> QueuedMessage:
     return m
 
 
+def record_of(m: QueuedMessage) -> bytes:
+    return MESSAGE_HEADER.pack(m.timestamp, m.attempts) + m.id + m.body
+
+
+def test_records_in_flight_are_made_messages_when_asked_for():
+    q = InFlightQueue()
+    records = [MESSAGE_HEADER.pack(70 + i, i) + b"%016x" % i + b"body" for i in range(3)]
+    q.add_records(records, Delivery(7, 1.0, 10.0))
+    assert len(q) == 3 and q.next_deadline() == 10.0 and b"%016x" % 2 in q
+    taken, failed = q.take_owned([b"%016x" % 0], 7)
+    assert [(entry_id(e), entry_timestamp(e)) for e in taken] == [(b"%016x" % 0, 70)]
+    msg = q.get(b"%016x" % 1)
+    assert (msg.id, msg.body, msg.timestamp, msg.attempts, msg.client_id, msg.delivered,
+            msg.deadline) == (b"%016x" % 1, b"body", 71, 2, 7, 1.0, 10.0)
+    assert q.get(b"%016x" % 1) is msg  # made once, kept in its place
+    q.add_records([MESSAGE_HEADER.pack(0, 65535) + b"%016x" % 9 + b""], Delivery(8, 2.0, 5.0))
+    assert q.next_deadline() == 5.0  # an earlier deadline than the newest: the heap
+    assert [(m.id, m.attempts) for m in q.take_all_owned(8)] == [(b"%016x" % 9, 65535)]
+    assert [(m.id, m.attempts) for m in q.pop_due(10.0)] == [(b"%016x" % 1, 2),
+                                                              (b"%016x" % 2, 3)]
+    assert len(q) == 0 and q.next_deadline() is None
+
+
 def test_add_many_is_add_of_each():
     q = InFlightQueue()
     q.add_many([owned(i, 10.0, 1) for i in range(3)], 10.0)
@@ -111,10 +135,15 @@ def test_in_flight_agrees_with_a_plain_model():
             deadline = now + rng.choice([5.0, 10.0])
             batch = [owned(next_id + i, deadline, 1) for i in range(rng.randrange(1, 5))]
             next_id += len(batch)
-            q.add_many(batch, deadline)
+            if rng.random() < 0.5:
+                q.add_many(batch, deadline)
+            else:  # as records, kept as records where they are in deadline order
+                q.add_records([record_of(m) for m in batch], Delivery(1, now, deadline))
             model.update((m.id, (deadline, 1)) for m in batch)
         elif op < 0.6 and next_id:
             mid = b"%016x" % rng.randrange(next_id)
+            if rng.random() < 0.3 and mid in model:  # a TOUCH: made a message, same deadline
+                assert q.get(mid).deadline == model[mid][0]
             assert (q.remove(mid) is not None) == (mid in model)
             model.pop(mid, None)
         elif op < 0.8 and next_id:
@@ -127,7 +156,7 @@ def test_in_flight_agrees_with_a_plain_model():
                     del model[mid]
                 else:
                     want_failed.append((mid, mid in model))
-            assert [m.id for m in taken] == want_taken and failed == want_failed
+            assert [entry_id(m) for m in taken] == want_taken and failed == want_failed
         else:
             now += rng.choice([0.5, 2.0])
             due = {m.id for m in q.pop_due(now)}

@@ -72,7 +72,7 @@ def encode_message_frame(timestamp: int, attempts: int, message_id: bytes, body:
             + message_id + body)
 
 
-def append_message_frames(out: list[bytes], messages: Iterable[MessageFields]) -> int:
+def append_message_frames(out: list[bytes | bytearray], messages: Iterable[MessageFields]) -> int:
     """Append each message's frame to ``out`` as three pieces (the packed prefix, the id, the
     body: no copy of the body) and return the frames' total size in bytes.
 

@@ -347,6 +347,22 @@ class Backlog:
             self.extended = any(m.expires or m.is_job for m in out[len(out) - self._from_disk:])
         return out
 
+    def take_for_delivery(self, n: int) -> Records | list[QueuedMessage]:
+        """``take``, but when everything taken is a plain record (what PUB, MPUB and Go's
+        nsqd write, the common case) the records as they are, for ``InFlightQueue
+        .add_records`` and ``output.record_frames``: no message made per delivery. The
+        checks cost about 30 ns a message (records from memory are plain: ``put_records``
+        takes only those)."""
+        items = self.take_waiting(n)
+        from_memory = len(items) - self._from_disk
+        if (all(w.__class__ is bytes for w in items[:from_memory])
+                and not any(r[8] & 0x80 for r in items[from_memory:])):  # type: ignore[index]
+            return Records(items)  # type: ignore[arg-type]
+        out = decode_records(items)
+        if not self.extended and self._from_disk:
+            self.extended = any(m.expires or m.is_job for m in out[from_memory:])
+        return out
+
     def take_waiting(self, n: int) -> list[Waiting]:
         """``take`` without decoding: records stay records (a topic hands them on as they
         are). ``_from_disk``: how many of them, at the end, came from the disk queue."""

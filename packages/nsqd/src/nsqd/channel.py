@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Protocol
 import trio
 from nsq_common import is_ephemeral
 
-from .backlog import Backlog, WithBacklog
+from .backlog import Backlog, Records, WithBacklog, decode_records
 from .errors import InFlightError, NotInFlight, NotOwner
-from .inflight import DeferredQueue, InFlightQueue
+from .inflight import DeferredQueue, Delivery, InFlightQueue, entry_id, entry_timestamp
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -51,6 +51,10 @@ class Consumer(Protocol):
     def ready_slots(self) -> int: ...
 
     def send_messages(self, msgs: list[QueuedMessage]) -> None: ...
+
+    def send_records(self, records: list[bytes]) -> None:
+        """Send plain records (see ``backlog``) as message frames, one attempt more."""
+        ...
 
 
 class Owner(Protocol):
@@ -183,15 +187,24 @@ class Channel(WithBacklog):
         ready = ready[start:] + ready[:start]
         while ready:
             slots = [c.ready_slots() for c in ready]
-            msgs = self._deliverable(backlog.take(sum(slots)), now)
+            # Plain records go in flight and out as they are unless something needs each
+            # message looked at: expiries or jobs in the queue, or an attempts limit.
+            if backlog.extended or self.max_attempts or self.default_max_attempts:
+                msgs: list[QueuedMessage] | Records = self._deliverable(
+                    backlog.take(sum(slots)), now)
+            else:
+                msgs = backlog.take_for_delivery(sum(slots))
+                if msgs.__class__ is not Records:  # a requeued message, or a job from disk
+                    msgs = self._deliverable(msgs, now)  # type: ignore[arg-type]
             if not msgs and backlog.has_ready():
                 continue  # all of them had expired or used up their attempts: take again
             if not msgs:
                 return  # the disk queue wakes the channel again once it has read ahead
+            deliver = self._deliver_records if msgs.__class__ is Records else self._deliver
             pos = 0
             for client, n in zip(ready, spread(len(msgs), slots), strict=True):
                 if n:
-                    self._deliver(client, msgs[pos:pos + n], now)
+                    deliver(client, msgs[pos:pos + n], now)  # type: ignore[arg-type]
                     pos += n
             # Everything taken went out, so a client still ready here is one the backlog ran
             # short for, or one whose sampled-out messages did not count: take again.
@@ -359,6 +372,17 @@ class Channel(WithBacklog):
         client.message_count += len(batch)
         client.send_messages(batch)
 
+    def _deliver_records(self, client: Consumer, records: list[bytes], now: float) -> None:
+        """``_deliver`` of plain records, which stay records in flight (``InFlightQueue
+        .add_records``) and in the client's output (``send_records``)."""
+        if client.sample_rate:
+            self._deliver(client, decode_records(records), now)
+            return
+        self.in_flight.add_records(records, Delivery(client.id, now, now + client.msg_timeout))
+        client.in_flight += len(records)
+        client.message_count += len(records)
+        client.send_records(records)
+
     def _put_in_flight(self, msgs: list[QueuedMessage], owner: int, now: float, deadline: float
                        ) -> None:
         """One more delivery of each of ``msgs``, in flight to ``owner`` until ``deadline``."""
@@ -488,13 +512,13 @@ class Channel(WithBacklog):
         taken, failed = self.in_flight.take_owned(message_ids, client.id)
         if self.backlog.explicit_commit:
             ack = self.backlog.ack
-            for msg in taken:
-                ack(msg.id)
+            for entry in taken:
+                ack(entry_id(entry))
         e2e = self.e2e
         if e2e is not None:
             now_ns = time.time_ns()
-            for msg in taken:
-                e2e.observe(now_ns - msg.timestamp)
+            for entry in taken:
+                e2e.observe(now_ns - entry_timestamp(entry))
         done = len(taken)
         if done:
             client.in_flight -= done
@@ -568,9 +592,7 @@ class Channel(WithBacklog):
         """Drop a subscriber; its in-flight messages go back to the queue at once."""
         if self.clients.pop(client.id, None) is None:
             return
-        mine = [m for m in self.in_flight if m.client_id == client.id]
-        for msg in mine:
-            self.in_flight.remove(msg.id)
+        mine = self.in_flight.take_all_owned(client.id)
         client.in_flight = 0
         if mine:
             self._requeue(mine)

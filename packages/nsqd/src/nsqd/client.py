@@ -71,3 +71,7 @@ class Client:
     def send_messages(self, msgs: list[QueuedMessage]) -> None:
         """Deliver ``msgs`` (already counted in flight) to the output buffer."""
         self.output.add_messages(msgs, self.rdy <= self.in_flight)
+
+    def send_records(self, records: list[bytes]) -> None:
+        """``send_messages`` of plain records (see ``backlog``), already counted in flight."""
+        self.output.add_records(records, self.rdy <= self.in_flight)
