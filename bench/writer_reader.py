@@ -105,10 +105,8 @@ def timed_reader(sock: socket.socket, rdy: int, runfor: float, size: int) -> dic
     max_frames = len(buf) // workers.MIN_MESSAGE_FRAME + 1
     fins = bytearray(b"FIN 0123456789abcdef\n" * max_frames)
     fins_view = memoryview(fins)
-    unpack = workers._unpack_frame
     sendall = sock.sendall
     recv_into = sock.recv_into
-    id_start = workers.MESSAGE_ID_START
     fin_len = workers.FIN_LEN
     count = filled = 0
     cpu = time.process_time()
@@ -120,22 +118,7 @@ def timed_reader(sock: socket.socket, rdy: int, runfor: float, size: int) -> dic
         if not nread:
             raise workers.BenchError("nsqd closed the connection")
         end = filled + nread
-        pos = k = 0
-        while end - pos >= 8:
-            fsize, frame_type = unpack(buf, pos)
-            stop = pos + 4 + fsize
-            if stop > end:
-                break
-            if frame_type == workers.TYPE_MESSAGE:
-                o = k * fin_len + 4
-                fins[o : o + 16] = buf[pos + id_start : pos + id_start + 16]
-                k += 1
-            elif frame_type == workers.TYPE_RESPONSE and fsize == workers.HEARTBEAT_SIZE:
-                sendall(workers.NOP)
-            else:
-                raise workers.BenchError(workers._unexpected(
-                    frame_type, workers._frame_text(buf, pos, stop)))
-            pos = stop
+        pos, k = workers.collect_fins(buf, end, fins, sock)
         filled = end - pos
         if filled:
             buf[:filled] = buf[pos:end]

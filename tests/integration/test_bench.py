@@ -111,3 +111,36 @@ def test_writer_then_reader_for_fixed_times(tmp_path: Path) -> None:
         assert write["messages"] > 0 and write["messages"] % 200 == 0
         assert read["messages"] > 0 and write["nsqd_us_per_msg"] > 0
         assert read["messages"] + read["extra"] + read["depth_left"] == write["messages"]
+
+
+def test_the_reader_finds_every_id_in_runs_and_single_frames() -> None:
+    # collect_fins copies the ids of a run of same-size messages a column at a time: runs of
+    # two sizes, a lone message, a heartbeat between and a partial frame at the end must come
+    # out as the frame-by-frame reading gives them.
+    import socket
+
+    sys.path.insert(0, str(ROOT))
+    from bench import workers
+    from nsq_common import MESSAGE_HEADER, FrameType
+
+    def frames(size: int, first: int, n: int) -> tuple[bytes, list[bytes]]:
+        ids = [b"%016x" % (first + i) for i in range(n)]
+        body = b"b" * size
+        data = b"".join(workers.FRAME.pack(4 + 26 + size, FrameType.MESSAGE)
+                        + MESSAGE_HEADER.pack(7, 1) + i + body for i in ids)
+        return data, ids
+
+    heartbeat = workers.FRAME.pack(4 + 11, FrameType.RESPONSE) + b"_heartbeat_"
+    parts = [frames(100, 0, 5), (heartbeat, []), frames(37, 100, 1), frames(100, 200, 2),
+             frames(37, 300, 3), frames(100, 400, 4)]
+    data = b"".join(d for d, _ in parts)
+    data, want = data[:-50], [i for _, ids in parts for i in ids][:-1]
+    buf = bytearray(1 << 16)
+    buf[:len(data)] = data
+    fins = bytearray(b"FIN 0123456789abcdef\n" * 100)
+    ours, nsqd = socket.socketpair()
+    with ours, nsqd:
+        pos, k = workers.collect_fins(buf, len(data), fins, ours)
+        assert nsqd.recv(16) == b"NOP\n"
+    assert (pos, k) == (len(data) - (4 + 4 + 26 + 100 - 50), len(want))
+    assert bytes(fins[:k * workers.FIN_LEN]) == b"".join(b"FIN %s\n" % i for i in want)
