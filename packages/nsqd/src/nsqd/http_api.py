@@ -43,6 +43,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Scope
 
 from . import openapi
+from .backlog import Records
 from .broker import Broker
 from .channel import Channel
 from .errors import Exiting, StoreFailed
@@ -230,8 +231,16 @@ class HttpApi:
             "max_deflate_level": o.max_deflate_level,
         })
 
-    async def _publish(self, topic: str, msgs: list[QueuedMessage], *, extended: bool = False
-                       ) -> None:
+    def _new(self, bodies: list[bytes], defer: float = 0.0, ttl: int = 0
+             ) -> list[QueuedMessage] | Records:
+        """What to publish for ``bodies``: records, as PUB and MPUB publish (see
+        ``nsqd.backlog``), unless they are deferred or have an expiry of their own."""
+        if defer or ttl:
+            return self.broker.new_messages(bodies, defer, ttl)
+        return self.broker.new_records(bodies)
+
+    async def _publish(self, topic: str, msgs: list[QueuedMessage] | Records, *,
+                       extended: bool = False) -> None:
         try:
             await self.broker.publish(topic, msgs, extended=extended)
         except Exiting as exc:
@@ -259,8 +268,7 @@ class HttpApi:
                 raise ApiError(400, "INVALID_DEFER")
             defer = ms / 1000
         ttl = _ttl(q, "ttl")
-        await self._publish(topic, self.broker.new_messages([body], defer, ttl),
-                            extended=bool(ttl))
+        await self._publish(topic, self._new([body], defer, ttl), extended=bool(ttl))
         return _OK
 
     async def mpub(self, request: Request) -> Response:
@@ -284,8 +292,7 @@ class HttpApi:
             if any(len(b) > o.max_msg_size for b in bodies):
                 raise ApiError(413, "MSG_TOO_BIG")
         if bodies:
-            await self._publish(topic, self.broker.new_messages(bodies, ttl=ttl),
-                                extended=bool(ttl))
+            await self._publish(topic, self._new(bodies, ttl=ttl), extended=bool(ttl))
         return _OK
 
     async def stats(self, request: Request) -> Response:
