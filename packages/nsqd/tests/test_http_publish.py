@@ -19,39 +19,30 @@ WAIT = 10.0  # the most any one step may take on a busy machine
 MESSAGE = 2
 
 
-class Consumer:
-    """A TCP consumer over a memory stream: SUB t c, then message frames."""
-
-    def __init__(self, stream: trio.abc.Stream) -> None:
-        self.stream = stream
-        self.buffer = bytearray()
-
-    async def frame(self) -> tuple[int, bytes]:
-        """The next frame that is not a heartbeat."""
-        with trio.fail_after(WAIT):
-            while True:
-                if len(self.buffer) >= 8:
-                    size, kind = struct.unpack_from(">ii", self.buffer)
-                    if len(self.buffer) >= 4 + size:
-                        data = bytes(self.buffer[8:4 + size])
-                        del self.buffer[:4 + size]
-                        if (kind, data) != (0, b"_heartbeat_"):
-                            return kind, data
-                        continue
-                self.buffer += await self.stream.receive_some(65536)
+def frames(data: bytes) -> list[tuple[int, bytes]]:
+    """The whole frames at the start of ``data``, heartbeats left out."""
+    out, at = [], 0
+    while at + 8 <= len(data):
+        size, kind = struct.unpack_from(">ii", data, at)
+        if at + 4 + size > len(data):
+            break
+        if (kind, data[at + 8:at + 4 + size]) != (0, b"_heartbeat_"):
+            out.append((kind, data[at + 8:at + 4 + size]))
+        at += 4 + size
+    return out
 
 
 async def consume(nursery: trio.Nursery, broker: Broker, n: int) -> list[bytes]:
     """The data of the first ``n`` messages a new consumer of t/c is sent (RDY n)."""
     client, server = trio.testing.memory_stream_pair()
     nursery.start_soon(handle_stream, broker, server, "127.0.0.1:5000")
-    consumer = Consumer(client)
-    await client.send_all(b"  V2SUB t c\n")
-    assert await consumer.frame() == (0, b"OK")
-    await client.send_all(b"RDY %d\n" % n)
-    frames = [await consumer.frame() for _ in range(n)]
-    assert {kind for kind, _ in frames} == {MESSAGE}
-    return [data for _, data in frames]
+    await client.send_all(b"  V2SUB t c\nRDY %d\n" % n)
+    received = b""
+    with trio.fail_after(WAIT):
+        while len(got := frames(received)) < 1 + n:  # SUB's OK, then the messages
+            received += await client.receive_some(65536)
+    assert got[0] == (0, b"OK") and {kind for kind, _ in got[1:]} == {MESSAGE}
+    return [data for _, data in got[1:]]
 
 
 @pytest.fixture
