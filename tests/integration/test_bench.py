@@ -120,8 +120,9 @@ def test_the_reader_finds_every_id_in_runs_and_single_frames() -> None:
     import socket
 
     sys.path.insert(0, str(ROOT))
-    from bench import workers
     from nsq_common import MESSAGE_HEADER, FrameType
+
+    from bench import workers
 
     def frames(size: int, first: int, n: int) -> tuple[bytes, list[bytes]]:
         ids = [b"%016x" % (first + i) for i in range(n)]

@@ -76,8 +76,11 @@ def test_records_in_flight_are_made_messages_when_asked_for():
     records = [MESSAGE_HEADER.pack(70 + i, i) + b"%016x" % i + b"body" for i in range(3)]
     q.add_records(records, Delivery(7, 1.0, 10.0))
     assert len(q) == 3 and q.next_deadline() == 10.0 and b"%016x" % 2 in q
+    taken, failed = q.take_owned([b"%016x" % 0, b"%016x" % 1], 8)  # another owner's
+    assert taken == [] and failed == [(b"%016x" % 0, True), (b"%016x" % 1, True)]
     taken, failed = q.take_owned([b"%016x" % 0], 7)
     assert [(entry_id(e), entry_timestamp(e)) for e in taken] == [(b"%016x" % 0, 70)]
+    assert failed == []
     msg = q.get(b"%016x" % 1)
     assert (msg.id, msg.body, msg.timestamp, msg.attempts, msg.client_id, msg.delivered,
             msg.deadline) == (b"%016x" % 1, b"body", 71, 2, 7, 1.0, 10.0)
