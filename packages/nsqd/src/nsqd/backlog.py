@@ -7,13 +7,14 @@ consumer that went away, deferred ones falling due) always go to memory: they we
 already, and refusing them would lose them. Deferred messages also stay in memory (their due
 time is not part of the disk format); a clean shutdown saves them apart, with their delay.
 
-A message published by PUB or MPUB (no deferral, expiry or job fields) waits as its record, the
-bytes the disk queue would write (``new_records``): one ``bytes`` object of 26 + body bytes,
-about 170 bytes of memory for a 100-byte body where a ``QueuedMessage`` with its id and body
-took 332, and nothing to encode when it overflows to disk; its ``QueuedMessage`` is made when
-it is taken for delivery, as for a record read from disk. A topic hands the same immutable
-records to every channel. Messages coming back, deferred ones, jobs and messages with
-an expiry stay ``QueuedMessage`` objects in the same queue.
+A message published by PUB or MPUB, over TCP or HTTP (no deferral, expiry or job fields),
+waits as its record, the bytes the disk queue would write (``new_records``): one ``bytes``
+object of 26 + body bytes, about 170 bytes of memory for a 100-byte body where a
+``QueuedMessage`` with its id and body took 332, and nothing to encode when it overflows to
+disk. A topic hands the same immutable records to every channel, and a channel delivers them
+as they are (``take_for_delivery``; see ``inflight`` and ``output.record_frames``), as it does
+plain records read from disk. Messages coming back, deferred ones, jobs and messages with an
+expiry stay ``QueuedMessage`` objects in the same queue.
 
 Ephemeral topics and channels have no disk queue: past the memory limit their messages are
 dropped, as in NSQ.
