@@ -267,6 +267,21 @@ def test_record_frames_are_the_message_frames_one_attempt_on():
          (FrameType.MESSAGE, 5, 1, b"%016x" % 0xABD, b"x")]
 
 
+
+@pytest.mark.parametrize("attempts", [[0, 0, 0], [0, 254, 7], [3, 255, 0], [0, 65535, 256]])
+def test_record_frames_of_one_size_are_the_frames_one_attempt_on(attempts):
+    # records of one size take the column-at-a-time path unless a low byte would carry
+    records = [MESSAGE_HEADER.pack(9, a) + b"%016x" % i + b"body" for i, a in enumerate(attempts)]
+    got = FrameDecoder()
+    got.receive_data(bytes(record_frames(records)))
+    seen = []
+    while (frame := got.next_event()) is not None:
+        msg = decode_message(frame[1])
+        seen.append((frame[0], msg.timestamp, msg.attempts, msg.id, msg.body))
+    assert seen == [(FrameType.MESSAGE, 9, min(a + 1, 65535), b"%016x" % i, b"body")
+                    for i, a in enumerate(attempts)]
+
+
 @settings(deadline=None)
 @given(st.lists(st.one_of(st.integers(0, 9), st.lists(st.binary(max_size=3), max_size=5)),
                 max_size=30))
@@ -287,6 +302,19 @@ def test_the_waiting_queue_is_a_fifo(operations):
         assert list(queue) == list(model)
     queue.clear()
     assert len(queue) == 0 and list(queue) == []
+
+
+def test_the_waiting_queue_knows_when_it_holds_only_records():
+    queue = WaitingQueue()
+    queue.extend([b"r1", b"r2"], records=True)
+    assert queue.only_records
+    queue.extend(messages(1))
+    queue.extend([b"r3"], records=True)
+    assert not queue.only_records
+    queue.take(3)
+    assert not queue.only_records  # one left, and it was not queued as a record
+    queue.take(1)
+    assert queue.only_records  # empty again
 
 
 async def test_sampling_drops_about_the_rest():

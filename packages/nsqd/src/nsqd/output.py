@@ -39,14 +39,42 @@ _HEADS_KEPT = 4096
 _heads: dict[int, bytes] = {}
 
 
+def _head(size: int) -> bytes:
+    """The head of a message frame whose payload (a record) is ``size`` bytes."""
+    head = _heads.get(size)
+    if head is None:
+        head = _FRAME_HEAD.pack(size + 4, FrameType.MESSAGE)
+        if len(_heads) < _HEADS_KEPT:
+            _heads[size] = head
+    return head
+
+
+#: Each byte value plus one (255: 0, never used: a carry is left to the loop).
+_PLUS_ONE = bytes(range(1, 256)) + b"\0"
+
+
 def record_frames(records: list[bytes]) -> bytearray:
     """The message frames of plain records delivered once more: each frame's head, then the
     record with its attempts field one higher (65535 stays), all in one buffer.
 
-    385 ns a message with the batch's in-flight entries, where making each ``QueuedMessage``
-    and packing its frame took 840 (2,500 records of 100 bytes, in process); the heads come
-    from a table by length, packing each cost another 100.
+    Records of one size (a producer's messages often are) form a grid: joined behind one
+    head each, their attempts are read and written a column at a time, in C (the low byte
+    through a table, when none of them is 255). Otherwise a loop per record, its head from a
+    table by length. In process, 2,500 records of 100 bytes with their in-flight entries:
+    385 ns a message by the loop, where making each ``QueuedMessage`` and packing its frame
+    took 840; the grid takes the frames from about 230 ns a message to 150.
     """
+    n = len(records)
+    if n > 1:
+        size = len(records[0])
+        if min(map(len, records)) == size == max(map(len, records)):
+            parts = [_head(size)] * (2 * n)
+            parts[1::2] = records
+            grid = bytearray().join(parts)
+            low = grid[17 :: size + 8]  # the low byte of each frame's attempts
+            if 255 not in low:
+                grid[17 :: size + 8] = low.translate(_PLUS_ONE)
+                return grid
     out = bytearray()
     heads = _heads
     write_attempts = _ATTEMPTS.pack_into
@@ -55,9 +83,7 @@ def record_frames(records: list[bytes]) -> bytearray:
         size = len(record)
         head = heads.get(size)
         if head is None:
-            head = _FRAME_HEAD.pack(size + 4, FrameType.MESSAGE)
-            if len(heads) < _HEADS_KEPT:
-                heads[size] = head
+            head = _head(size)
         out += head
         out += record
         attempts = record[8] << 8 | record[9]
@@ -111,9 +137,11 @@ class OutputBuffer:
             self.flush_at = self.clock() + self.timeout
             self.wake()
 
-    def take(self) -> bytes:
-        """Everything buffered, as one ``bytes`` for one send; the buffer is then empty."""
-        data = b"".join(self.out)
+    def take(self) -> bytes | bytearray:
+        """Everything buffered, as one buffer for one send; the buffer is then empty. A
+        single piece (the frames of one delivery, usually) is sent as it is, not copied."""
+        out = self.out
+        data = out[0] if len(out) == 1 else b"".join(out)
         self.out.clear()
         self.out_bytes = 0
         self.urgent = False
