@@ -189,22 +189,28 @@ class Channel(WithBacklog):
             slots = [c.ready_slots() for c in ready]
             # Plain records go in flight and out as they are unless something needs each
             # message looked at: expiries or jobs in the queue, or an attempts limit.
+            records: Records | None = None
+            msgs: list[QueuedMessage] = []
             if backlog.extended or self.max_attempts or self.default_max_attempts:
-                msgs: list[QueuedMessage] | Records = self._deliverable(
-                    backlog.take(sum(slots)), now)
+                msgs = self._deliverable(backlog.take(sum(slots)), now)
             else:
-                msgs = backlog.take_for_delivery(sum(slots))
-                if msgs.__class__ is not Records:  # a requeued message, or a job from disk
-                    msgs = self._deliverable(msgs, now)  # type: ignore[arg-type]
-            if not msgs and backlog.has_ready():
+                taken = backlog.take_for_delivery(sum(slots))
+                if isinstance(taken, Records):
+                    records = taken
+                else:  # a requeued message among them, or a job from disk
+                    msgs = self._deliverable(taken, now)
+            count = len(records) if records is not None else len(msgs)
+            if not count and backlog.has_ready():
                 continue  # all of them had expired or used up their attempts: take again
-            if not msgs:
+            if not count:
                 return  # the disk queue wakes the channel again once it has read ahead
-            deliver = self._deliver_records if msgs.__class__ is Records else self._deliver
             pos = 0
-            for client, n in zip(ready, spread(len(msgs), slots), strict=True):
+            for client, n in zip(ready, spread(count, slots), strict=True):
                 if n:
-                    deliver(client, msgs[pos:pos + n], now)  # type: ignore[arg-type]
+                    if records is not None:
+                        self._deliver_records(client, records[pos:pos + n], now)
+                    else:
+                        self._deliver(client, msgs[pos:pos + n], now)
                     pos += n
             # Everything taken went out, so a client still ready here is one the backlog ran
             # short for, or one whose sampled-out messages did not count: take again.
