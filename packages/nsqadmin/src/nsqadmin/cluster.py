@@ -23,7 +23,7 @@ import attrs
 import trio
 from nsq_common import ChannelStats, TopicStats, aggregate_channel
 
-from .stats import Node, NodeTopic, QueuedMessage, mark_out_of_date
+from .stats import Node, NodeTopic, PeekedMessage, mark_out_of_date
 from .upstream import ClusterError, Partial, Upstream, UpstreamError
 
 log = logging.getLogger("nsqadmin")
@@ -305,7 +305,7 @@ class ClusterInfo:
         return Partial(Stats(tuple(topics), channels, health), tuple(errors))
 
     async def channel_messages(self, topic: str, channel: str, which: str, n: int
-                               ) -> Partial[list[QueuedMessage]]:
+                               ) -> Partial[list[PeekedMessage]]:
         """Up to ``n`` messages from each of the topic's producers, node by node, without
         taking them: the next ones the channel would deliver (``which="peek"``) or its first
         dead letters (``"deadletter"``). A producer without the channel, or without these
@@ -315,14 +315,14 @@ class ClusterInfo:
         producers = await self.topic_producers(topic)
         params = {"topic": topic, "channel": channel, "n": str(n)}
 
-        async def ask(node: Node) -> list[QueuedMessage]:
+        async def ask(node: Node) -> list[PeekedMessage]:
             try:
                 body = await self.upstream.get_json(node.address, f"/channel/{which}", params)
             except UpstreamError as exc:
                 if exc.status == 404:
                     return []
                 raise
-            return [QueuedMessage.parse(raw, node.http_address, node.hostname)
+            return [PeekedMessage.parse(raw, node.http_address, node.hostname)
                     for raw in body.get("messages") or () if isinstance(raw, dict)]
 
         answers, errors = await fan_out(producers.value, ask)

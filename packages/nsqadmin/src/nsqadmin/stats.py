@@ -79,7 +79,7 @@ def mark_out_of_date(nodes: Sequence[Node]) -> list[Node]:
 
 
 @attrs.frozen
-class QueuedMessage:
+class PeekedMessage:
     """One message as an nsqd with the job features shows it without taking it
     (``/channel/peek``, ``/channel/deadletter``): beyond NSQ."""
 
@@ -92,7 +92,7 @@ class QueuedMessage:
     text: str | None  # the body, when it is UTF-8
 
     @classmethod
-    def parse(cls, raw: dict[str, Any], node: str, hostname: str) -> QueuedMessage:
+    def parse(cls, raw: dict[str, Any], node: str, hostname: str) -> PeekedMessage:
         body = str(raw.get("body") or "")
         text = raw.get("text")
         return cls(node=node, hostname=hostname, id=str(raw.get("id", "")),

@@ -22,7 +22,7 @@ from . import actions, graphs
 from .cluster import RESPAWN_BATCH
 from .pages import Context, Warnings, page_path, render
 from .state import Admin, admin_of
-from .stats import Node, QueuedMessage
+from .stats import Node, PeekedMessage
 from .upstream import ClusterError
 
 if TYPE_CHECKING:
@@ -133,7 +133,7 @@ async def load_channel(request: Request) -> Context:
     record_history(admin, per_node)
     unreachable = [p for p in producers if p.address in warnings]
     totals = stats.channels.get(channel)
-    dead_letters: list[QueuedMessage] = []
+    dead_letters: list[PeekedMessage] = []
     if totals is not None and totals.dead_letter_count:
         found = await admin.cluster.channel_messages(topic, channel, "deadletter",
                                                      DEAD_LETTERS_SHOWN)
