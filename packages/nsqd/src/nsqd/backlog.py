@@ -89,11 +89,6 @@ def new_records(bodies: list[bytes], first_id: int, timestamp: int) -> Records:
     return out
 
 
-def is_plain_record(record: bytes) -> bool:
-    """Go's own record: no expiry, no job fields (the top bit of the attempts field clear)."""
-    return not record[8] & 0x80
-
-
 def encode_record(msg: QueuedMessage) -> bytes:
     """The disk record: NSQ's 26-byte message header and the body, as Go's nsqd writes it.
 
@@ -353,27 +348,31 @@ class Backlog:
 
     def take(self, n: int) -> list[QueuedMessage]:
         """Up to ``n`` messages, memory first, then what the disk queue has read ahead."""
-        out = decode_records(self.take_waiting(n))
-        if not self.extended and self._from_disk:  # saved before a restart, or held
-            self.extended = any(m.expires or m.is_job for m in out[len(out) - self._from_disk:])
-        return out
+        return self._decoded(self.take_waiting(n))
 
     def take_for_delivery(self, n: int) -> Records | list[QueuedMessage]:
         """``take``, but when everything taken is a plain record (what PUB, MPUB and Go's
-        nsqd write, the common case) the records as they are, for ``InFlightQueue
-        .add_records`` and ``output.record_frames``: no message made per delivery. Records
+        nsqd write, the common case) the records as they are: a topic hands them to its
+        channels, a channel to ``InFlightQueue.add_records`` and ``output.record_frames``,
+        with no message made per delivery. Records
         from memory are plain (``put_records`` takes only those), so only those from disk
         are looked at one by one, and what memory gave only when something else was queued
         there (``WaitingQueue.only_records``): about 45 ns a message each look."""
         only_records = self.memory.only_records
         items = self.take_waiting(n)
         from_memory = len(items) - self._from_disk
+        # a plain record (Go's own) has the top bit of its attempts field clear: no extension
         if ((only_records or all(w.__class__ is bytes for w in items[:from_memory]))
                 and not any(r[8] & 0x80 for r in items[from_memory:])):  # type: ignore[index]
             return Records(items)  # type: ignore[arg-type]
+        return self._decoded(items)
+
+    def _decoded(self, items: list[Waiting]) -> list[QueuedMessage]:
+        """``items`` (as ``take_waiting`` just took them) as messages; ``extended`` set if
+        those from disk have expiries or are jobs (saved before a restart, or held)."""
         out = decode_records(items)
         if not self.extended and self._from_disk:
-            self.extended = any(m.expires or m.is_job for m in out[from_memory:])
+            self.extended = any(m.expires or m.is_job for m in out[len(out) - self._from_disk:])
         return out
 
     def take_waiting(self, n: int) -> list[Waiting]:

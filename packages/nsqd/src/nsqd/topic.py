@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import trio
 from nsq_common import is_ephemeral
 
-from .backlog import Backlog, WithBacklog, decode_records, is_plain_record
+from .backlog import Backlog, Records, WithBacklog, decode_records
 from .channel import Channel
 
 if TYPE_CHECKING:
@@ -125,15 +125,11 @@ class Topic(WithBacklog):
                 await self._wake.wait()
                 self._wake = trio.Event()
                 while self.started and not self.paused and self.channels:
-                    waiting = self.backlog.take_waiting(DRAIN_BATCH)
-                    if not waiting:
+                    taken = self.backlog.take_for_delivery(DRAIN_BATCH)
+                    if not taken:
                         break
-                    if all(w.__class__ is bytes and is_plain_record(w)
-                           for w in waiting):
-                        await self._fan_out_records(waiting)  # type: ignore[arg-type]
+                    if isinstance(taken, Records):
+                        await self._fan_out_records(taken)
                     else:
-                        msgs = decode_records(waiting)
-                        if not self.backlog.extended:  # saved before a restart, or held
-                            self.backlog.extended = any(m.expires or m.is_job for m in msgs)
-                        await self._fan_out(msgs)
+                        await self._fan_out(taken)
                     self.backlog.ack_all()  # the channels hold them now
