@@ -1,14 +1,17 @@
 """``python -m bench.segment``: a topic log segment's append and read, in process, no server.
 
-    .venv/bin/python -m bench.segment [--records N] [--size 100] [--batches 1,200,2500] [--sync]
+    .venv/bin/python -m bench.segment [--records N] [--size 100] [--vary 0] [--batches 1,200,2500]
+                                      [--sync] [--repeat 3] [--json]
 
 For each batch size: ``--records`` records of ``--size`` bytes (NSQ records: a timestamp,
-attempts, an id and a body) are appended to a fresh segment in a temporary directory, one
-batch per ``append()`` (the log writes what it holds past its memory tail as one batch); then
-read back from offset 0 to the end in ``read(offset, 1 MiB)`` steps (the read-ahead's size);
-then the segment is opened again by scanning it (the active one at start) and from its
-``.index`` (a closed one). Appends go to the page cache (``--sync``: an fdatasync after each,
-as ``--sync-every=1``). Each is timed ``--repeat`` times and the best kept: records/s and MB/s
+attempts, an id and a body; with ``--vary``, sizes spread over ``--size`` to ``--size +
+vary``: reads then parse record by record, where records of one size are sliced in one
+comprehension) are appended to a fresh segment in a temporary directory, one batch per
+``append()`` (the log writes what it holds past its memory tail as one batch); then read back
+from offset 0 to the end in ``read(offset, 1 MiB)`` steps (the read-ahead's size); then the
+segment is opened again by scanning it (the active one at start) and from its ``.index`` (a
+closed one). Appends go to the page cache (``--sync``: an fdatasync after each, as
+``--sync-every=1``). Each is timed ``--repeat`` times and the best kept: records/s and MB/s
 of records from the wall time, us per record (per batch for the scan) and the opens' ms from
 the CPU time (user + system) of this process, which a busy machine does not inflate.
 """
@@ -29,11 +32,12 @@ from nsqd.segment import Segment
 MIB = 1 << 20
 
 
-def _records(n: int, size: int) -> list[bytes]:
+def _records(n: int, size: int, vary: int) -> list[bytes]:
     stamp = time.time_ns()
     head = struct.Struct(">qH16s")
-    body = b"b" * (size - head.size)
-    return [head.pack(stamp + i, 0, b"%016x" % i) + body for i in range(n)]
+    body = b"b" * (size - head.size + vary)
+    return [head.pack(stamp + i, 0, b"%016x" % i) + body[: size - head.size + i * 7919 % (vary + 1)]
+            for i in range(n)]
 
 
 def _best(repeat: int, setup: Any, action: Any) -> tuple[float, float]:
@@ -49,8 +53,8 @@ def _best(repeat: int, setup: Any, action: Any) -> tuple[float, float]:
     return wall, cpu
 
 
-def run(records: int, size: int, batch: int, repeat: int, sync: bool) -> dict[str, Any]:
-    data = _records(records, size)
+def run(records: int, size: int, batch: int, repeat: int, sync: bool, vary: int = 0) -> dict[str, Any]:
+    data = _records(records, size, vary)
     batches = [(i, data[i : i + batch]) for i in range(0, records, batch)]
     work = Path(tempfile.mkdtemp(prefix="bench-segment-"))
     try:
@@ -104,7 +108,7 @@ def run(records: int, size: int, batch: int, repeat: int, sync: bool) -> dict[st
         reset()
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    mb = records * size / 1e6
+    mb = sum(map(len, data)) / 1e6
     nbatches = len(batches)
     return {
         "batch": batch,
@@ -117,7 +121,7 @@ def run(records: int, size: int, batch: int, repeat: int, sync: bool) -> dict[st
         "read_us_rec": round(t_read[1] / records * 1e6, 3),
         "scan_ms": round(t_scan[1] * 1e3, 1),
         "scan_us_batch": round(t_scan[1] / nbatches * 1e6, 3),
-        "index_ms": round(t_index[1] * 1e3, 1),
+        "index_ms": round(t_index[1] * 1e3, 2),
     }
 
 
@@ -125,6 +129,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--records", type=int, default=500_000)
     parser.add_argument("--size", type=int, default=100, help="record size in bytes (>= 26)")
+    parser.add_argument("--vary", type=int, default=0,
+                        help="records of sizes from --size to --size + VARY (spread evenly)")
     parser.add_argument("--batches", default="1,200,2500", help="records per batch, comma separated")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--sync", action="store_true", help="fdatasync after every append")
@@ -135,12 +141,13 @@ def main() -> None:
     columns = ["batch", "file_mb", "append_rec_s", "append_mb_s", "append_us_rec", "read_rec_s",
                "read_mb_s", "read_us_rec", "scan_ms", "scan_us_batch", "index_ms"]
     if not args.json:
-        print(f"{args.records} records of {args.size} B{', fdatasync per append' if args.sync else ''}"
+        sizes = f"{args.size}-{args.size + args.vary}" if args.vary else f"{args.size}"
+        print(f"{args.records} records of {sizes} B{', fdatasync per append' if args.sync else ''}"
               "; records/s and MB/s by the wall clock, us and ms of CPU")
         print("  ".join(f"{c:>13}" for c in columns))
     for batch in (int(b) for b in args.batches.split(",") if b):
         records = args.records if not args.sync else min(args.records, 20_000 * batch)
-        result = run(records, args.size, batch, args.repeat, args.sync)
+        result = run(records, args.size, batch, args.repeat, args.sync, args.vary)
         if args.json:
             print(json.dumps(result))
         else:
