@@ -169,7 +169,9 @@ def test_a_torn_last_entry_at_every_length(tmp_path: Path, caplog: pytest.LogCap
             assert caplog.text == ""
     # And a last entry whole in length but not in content (a crash after the size grew).
     path.write_bytes(whole[:-3] + b"\0\0\0")
+    caplog.clear()
     assert load(path, logger=LOG) == state(1, ranges=5, extras=5)
+    assert f"1 damaged entry skipped (the last at position {last}" in caplog.text
 
 
 def test_a_damaged_entry_in_the_middle_is_skipped(tmp_path: Path,
@@ -184,28 +186,30 @@ def test_a_damaged_entry_in_the_middle_is_skipped(tmp_path: Path,
     second, _ = entries(path)[1]
     data[second + 12] ^= 0xFF
     path.write_bytes(bytes(data))
-    assert load(path, logger=LOG) == state(2, ranges=2)
-    assert f"a damaged entry at position {second} skipped" in caplog.text
+    assert load(path, logger=LOG) == state(2, ranges=2)  # the last one holds: that is all it takes
     # The last one damaged too: the first is what is left.
     last, _ = entries(path)[2]
     data[last + 12] ^= 0xFF
     path.write_bytes(bytes(data))
     assert load(path, logger=LOG) == state(0, ranges=2)
+    assert f"2 damaged entries skipped (the last at position {last}, the first at {second})" in caplog.text
     # A crc that holds over a payload that is not one (never written by us) is not used.
     bogus = b"\0" * 20
     path.write_bytes(bytes(data[:second]) + struct.pack(">II", len(bogus), zlib.crc32(bogus)) + bogus)
     assert load(path, logger=LOG) == state(0, ranges=2)
 
 
-def test_zeros_after_the_last_entry(tmp_path: Path) -> None:
+def test_zeros_after_the_last_entry(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """What a power cut can leave: the file longer than what reached the disk."""
+    caplog.set_level(logging.WARNING, logger=LOG.name)
     path = tmp_path / "c.cursor"
     journal = CursorJournal(path)
     journal.append(state(7, extras=2), sync=True)
     journal.close()
     with open(path, "ab") as f:
         f.write(b"\0" * 4096)
-    assert load(path) == state(7, extras=2)
+    assert load(path, logger=LOG) == state(7, extras=2)
+    assert "512 damaged entries skipped" in caplog.text  # one warning for them all
 
 
 def test_temp_files_of_an_interrupted_rewrite(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

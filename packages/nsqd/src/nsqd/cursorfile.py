@@ -142,8 +142,8 @@ def load(path: Path, *, logger: logging.Logger | None = None) -> CursorState | N
     """The state of the last entry of the journal at ``path`` whose crc holds.
 
     None when there is no file or no valid entry. A torn last entry (a crash mid-append) is
-    ignored with a warning; a damaged entry with whole ones after it is skipped, with a
-    warning. Temp files an interrupted rewrite left beside it are removed.
+    ignored, damaged entries after the one used are skipped, each with a warning. Temp files an
+    interrupted rewrite left beside it are removed.
 
     Raises:
         OSError: the file exists but cannot be read.
@@ -158,30 +158,37 @@ def load(path: Path, *, logger: logging.Logger | None = None) -> CursorState | N
         data = path.read_bytes()
     except FileNotFoundError:
         return None
-    good: list[tuple[int, int]] = []  # (start, end) of each payload whose crc holds
+    # The entries' lengths chain them; only the last ones' crcs are checked, newest first,
+    # until one holds (a journal of 1 MiB of 24-byte entries loads in a few ms).
+    starts: list[int] = []
     pos, size = 0, len(data)
-    while pos < size:
-        if size - pos < _ENTRY.size:
-            logger.warning("cursor journal %s: a torn last entry at position %d (%d bytes) "
-                           "ignored", path, pos, size - pos)
+    unpack = _ENTRY.unpack_from
+    while size - pos >= _ENTRY.size:
+        end = pos + _ENTRY.size + unpack(data, pos)[0]
+        if end > size:
             break
-        length, crc = _ENTRY.unpack_from(data, pos)
-        start, end = pos + _ENTRY.size, pos + _ENTRY.size + length
-        if end > size or (end == size and zlib.crc32(data[start:end]) != crc):
-            logger.warning("cursor journal %s: a torn last entry at position %d (%d bytes) "
-                           "ignored", path, pos, size - pos)
-            break
-        if length < _SMALLEST or zlib.crc32(data[start:end]) != crc:
-            logger.warning("cursor journal %s: a damaged entry at position %d skipped", path, pos)
-        else:
-            good.append((start, end))
+        starts.append(pos)
         pos = end
-    for start, end in reversed(good):
-        try:
-            return decode(data[start:end])
-        except ValueError as exc:  # a crc that holds over a payload we never wrote
-            logger.warning("cursor journal %s: entry at %d not used - %s", path, start, exc)
-    return None
+    if pos < size:
+        logger.warning("cursor journal %s: a torn last entry at position %d (%d bytes) ignored",
+                       path, pos, size - pos)
+    skipped: list[int] = []
+    state = None
+    for pos in reversed(starts):
+        length, crc = unpack(data, pos)
+        payload = data[pos + _ENTRY.size : pos + _ENTRY.size + length]
+        if zlib.crc32(payload) == crc:
+            try:
+                state = decode(payload)
+                break
+            except ValueError:  # a crc that holds over bytes we never wrote (zeros do)
+                pass
+        skipped.append(pos)
+    if skipped:
+        logger.warning("cursor journal %s: %d damaged %s skipped (the last at position %d, "
+                       "the first at %d)", path, len(skipped),
+                       "entry" if len(skipped) == 1 else "entries", skipped[0], skipped[-1])
+    return state
 
 
 class CursorJournal:
