@@ -4,6 +4,7 @@ full disk (a real tmpfs) and a writer killed mid-write (a real child process).""
 from __future__ import annotations
 
 import errno
+import itertools
 import logging
 import os
 import random
@@ -12,6 +13,7 @@ import signal
 import struct
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 import zlib
@@ -19,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from nsqd.errors import DiskQueueError, NsqdError
 from nsqd.segment import BATCH_HEAD, MAGIC, Run, Segment, SegmentError
 
@@ -180,6 +184,154 @@ def test_max_timestamp_is_exact_with_the_sign_bit(tmp_path: Path) -> None:
     seg.close()
 
 
+def test_many_runs_in_one_append(tmp_path: Path) -> None:
+    seg = Segment.create(tmp_path, 0)
+    runs = [run(3 * i, 2) for i in range(600)]  # 1,200 buffers, over IOV_MAX: joined
+    seg.append(runs)
+    assert seg.batches == 600 and seg.count == 1200
+    assert seg.read(0, 1 << 30) == runs
+    seg.close()
+    again = open_segment(seg.path, active=True)
+    assert again.read(0, 1 << 30) == runs
+    again.close()
+
+
+def test_big_batches_across_the_scans_reads(tmp_path: Path) -> None:
+    """Batches larger than the scan's 1 MiB reads, and batches across their edges."""
+    seg = Segment.create(tmp_path, 0)
+    big = b"B" * 1000
+    offset = 0
+    for n in (1500, 300, 1, 700, 2200, 3, 900):
+        seg.append([(offset, [rec(o) + big for o in range(offset, offset + n)])])
+        offset += n
+    expected = index_state(seg)
+    seg.close()
+    whole = seg.path.read_bytes()
+    again = open_segment(seg.path, active=True)
+    assert index_state(again) == expected
+    again.close()
+    # Torn in the middle of the big last batch.
+    seg.path.write_bytes(whole[: len(whole) - 500_000])
+    again = open_segment(seg.path, active=True)
+    assert again.end == offset - 900 and again.size == expected[7][-1]
+    assert again.read(offset - 901, 1)[0][1] == [rec(offset - 901) + big]
+    again.close()
+
+
+def test_records_of_one_size(tmp_path: Path) -> None:
+    """Reads slice records of one size without their size loop; sizes that only average to one
+    size (even with their low bytes alike) take the loop."""
+    seg = Segment.create(tmp_path, 0)
+    same = [bytes([65 + i % 26]) * 100 for i in range(300)]
+    seg.append([(0, same)], timestamps=[1])
+    batches = [
+        [b"a" * 10, b"b" * 30],  # 20 on average
+        [b"c" * 44, b"d" * 556],  # 300 on average: the last byte of each size is 0x2c
+        [b"e" * 64, b"f" * 131_136],  # 65,600 on average: the two low bytes alike
+        [b"g" * 7] * 5,
+        [b"", b""],
+    ]
+    offset = 300
+    for records in batches:
+        seg.append([(offset, records)], timestamps=[1])
+        offset += len(records)
+    expected = [*same, *(r for records in batches for r in records)]
+    assert seg.read(0, 1 << 30) == [(0, expected)]
+    for start in (0, 1, 150, 299, 300, 301, 302, 304, 305, 310):
+        assert seg.read(start, 1 << 30) == [(start, expected[start:])], start
+    seg.close()
+
+
+def test_appends_refused_at_the_top_of_the_offsets(tmp_path: Path) -> None:
+    seg = Segment.create(tmp_path, 2**63 - 3)
+    with pytest.raises(ValueError, match="out of range"):
+        seg.append([(2**63 - 3, [rec(0)] * 3)])
+    seg.append([(2**63 - 3, [rec(0)] * 2)])
+    assert seg.end == 2**63 - 1
+    with pytest.raises(ValueError, match="out of range"):
+        Segment.create(tmp_path, 2**63)
+    seg.close()
+    small = Segment.create(tmp_path, 0)
+    with pytest.raises(ValueError, match="shorter than 8 bytes"):
+        small.append([(0, [b"tiny"])])
+    small.close()
+
+
+def test_a_failed_write_that_cannot_be_cut_back(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The file descriptor swapped for a read-only one of the same file: the write and the
+    ftruncate after it both fail (EBADF, EINVAL), as on a file system gone bad. The next
+    append cuts the file back first."""
+    caplog.set_level(logging.ERROR, logger=LOG.name)
+    seg = Segment.create(tmp_path, 0, logger=LOG)
+    seg.append([run(0, 3)])
+    good = seg.size
+    writable = seg._fd
+    seg._fd = os.open(seg.path, os.O_RDONLY)
+    with pytest.raises(OSError):
+        seg.append([run(3, 2)])
+    assert "cannot cut back a failed write" in caplog.text
+    assert (seg.size, seg.end, seg.batches) == (good, 3, 1)
+    os.close(seg._fd)
+    seg._fd = writable
+    with open(seg.path, "ab") as f:
+        f.write(b"half a batch")  # what the failed write could have left
+    seg.append([run(3, 2)])
+    seg.close()
+    again = open_segment(seg.path, active=True)
+    assert everything(again) == {o: rec(o) for o in range(5)}
+    assert again.size == again.path.stat().st_size
+    again.close()
+
+
+def test_a_file_cut_under_an_open_segment(made: Segment) -> None:
+    os.truncate(made.path, batch_positions(made)[-2] + 10)
+    with pytest.raises(SegmentError, match="short read"):
+        made.read(3004, 100)
+    assert made.read(100, 1)[0][0] == 100
+
+
+RECORD = st.one_of(st.binary(max_size=40), st.sampled_from([b"", b"12345678", b"x" * 300]))
+BATCH = st.tuples(st.integers(0, 3),  # the gap before it
+                  st.one_of(st.lists(RECORD, min_size=1, max_size=12),
+                            st.tuples(RECORD, st.integers(1, 12)).map(lambda t: [t[0]] * t[1])))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(BATCH, min_size=1, max_size=4), max_size=8), st.data())
+def test_reads_match_what_was_appended(appends: list[list[tuple[int, list[bytes]]]],
+                                       data: st.DataObject) -> None:
+    with tempfile.TemporaryDirectory() as directory:
+        seg = Segment.create(Path(directory), 5)
+        model: dict[int, bytes] = {}
+        offset = 5
+        for batches in appends:
+            runs: list[Run] = []
+            for gap, records in batches:
+                offset += gap
+                runs.append((offset, records))
+                model.update(enumerate(records, offset))
+                offset += len(records)
+            seg.append(runs, timestamps=[1] * len(runs))
+        seg.write_index()
+        seg.close()
+        for active in (False, True):
+            again = open_segment(seg.path, active=active)
+            assert again.end == offset and again.count == len(model)
+            for _ in range(5):
+                start = data.draw(st.integers(0, offset + 1))
+                max_bytes = data.draw(st.integers(0, 2000))
+                runs = again.read(start, max_bytes)
+                got = {o: r for first, records in runs for o, r in enumerate(records, first)}
+                after = sorted(o for o in model if o >= start)
+                # What came back is what is there, in order from the first at or after start,
+                # with nothing skipped between, and one record at least when there is one.
+                assert list(got) == after[: len(got)]
+                assert all(got[o] == model[o] for o in got)
+                assert bool(got) == bool(after)
+                assert all(a[0] + len(a[1]) < b[0] for a, b in itertools.pairwise(runs))
+            again.close()
+
+
 # ---- the index --------------------------------------------------------------------------------
 
 
@@ -272,6 +424,58 @@ def test_an_index_whose_last_batch_does_not_agree_is_not_used(made: Segment,
     # The crc covers the records, not the head (as Kafka's does not cover its base offset):
     # the scan takes the batch where its head now puts it.
     assert seg.end == 3010 and seg.read(3004, 100)[-1] == (3005, [rec(o) for o in range(3004, 3009)])
+    seg.close()
+
+
+def rewrite_index(seg: Segment, **changes: Any) -> None:
+    """Rewrite ``seg``'s index with some fields changed and a crc that holds."""
+    data = bytearray(seg.index_path.read_bytes()[:-4])
+    base, size, count, batches = struct.unpack_from(">QQQQ", data, 8)
+    fields = {"base": base, "size": size, "count": count, "batches": batches, **changes}
+    struct.pack_into(">QQQQ", data, 8, fields["base"], fields["size"], fields["count"],
+                     fields["batches"])
+    if "last_position" in changes:
+        struct.pack_into(">Q", data, 40 + 16 * batches - 8, changes["last_position"])
+    if "drop" in changes:
+        del data[-changes["drop"] :]
+    seg.index_path.write_bytes(bytes(data) + struct.pack(">I", zlib.crc32(data)))
+
+
+def test_indexes_whose_crc_holds_but_do_not_fit(made: Segment, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger=LOG.name)
+    expected = index_state(made)
+    made.write_index()
+    good = made.index_path.read_bytes()
+    made.close()
+    for changes, why in [({"drop": 8}, "wrong length"),
+                         ({"last_position": made.size - 10}, "the last batch is beyond the file"),
+                         ({"last_position": 8}, "does not agree")]:
+        made.index_path.write_bytes(good)
+        rewrite_index(made, **changes)
+        caplog.clear()
+        seg = open_segment(made.path, active=False)
+        assert why in caplog.text
+        assert index_state(seg) == expected
+        seg.close()
+    made.index_path.unlink()
+    made.index_path.mkdir()  # an index that cannot be read
+    caplog.clear()
+    seg = open_segment(made.path, active=False)
+    assert "cannot read its index" in caplog.text and index_state(seg) == expected
+    seg.close()
+
+
+def test_a_batch_that_moved_under_its_index(made: Segment) -> None:
+    """A base offset damaged in a head (the crc covers the records only) is found by a read."""
+    made.write_index()
+    made.close()
+    second = batch_positions(made)[1]
+    with open(made.path, "r+b") as f:
+        f.seek(second + 4)
+        f.write(struct.pack(">Q", 116))
+    seg = open_segment(made.path, active=False)
+    with pytest.raises(SegmentError, match="not what the index says"):
+        seg.read(200, 1)
     seg.close()
 
 

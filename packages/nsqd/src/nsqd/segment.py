@@ -527,7 +527,7 @@ class Segment:
                         and data[q + 1 : p : stride] == prefix[1:2] * n
                         and data[q:p:stride] == prefix[:1] * n):
                     size = stride - 4
-                    records += [data[k : k + size] for k in range(q + 4, p, stride)]
+                    records += [data[k : k + size] for k in range(q + 4, p + 4, stride)]
                     continue
             for _ in range(n):
                 (size,) = unpack_size(data, q)
