@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
+import random
+import signal
 import struct
+import subprocess
+import sys
+import textwrap
+import time
 import zlib
 from pathlib import Path
 from typing import Any
@@ -262,3 +269,71 @@ def test_append_and_rewrite_on_a_full_disk(tiny_fs: Any) -> None:
     journal.append(state(601, ranges=2), sync=True)
     assert load(path) == state(601, ranges=2)
     journal.close()
+
+
+def test_a_failed_write_that_cannot_be_cut_back(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The file descriptor swapped for a read-only one of the same file: the write and the
+    ftruncate after it both fail, as on a file system gone bad. The next append rewrites."""
+    caplog.set_level(logging.ERROR, logger=LOG.name)
+    journal = CursorJournal(tmp_path / "c.cursor", logger=LOG)
+    journal.append(state(1), sync=False)
+    assert journal._fd is not None
+    os.close(journal._fd)
+    journal._fd = os.open(journal.path, os.O_RDONLY)
+    with pytest.raises(OSError):
+        journal.append(state(2), sync=False)
+    assert "cannot cut back a failed write" in caplog.text
+    assert journal._fd is None and load(journal.path) == state(1)
+    journal.append(state(3), sync=False)
+    assert len(entries(journal.path)) == 1 and load(journal.path) == state(3)
+    journal.close()
+
+
+# ---- a writer killed mid-append or mid-rewrite ------------------------------------------------------
+
+CHILD = textwrap.dedent("""
+    import os, sys
+    from pathlib import Path
+    from nsqd.cursorfile import CursorJournal, CursorState, load
+
+    path = Path(sys.argv[1])
+    before = load(path)
+    n = before.mark_delete + 1 if before else 0
+    journal = CursorJournal(path, rewrite_at=64 << 10)  # a rewrite every few appends
+    os.write(1, b"ready\\n")
+    while True:
+        extras = tuple((n + i, 1, 0) for i in range(n % 700))  # entries of 16 B to 12 KB
+        journal.append(CursorState(n, ((n + 1000, n + 1001),), extras), sync=n % 5 == 0)
+        os.write(1, b"%d\\n" % n)
+        n += 1
+""")
+
+
+def test_killed_mid_append_or_rewrite(tmp_path: Path) -> None:
+    rng = random.Random()
+    path = tmp_path / "c.cursor"
+    reported = -1
+    temps = 0  # kills that left a rewrite's temp file
+    for _ in range(20):
+        child = subprocess.Popen([sys.executable, "-c", CHILD, str(path)],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert child.stdout is not None and child.stderr is not None
+        try:
+            assert child.stdout.readline() == b"ready\n", child.stderr.read()
+            for _ in range(rng.randint(1, 40)):
+                line = child.stdout.readline()
+                assert line, f"the writer died: {child.stderr.read()!r}"
+                reported = int(line)
+            time.sleep(rng.random() / 500)  # a random moment, not a synchronisation
+        finally:
+            os.kill(child.pid, signal.SIGKILL)
+            out, _ = child.communicate()
+        reported = max([reported, *map(int, out.split())])
+        temps += any(p.name.endswith(".tmp") for p in tmp_path.iterdir())
+        loaded = load(path)
+        # Every append that returned is there: the state loaded is that one or a later one.
+        assert loaded is not None and loaded.mark_delete >= reported
+        n = loaded.mark_delete
+        assert loaded == CursorState(n, ((n + 1000, n + 1001),), tuple((n + i, 1, 0) for i in range(n % 700)))
+        assert [p.name for p in tmp_path.iterdir()] == ["c.cursor"]  # no temp file left
+    print(f"{temps} of 20 kills left a rewrite's temp file")
