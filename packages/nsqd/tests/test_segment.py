@@ -394,18 +394,17 @@ def test_an_index_of_another_size_or_segment_is_not_used(tmp_path: Path,
     assert again.end == 10 and "made for" in caplog.text
     again.close()
 
-    other = Segment.create(tmp_path, 10, logger=LOG)
-    other.append([run(10, 5)])
-    other.close()
-    shutil.copy(seg.path, other.path)  # same size as...
-    seg.path.with_suffix(".index").write_bytes(b"")
-    again = open_segment(seg.path, active=True)
+    # Segment 0's file and index copied as segment 10's: the index names base 0, so the file
+    # is scanned, and its batches below base 10 (with one after them) make it damaged.
+    again = open_segment(seg.path, active=False)
     again.write_index()
     again.close()
-    shutil.copy(seg.index_path, other.index_path)  # ...an index of another base
+    other = tmp_path / f"{10:020d}.log"
+    shutil.copy(seg.path, other)
+    shutil.copy(seg.index_path, other.with_suffix(".index"))
     caplog.clear()
     with pytest.raises(SegmentError, match="offsets not increasing"):
-        open_segment(other.path, active=False)  # scanned: batches below its base
+        open_segment(other, active=False)
     assert "is not the segment's" in caplog.text
 
 
