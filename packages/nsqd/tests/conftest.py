@@ -54,3 +54,68 @@ def tiny_fs(tmp_path: Path) -> Iterator[TinyFs]:
             # anyway, so that no mount outlives the test.
             subprocess.run([umount, "-l", str(where)], capture_output=True, check=False)
 
+
+
+class FakeOwner:
+    """The broker as a channel sees it: dirty marks and emptied channels noted; dead
+    letters and own queues in memory."""
+
+    def __init__(self) -> None:
+        self.dirty: set[object] = set()
+        self.emptied: list[object] = []
+
+    def mark_dirty(self, channel: object) -> None:
+        self.dirty.add(channel)
+
+    def channel_emptied_of_clients(self, channel: object) -> None:
+        self.emptied.append(channel)
+
+    def dead_letters_for(self, channel: object) -> object:
+        from nsqd.backlog import Backlog
+        from nsqd.deadletters import DeadLetters
+
+        return DeadLetters(Backlog(1 << 62, None, lambda: None))
+
+    def own_queue_for(self, channel: object) -> object:
+        from nsqd.backlog import Backlog
+
+        return Backlog(1 << 62, None, channel.changed)  # type: ignore[attr-defined]
+
+
+class World:
+    """Topics (their logs in memory) and channels on a clock set by hand, no broker."""
+
+    def __init__(self) -> None:
+        from nsqd.clock import FixedClock
+
+        self.clock = FixedClock()
+        self.owner = FakeOwner()
+
+    def topic(self, name: str = "t", *, mem_queue_size: int = 1 << 30) -> object:
+        from nsqd.topic import Topic
+        from nsqd.topiclog import TopicLog
+
+        log = TopicLog(name, None, mem_queue_size=mem_queue_size, clock=self.clock)
+        return Topic(name, log, clock=self.clock)
+
+    def channel(self, topic: object, name: str = "c", *, start: str | None = None,
+                max_msg_timeout: float = 900, mem_queue_size: int = 10000) -> object:
+        from nsqd.channel import Channel
+        from nsqd.cursor import Cursor
+
+        cursor = Cursor(topic.start_position(start))  # type: ignore[attr-defined]
+        channel = Channel(topic, name, self.owner, cursor=cursor, clock=self.clock,  # type: ignore[arg-type]
+                          max_msg_timeout=max_msg_timeout, mem_queue_size=mem_queue_size)
+        topic.add_channel(channel)  # type: ignore[attr-defined]
+        return channel
+
+
+@pytest.fixture
+def world() -> World:
+    return World()
+
+
+@pytest.fixture
+def world_class() -> type[World]:
+    """``World`` itself, for a test that needs a fresh one per example."""
+    return World

@@ -50,6 +50,8 @@ from nsq_common import write_atomically
 __all__ = ["MAX_EXTRAS", "MAX_RANGES", "CursorJournal", "CursorState", "decode", "encode", "load"]
 
 MAX_RANGES = MAX_EXTRAS = 10_000
+#: A channel's journal in its topic's directory: ``<channel>.cursor``.
+SUFFIX = ".cursor"
 
 _ENTRY = struct.Struct(">II")  # payload length, crc32 of the payload
 _MARK = struct.Struct(">QI")  # mark-delete, range count

@@ -29,6 +29,7 @@ from nsq_common import (
     error_json,
     go_json,
     is_valid_name,
+    parse_go_duration,
     parse_query,
     put_config,
     query_first,
@@ -43,14 +44,14 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Scope
 
 from . import openapi
-from .backlog import Records
 from .broker import Broker
 from .channel import Channel
-from .errors import Exiting, StoreFailed
+from .errors import DiskQueueError, Exiting, StoreFailed
 from .message import QueuedMessage
 from .options import Options, Settings
+from .record import Records, decode_record
 from .stats import stats, stats_text
-from .topic import Topic
+from .topic import STARTS, Topic
 
 if TYPE_CHECKING:
     from prometheus_client.registry import Collector
@@ -134,6 +135,30 @@ def _ttl(q: dict[str, str], key: str) -> int:
     if not (text.isascii() and text.isdigit()) or int(text) > MAX_TTL:
         raise ApiError(400, "INVALID_TTL")
     return int(text)
+
+
+def _size(q: dict[str, str], key: str, error: str) -> int | None:
+    """A non-negative integer (an offset, a size in bytes), or None when absent."""
+    text = q.get(key)
+    if text is None:
+        return None
+    if not (text.isascii() and text.isdigit()) or int(text) >= 1 << 63:
+        raise ApiError(400, error)
+    return int(text)
+
+
+def _duration_ns(q: dict[str, str], key: str, error: str) -> int | None:
+    """A Go duration (``24h``, ``90m``; a bare number is seconds) in ns, or None."""
+    text = q.get(key)
+    if text is None:
+        return None
+    try:
+        seconds = float(text) if text.replace(".", "", 1).isdigit() else parse_go_duration(text)
+    except ValueError:
+        raise ApiError(400, error) from None
+    if not 0 <= seconds < 1e10:
+        raise ApiError(400, error)
+    return int(seconds * 1e9)
 
 
 def _bool_param(value: str | None, default: bool) -> bool:
@@ -234,15 +259,14 @@ class HttpApi:
     def _new(self, bodies: list[bytes], defer: float = 0.0, ttl: int = 0
              ) -> list[QueuedMessage] | Records:
         """What to publish for ``bodies``: records, as PUB and MPUB publish (see
-        ``nsqd.backlog``), unless they are deferred or have an expiry of their own."""
+        ``nsqd.record``), unless they are deferred or have an expiry of their own."""
         if defer or ttl:
             return self.broker.new_messages(bodies, defer, ttl)
         return self.broker.new_records(bodies)
 
-    async def _publish(self, topic: str, msgs: list[QueuedMessage] | Records, *,
-                       extended: bool = False) -> None:
+    async def _publish(self, topic: str, msgs: list[QueuedMessage] | Records) -> None:
         try:
-            await self.broker.publish(topic, msgs, extended=extended)
+            await self.broker.publish(topic, msgs)
         except Exiting as exc:
             log.error("PUB to %s failed: %s", topic, exc)
             raise ApiError(503, "EXITING") from exc
@@ -268,7 +292,7 @@ class HttpApi:
                 raise ApiError(400, "INVALID_DEFER")
             defer = ms / 1000
         ttl = _ttl(q, "ttl")
-        await self._publish(topic, self._new([body], defer, ttl), extended=bool(ttl))
+        await self._publish(topic, self._new([body], defer, ttl))
         return _OK
 
     async def mpub(self, request: Request) -> Response:
@@ -292,10 +316,14 @@ class HttpApi:
             if any(len(b) > o.max_msg_size for b in bodies):
                 raise ApiError(413, "MSG_TOO_BIG")
         if bodies:
-            await self._publish(topic, self._new(bodies, ttl=ttl), extended=bool(ttl))
+            await self._publish(topic, self._new(bodies, ttl=ttl))
         return _OK
 
     async def stats(self, request: Request) -> Response:
+        # Let every task woken with this request run first: a FIN that arrived before this
+        # request is applied before the figures are read (Go's nsqd has no such ordering
+        # problem only because its goroutines run in parallel).
+        await trio.lowlevel.checkpoint()
         q = _query(request)
         doc = stats(
             self.broker, topic=q.get("topic"), channel=q.get("channel"),
@@ -307,14 +335,52 @@ class HttpApi:
         return _text(stats_text(doc))
 
     async def topic_create(self, request: Request) -> Response:
+        """Beyond NSQ: ``message_ttl`` (seconds), ``retention`` (a Go duration: keep what
+        every channel has read that long) and ``retention_bytes``."""
         q = _query(request)
         name = self._topic_arg(q)
         ttl = _ttl(q, "message_ttl")
+        retention = _duration_ns(q, "retention", "INVALID_RETENTION")
+        retention_bytes = _size(q, "retention_bytes", "INVALID_RETENTION_BYTES")
         topic = self.broker.get_topic(name)
+        changed = False
         if "message_ttl" in q and topic.message_ttl != ttl:
             topic.message_ttl = ttl
+            changed = True
+        if retention is not None and topic.log.retention_ns != retention:
+            topic.log.retention_ns = retention
+            changed = True
+        if retention_bytes is not None and topic.log.retention_bytes != retention_bytes:
+            topic.log.retention_bytes = retention_bytes
+            changed = True
+        if changed:
             self.broker.metadata_changed()
+            topic.log.poke()
         return _empty()
+
+    async def topic_read(self, request: Request) -> Response:
+        """Beyond NSQ: up to ``n`` messages of a topic's log from ``offset``, touching no
+        channel (replay, Spark's offset-based source)."""
+        q = _query(request)
+        topic = self._existing_topic(q)
+        offset = _size(q, "offset", "INVALID_OFFSET")
+        n = self._count(q)
+        log_ = topic.log
+        start = log_.start
+        first = max(offset if offset is not None else start, start)
+        runs = await log_.read_at(first, n) if first < log_.end else []
+        messages: list[dict[str, Any]] = []
+        next_offset = first
+        for run_first, records, _ in runs:
+            for i, record in enumerate(records):
+                if run_first + i >= log_.end or len(messages) >= n:
+                    break
+                entry = message_json(decode_record(record, run_first + i))
+                entry["offset"] = run_first + i
+                messages.append(entry)
+                next_offset = run_first + i + 1
+        return _json({"messages": messages, "next_offset": max(next_offset, first),
+                      "earliest_offset": start, "latest_offset": log_.end - 1})
 
     async def topic_delete(self, request: Request) -> Response:
         q = _query(request)
@@ -337,9 +403,32 @@ class HttpApi:
         topic, name = self._channel_args(q)
         attempts = _max_attempts(q)
         dead_expired = _flag(q, "dead_letter_expired")
-        channel = self.broker.get_channel(topic, name)
+        start = q.get("start")
+        if start is not None and start not in STARTS:
+            raise ApiError(400, "INVALID_START")
+        channel = self.broker.get_channel(topic, name, start=start)
         self._configure(channel, attempts, dead_expired)
         return _empty()
+
+    async def channel_rewind(self, request: Request) -> Response:
+        """Beyond NSQ: deliver again everything the log holds from ``timestamp`` (unix
+        seconds) or ``offset``."""
+        q = _query(request)
+        channel = self._existing_channel(q)[1]
+        offset = _size(q, "offset", "INVALID_OFFSET")
+        if offset is None:
+            text = q.get("timestamp")
+            if text is None:
+                raise ApiError(400, "MISSING_ARG_TIMESTAMP")
+            try:
+                seconds = float(text)
+            except ValueError:
+                raise ApiError(400, "INVALID_TIMESTAMP") from None
+            if not 0 <= seconds < 1e11:  # NaN fails this too
+                raise ApiError(400, "INVALID_TIMESTAMP")
+            offset = await channel.log.find_time(int(seconds * 1e9))
+        await self.broker.rewind_channel(channel, offset)
+        return _json({"offset": channel.cursor.read})
 
     async def channel_update(self, request: Request) -> Response:
         """Settings of an existing channel (beyond NSQ): ``max_attempts``,
@@ -379,7 +468,12 @@ class HttpApi:
         channel = self._existing_channel(q)[1]
         n = self._count(q)
         await self.broker.store_dead_letters(channel)
-        return _json({"count": channel.respawn(n)})
+        try:
+            count = await channel.respawn(n)
+        except DiskQueueError as exc:
+            log.error("respawn on %s:%s failed: %s", channel.topic_name, channel.name, exc)
+            raise ApiError(500, "INTERNAL_ERROR") from exc
+        return _json({"count": count})
 
     async def deadletter_empty(self, request: Request) -> Response:
         q = _query(request)
@@ -452,6 +546,7 @@ class HttpApi:
         wait = self._seconds(q, "wait", 0.0, low=0.0, high=o.max_msg_timeout, error="INVALID_WAIT")
         ttr = self._seconds(q, "ttr", o.msg_timeout, low=0.001, high=o.max_msg_timeout,
                             error="INVALID_TTR")
+        await channel.fetch()
         msgs = channel.pull(n, ttr, self.broker.now())
         if not msgs and wait > 0:
             with trio.move_on_after(wait):
@@ -610,6 +705,7 @@ def build_app(broker: Broker) -> ASGIApp:
         Route("/topic/delete", wrap(api.topic_delete), methods=["POST"]),
         Route("/topic/empty", wrap(api.topic_empty), methods=["POST"]),
         Route("/topic/pause", wrap(api.topic_pause), methods=["POST"]),
+        Route("/topic/read", wrap(api.topic_read), methods=["GET"]),
         Route("/topic/unpause", wrap(api.topic_pause), methods=["POST"]),
         Route("/channel/create", wrap(api.channel_create), methods=["POST"]),
         Route("/channel/delete", wrap(api.channel_delete), methods=["POST"]),
@@ -617,6 +713,7 @@ def build_app(broker: Broker) -> ASGIApp:
         Route("/channel/pause", wrap(api.channel_pause), methods=["POST"]),
         Route("/channel/unpause", wrap(api.channel_pause), methods=["POST"]),
         Route("/channel/update", wrap(api.channel_update), methods=["POST"]),
+        Route("/channel/rewind", wrap(api.channel_rewind), methods=["POST"]),
         Route("/channel/deadletter", wrap(api.deadletter_peek), methods=["GET"]),
         Route("/channel/deadletter/respawn", wrap(api.deadletter_respawn), methods=["POST"]),
         Route("/channel/deadletter/empty", wrap(api.deadletter_empty), methods=["POST"]),

@@ -158,7 +158,7 @@ class DataApi:
         namespace, queue, rest = self._queue(request)
         token = self._token(request, namespace)
         if rest:  # republish: the old job goes first, whatever follows
-            self.queues.ack(namespace, queue, rest[1])
+            await self._ack(namespace, queue, rest[1])
         else:
             self._throttled(namespace, token, "produce")
         try:
@@ -220,19 +220,20 @@ class DataApi:
             queues = [name for name in queue_list.split(",") if name]
             if not queues:
                 raise refuse(400, "invalid queue name(s)")
-            taken = self.queues.take(namespace, queues, count, ttr)
+            taken = await self.queues.take(namespace, queues, count, ttr)
             if not taken and timeout:
                 with trio.move_on_after(timeout):
                     while not taken:
                         await self.queues.wait(namespace, queues)
-                        taken = self.queues.take(namespace, queues, 1, ttr)
+                        taken = await self.queues.take(namespace, queues, 1, ttr)
             if not taken:
                 raise Refusal(404, {"msg": "no job available"})
             served = True
         finally:
             if not served:
                 self.throttle.give_back(namespace, token, "consume")
-        jobs = [{"msg": "new job", **job_json(namespace, t.queue, t.msg)} for t in taken]
+        now_ns = self.queues.broker.clock.wall_ns()
+        jobs = [{"msg": "new job", **job_json(namespace, t.queue, t.msg, now_ns)} for t in taken]
         return answer(200, jobs if count > 1 else jobs[0])
 
     async def job(self, request: Request) -> Response:
@@ -241,20 +242,33 @@ class DataApi:
         self._token(request, namespace)
         job_id = rest[1]
         if request.method == "DELETE":
-            self.queues.ack(namespace, queue, job_id)
+            await self._ack(namespace, queue, job_id)
             return answer(204)
-        msg = self.queues.find(namespace, queue, job_id)
+        msg = await self.queues.find(namespace, queue, job_id)
         if msg is None:
             raise refuse(404, "job not found")
-        return answer(200, job_json(namespace, queue, msg, remain_tries=0))
+        channel = self.queues.channel(namespace, queue)
+        dead = channel is not None and self.queues.is_dead(channel, msg)
+        return answer(200, job_json(namespace, queue, msg, self._now(), remain_tries=0,
+                                    dead=dead))
+
+    async def _ack(self, namespace: str, queue: str, job_id: str) -> None:
+        try:
+            await self.queues.ack(namespace, queue, job_id)
+        except (Exiting, StoreFailed):
+            raise refuse(500, "internal error") from None
+
+    def _now(self) -> int:
+        return self.queues.broker.clock.wall_ns()
 
     async def peek(self, request: Request) -> Response:
         namespace, queue, _ = self._queue(request)
         self._token(request, namespace)
-        msg = self.queues.peek(namespace, queue)
-        if msg is None:
+        head = self.queues.peek(namespace, queue)
+        if head is None:
             raise refuse(404, "the queue is empty")
-        return answer(200, job_json(namespace, queue, msg))
+        msg, stale = head
+        return answer(200, job_json(namespace, queue, msg, self._now(), stale=stale))
 
     async def size(self, request: Request) -> Response:
         namespace, queue, _ = self._queue(request)
@@ -265,7 +279,10 @@ class DataApi:
     async def destroy(self, request: Request) -> Response:
         namespace, queue, _ = self._queue(request)
         self._token(request, namespace)
-        await self.queues.destroy(namespace, queue)
+        try:
+            await self.queues.destroy(namespace, queue)
+        except (Exiting, StoreFailed):
+            raise refuse(500, "internal error") from None
         return answer(204)
 
     # -- dead letters -------------------------------------------------------------------------
@@ -275,7 +292,7 @@ class DataApi:
         q = query_params(request)
         if request.method == "GET":
             size, head = self.queues.dead_letter_head(namespace, queue)
-            head_id = "" if head is None else job_json(namespace, queue, head)["job_id"]
+            head_id = "" if head is None else job_json(namespace, queue, head, 0)["job_id"]
             return answer(200, {"namespace": namespace, "queue": queue,
                                 "deadletter_size": size, "deadletter_head": head_id})
         limit = _int64(q, "limit", 1, "invalid limit")
