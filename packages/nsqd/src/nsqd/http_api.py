@@ -407,10 +407,12 @@ class HttpApi:
         wait = self._seconds(q, "wait", 0.0, low=0.0, high=o.max_msg_timeout, error="INVALID_WAIT")
         ttr = self._seconds(q, "ttr", o.msg_timeout, low=0.001, high=o.max_msg_timeout,
                             error="INVALID_TTR")
+        # a client that has gone takes nothing: asked before the first pull, then the wait
+        # ends when it goes, and it is asked once more before each pull after a wait
+        if client_gone(request):
+            return _json({"messages": []})
         msgs = channel.pull(n, ttr, self.broker.now())
         if not msgs and wait > 0:
-            # a client that gives up waiting takes nothing: the wait ends when it goes, and it
-            # is asked once more right before pulling
             async with while_connected(request):
                 with trio.move_on_after(wait):
                     while not msgs and not channel.deleted:

@@ -244,10 +244,11 @@ class DataApi:
             queues = [name for name in queue_list.split(",") if name]
             if not queues:
                 raise refuse(400, "invalid queue name(s)")
-            taken = self.queues.take(namespace, queues, count, ttr)
+            # a client that has gone takes nothing: asked before the first take, then the
+            # wait ends when it goes, and it is asked once more before each take after a wait
+            taken = [] if client_gone(request) else self.queues.take(namespace, queues, count,
+                                                                     ttr)
             if not taken and timeout:
-                # a client that gives up waiting takes nothing: the wait ends when it goes,
-                # and it is asked once more right before taking
                 async with while_connected(request):
                     with trio.move_on_after(timeout):
                         while not taken:
