@@ -34,10 +34,16 @@ Endpoint = Callable[[Request], Awaitable[Response]]
 log = logging.getLogger("nsq_serving")
 
 
+class Methods(Protocol):
+    """method -> endpoint, for one path."""
+
+    def get(self, method: str, /) -> Endpoint | None: ...
+
+
 class Endpoints(Protocol):
     """path -> method -> endpoint, for the routes a server may call directly."""
 
-    def get(self, path: str, /) -> Mapping[str, Endpoint] | None: ...
+    def get(self, path: str, /) -> Methods | None: ...
 
 
 def direct_endpoints(app: object) -> Endpoints:

@@ -26,6 +26,7 @@ import html
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
+from typing import Protocol
 
 import attrs
 from nsq_common import format_go_duration, join_host_port, parse_query, query_first
@@ -140,6 +141,7 @@ class Router:
         self.translate = translate
         self._static: dict[str, dict[str, Handler]] = {}
         self._patterns: list[_Pattern] = []
+        self._by_length: dict[int, list[_Pattern]] = {}  # patterns by their segment count
         self._direct: dict[str, dict[str, Handler]] = {}
         self._logged: set[Handler] = set()
 
@@ -158,7 +160,9 @@ class Router:
             if pattern.parts == parts and pattern.names == names:
                 pattern.methods[method] = handler
                 return
-        self._patterns.append(_Pattern(parts, names, {method: handler}))
+        pattern = _Pattern(parts, names, {method: handler})
+        self._patterns.append(pattern)
+        self._by_length.setdefault(len(parts), []).append(pattern)
 
     @property
     def routes(self) -> list[Route]:
@@ -172,7 +176,7 @@ class Router:
                 for path, methods in table]
 
     # -- what a server calls directly --------------------------------------------------------
-    def get(self, path: str) -> Mapping[str, Handler] | None:
+    def get(self, path: str) -> _Methods | None:
         """The endpoints answering ``path``, by method (None: no route has that path)."""
         direct = self._direct.get(path)
         if direct is not None or not self._patterns:
@@ -180,9 +184,7 @@ class Router:
         found = self._pattern_for(path)
         if found is None:
             return None
-        pattern, params = found
-        return {method: self._endpoint(handler, params)
-                for method, handler in pattern.methods.items()}
+        return _Bound(self, *found)
 
     def _endpoint(self, handler: Handler, params: Params | None) -> Handler:
         return partial(self._run, handler=handler, params=params,
@@ -190,7 +192,7 @@ class Router:
 
     def _pattern_for(self, path: str, fold: bool = False) -> tuple[_Pattern, Params] | None:
         segments = path.split("/")
-        for pattern in self._patterns:
+        for pattern in self._by_length.get(len(segments), ()):
             params = pattern.match(segments, empty=self.conventions.empty_params, fold=fold)
             if params is not None:
                 return pattern, params
@@ -276,6 +278,26 @@ class Router:
             if found is not None and method in found[0].methods:
                 return found[0].path(found[1])
         return None
+
+
+class _Methods(Protocol):
+    def get(self, method: str, /) -> Handler | None: ...
+
+
+class _Bound:
+    """The endpoints of a ``:name`` route for one path: an endpoint is made only for the
+    method asked."""
+
+    __slots__ = ("params", "pattern", "router")
+
+    def __init__(self, router: Router, pattern: _Pattern, params: Params) -> None:
+        self.router = router
+        self.pattern = pattern
+        self.params = params
+
+    def get(self, method: str, /) -> Handler | None:
+        handler = self.pattern.methods.get(method)
+        return None if handler is None else self.router._endpoint(handler, self.params)
 
 
 def _with_names(pattern: _Pattern) -> list[tuple[str | None, str]]:
