@@ -11,7 +11,9 @@
     │   ├── NotInFlight        no message with that id is in flight
     │   └── NotOwner           it is in flight to another client
     ├── DiskQueueError         a disk queue's put/empty/close/delete failed
-    │   └── DiskQueueClosed    ... because the queue is closed (nsqd is exiting)
+    │   ├── DiskQueueClosed    ... because the queue is closed (nsqd is exiting)
+    │   └── SegmentError       a segment of a topic's log is damaged (a wrong magic, a bad
+    │                          crc in a batch read, damage inside a closed segment)
     ├── AuthError              the auth servers could not be asked, or answered nonsense
     └── StartError             nsqd cannot start (a port taken, the data path locked, ...)
 
@@ -45,6 +47,7 @@ __all__ = [
     "NotInFlight",
     "NotOwner",
     "NsqdError",
+    "SegmentError",
     "StartError",
     "StoreFailed",
     "SubscribeRefused",
@@ -93,6 +96,11 @@ class DiskQueueClosed(DiskQueueError):
 
     def __init__(self) -> None:
         super().__init__("exiting")
+
+
+class SegmentError(DiskQueueError):
+    """A segment of a topic's log (``nsqd.segment``) is damaged; the text names the file and
+    the position. Raised by opening or reading it; the caller decides what to do with it."""
 
 
 class AuthError(NsqdError):
