@@ -23,14 +23,15 @@ and only there:
 - TCP (``protocol.py``): ``ProtocolError`` with NSQ's code and text, e.g. ``E_PUB_FAILED PUB
   failed exiting``, ``E_SUB_FAILED SUB failed consumers for t:c exceeds limit of 2``,
   ``E_FIN_FAILED FIN <id> failed ID not in flight``, ``E_AUTH_FAILED AUTH failed``.
-- HTTP (``http_api.py``, ``lmstfy``): ``Exiting`` is 503 ``EXITING``, ``StoreFailed`` 500
-  ``INTERNAL_ERROR``.
+- HTTP: ``Exiting`` is 503 and ``StoreFailed`` 500 on every route, by one ``translate`` given
+  to nsq_serving's router: ``http_api.py`` answers 503 ``EXITING`` / 500 ``INTERNAL_ERROR``,
+  ``lmstfy`` 503 ``{"error":"exiting"}`` / 500 ``{"error":"internal error"}``.
 - the command line (``__main__.py``): one ``FATAL`` line per ``StartError`` or ``OSError``.
 
 Anything that is not an ``NsqdError`` (nor an ``OSError`` at start-up) is a bug: it is never
 turned into an error frame or an answer carrying its text; the edge that catches it logs it
 at ERROR with its traceback (``tcp.handle_stream`` then closes that one connection, the HTTP
-app answers 500 ``INTERNAL_ERROR``).
+router answers 500 in the API's shape).
 
 Each error's text (``str(exc)``) is NSQ's reason, which the boundaries quote as is.
 """
