@@ -565,6 +565,22 @@ class TopicLog:
                 await self._in_thread(self._reset_active, active)
                 self.log.info("LOG(%s): removed the active segment up to offset %d",
                               self.name, self._written_end)
+                gone.append(active)
+        if gone:
+            self._forget_removed()
+
+    def _forget_removed(self) -> None:
+        """Segments were removed: their records go from memory too (the tail keeps written
+        records as a cache, the read cache what it read), so that no reader, ``start`` or a
+        rewind finds a record the disk no longer has."""
+        below = self._written_end
+        for segment in self._segments:
+            if segment.count:
+                below = min(segment.base, below)
+                break
+        self._tail.drop_before(below)
+        self._cache.drop_before(below)
+        self._skips.clear()
 
     def _reset_active(self, active: Segment) -> None:
         base = self._written_end
