@@ -18,6 +18,8 @@ import trio
 from nsq_common import FrameType, commands
 from nsq_testing import DEADLINE, WireClient, free_port, until
 from nsqd import cursorfile
+from nsqd.record import decode_record
+from nsqd.segment import Segment
 
 # -- helpers ---------------------------------------------------------------------------------
 
@@ -248,3 +250,211 @@ def _wall_seconds() -> float:
     import time
 
     return time.time()
+
+
+# -- kill -9 at random points ----------------------------------------------------------------
+
+KILLS = 30
+PHASES = ("publish", "consume", "rewind", "removal")
+
+
+class Ledger:
+    """What the clients saw, across every run: acknowledged publishes, deliveries, FINs."""
+
+    def __init__(self) -> None:
+        self.acknowledged: set[bytes] = set()
+        self.delivered: set[bytes] = set()
+        self.finished: set[bytes] = set()  # ids FINished, ever
+        self.finished_since_rewind: set[bytes] = set()  # ids FINished after the last rewind
+        self.fins_sent = 0
+        self.next_body = 0
+        self.lags: list[int] = []
+
+
+def stored_ids(data: Path, topic: str, scratch: Path) -> dict[int, bytes]:
+    """Offset -> message id of every record in the topic's segments, read from a copy (as
+    nsqd would at its next start: a torn last batch cut)."""
+    copy = scratch / "segments"
+    shutil.rmtree(copy, ignore_errors=True)
+    copy.mkdir(parents=True)
+    paths = sorted((data / "topics" / topic).glob("*.log"))
+    for path in paths:
+        shutil.copyfile(path, copy / path.name)
+    ids: dict[int, bytes] = {}
+    for path in sorted(copy.glob("*.log")):
+        segment = Segment.open(path, active=True)
+        try:
+            offset = segment.base
+            while True:
+                runs = segment.read(offset, 1 << 20)
+                if not runs:
+                    break
+                for first, records in runs:
+                    for i, record in enumerate(records):
+                        ids[first + i] = decode_record(record, first + i).id
+                    offset = first + len(records)
+        finally:
+            segment.close()
+    return ids
+
+
+async def one_run(daemon, ledger: Ledger, phase: str, rng: random.Random, journal: Path):
+    """Publish, consume and FIN (and rewind, in that phase) until the random moment of this
+    phase, then SIGKILL nsqd. Returns (the FIN count at each observed change of the cursor
+    journal, whether a rewind was sent and not answered)."""
+    http = f"http://{daemon.http_address}"
+    run_acked = 0
+    run_fins = 0
+    journal_changes: list[int] = []
+    rewind_state = {"sent": False, "answered": False}
+    dead = trio.Event()
+
+    async def publisher(limit):
+        nonlocal run_acked
+        try:
+            async with await WireClient.connect(daemon.tcp_address) as client:
+                while run_acked < limit:
+                    batch = [b"k-%07d" % (ledger.next_body + i) for i in range(10)]
+                    ledger.next_body += 10
+                    await client.send(commands.mpub("kill", batch))
+                    if await client.response() != b"OK":
+                        return
+                    ledger.acknowledged.update(batch)
+                    run_acked += len(batch)
+        except (EOFError, trio.BrokenResourceError, OSError, AssertionError):
+            return
+
+    async def consumer():
+        nonlocal run_fins
+        try:
+            async with await WireClient.connect(daemon.tcp_address) as client:
+                await client.subscribe("kill", "c", rdy=25)
+                while True:
+                    msg = await client.message(timeout=60)
+                    ledger.delivered.add(msg.body)
+                    await client.send(commands.fin(msg.id))
+                    ledger.fins_sent += 1
+                    run_fins += 1
+                    ledger.finished.add(msg.id)
+                    ledger.finished_since_rewind.add(msg.id)
+        except (EOFError, trio.BrokenResourceError, trio.TooSlowError, OSError):
+            return
+
+    async def watch_journal():
+        seen = None
+        while not dead.is_set():
+            try:
+                st = os.stat(journal)
+                now = (st.st_ino, st.st_size, st.st_mtime_ns)
+            except FileNotFoundError:
+                now = None
+            if now != seen:
+                seen = now
+                journal_changes.append(ledger.fins_sent)
+            await trio.sleep(0.002)
+
+    def rewind():
+        rewind_state["sent"] = True
+        try:
+            answer = httpx.post(f"{http}/channel/rewind",
+                                params={"topic": "kill", "channel": "c", "offset": "0"},
+                                timeout=DEADLINE)
+        except httpx.HTTPError:
+            return
+        if answer.status_code == 200:
+            ledger.finished_since_rewind.clear()  # FINs from here on count
+            rewind_state["answered"] = True
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(watch_journal)
+        nursery.start_soon(consumer)
+        if phase == "consume":
+            await publisher(rng.randrange(200, 1500))
+            target = rng.randrange(1, run_acked)
+            await until(lambda: run_fins >= target or channel_empty(daemon, "kill", "c"))
+        else:
+            nursery.start_soon(publisher, 10**9)
+            if phase == "publish":
+                target = rng.randrange(10, 2000)
+                await until(lambda: run_acked >= target, what="publishes")
+            elif phase == "rewind":
+                target = rng.randrange(10, 600)
+                await until(lambda: run_fins >= target, what="FINs")
+                nursery.start_soon(trio.to_thread.run_sync, rewind)
+                extra = rng.randrange(0, 100)
+                await until(lambda: rewind_state["sent"] and run_fins >= target + extra,
+                            what="FINs after the rewind")
+            else:  # removal: right after the log removed a segment
+                before = daemon.output().count(": removed ")
+                wanted = before + rng.randrange(1, 3)
+                await until(lambda: daemon.output().count(": removed ") >= wanted,
+                            what="a segment removed")
+        daemon.process.send_signal(signal.SIGKILL)
+        await trio.to_thread.run_sync(daemon.process.wait, DEADLINE)
+        dead.set()
+        nursery.cancel_scope.cancel()
+    return journal_changes, rewind_state["sent"] and not rewind_state["answered"], run_fins
+
+
+def check_cursor(data: Path, scratch: Path, ledger: Ledger, journal_changes: list[int],
+                 rewind_pending: bool, fins_at_kill: int) -> None:
+    """The cursor nsqd will start with is never ahead of what was FINished, and behind it
+    by no more than the FINs sent since the third-last journal write the test saw (the last
+    write may be torn, and the one before may have been under way when they were sent)."""
+    ids = stored_ids(data, "kill", scratch)
+    state = cursorfile.load(data / "topics" / "kill" / f"c{cursorfile.SUFFIX}")
+    if state is None or not ids:
+        return
+    start = min(ids)
+
+    def done(offset):
+        return offset < max(state.mark_delete, start) or any(
+            a <= offset < b for a, b in state.ranges)
+
+    ahead = [o for o, i in ids.items() if done(o) and i not in ledger.finished]
+    assert not ahead, f"the cursor marks offsets done that were never FINished: {ahead[:10]}"
+    if rewind_pending:
+        return  # either cursor, whole: the old one or the rewound one
+    lag = sum(1 for o, i in ids.items() if i in ledger.finished_since_rewind and not done(o))
+    ledger.lags.append(lag)
+    allowed = fins_at_kill - (journal_changes[-3] if len(journal_changes) >= 3 else 0)
+    assert lag <= allowed, (lag, allowed, journal_changes[-5:], fins_at_kill)
+
+
+async def test_kill_9_at_random_points_loses_nothing_and_cursors_keep_up(run_daemon, tmp_path):
+    seed = random.randrange(1 << 30)
+    rng = random.Random(seed)
+    data = tmp_path / "data"
+    data.mkdir()
+    args = [f"--data-path={data}", "--sync-every=1", "--max-bytes-per-file=8000",
+            "--msg-timeout=60s"]
+    # Segments are removed on the --sync-timeout tick: short for the removal phase; long
+    # otherwise, so that only --sync-every=1 (a write as soon as a FIN comes) keeps cursors
+    # up to date there.
+    ticks = {"removal": "--sync-timeout=200ms"}
+    journal = data / "topics" / "kill" / f"c{cursorfile.SUFFIX}"
+    ledger = Ledger()
+    phases = [PHASES[run % len(PHASES)] if run < len(PHASES) else rng.choice(PHASES)
+              for run in range(KILLS)]
+    daemon = run_daemon("nsqd", *args, ticks.get(phases[0], "--sync-timeout=60s"))
+    post(f"http://{daemon.http_address}/channel/create", params={"topic": "kill", "channel": "c"})
+    for run, phase in enumerate(phases):
+        changes, rewind_pending, run_fins = await one_run(daemon, ledger, phase, rng, journal)
+        try:
+            check_cursor(data, tmp_path / "scratch", ledger, changes, rewind_pending,
+                         ledger.fins_sent)
+            if phase != "removal" and run_fins >= 300:
+                assert len(changes) >= 2, "no cursor write in the run, with --sync-every=1"
+        except AssertionError as exc:
+            raise AssertionError(f"seed {seed}, run {run} ({phase}): {exc}") from None
+        following = phases[run + 1] if run + 1 < len(phases) else "last"
+        daemon = run_daemon("nsqd", *args, ticks.get(following, "--sync-timeout=60s"))
+    # the last start: everything acknowledged is delivered
+    ledger.delivered.update(await drain(daemon, "kill", "c", rdy=200))
+    lost = ledger.acknowledged - ledger.delivered
+    assert not lost, f"seed {seed}: {len(lost)} acknowledged lost, e.g. {sorted(lost)[:5]}"
+    assert ledger.delivered <= ledger.acknowledged | {
+        b"k-%07d" % i for i in range(ledger.next_body)}
+    print(f"seed {seed}: {KILLS} kills ({', '.join(phases)}), {len(ledger.acknowledged)} "
+          f"acknowledged, {ledger.fins_sent} FINs; FINs a cursor lagged at each kill: "
+          f"{ledger.lags}")
