@@ -381,7 +381,7 @@ class TopicLog:
             return tail.read(offset, n)
         cache = self._cache
         if cache.covers(offset):
-            runs = cache.read(offset, n)
+            runs = _contiguous(cache.read(offset, n))
             got = sum(len(r) for _, r, _ in runs)
             if got < n and tail and runs:  # the cache reaches the tail: go on there
                 last, records, _ = runs[-1]
@@ -498,6 +498,7 @@ class TopicLog:
         wanted = sorted(self._wanted)
         self._wanted.clear()
         got = False
+        fresh: set[int] = set()  # runs read now: kept, or the reader that asked never gets them
         for offset in wanted:
             if self._cache.covers(offset) or offset >= self.memory_start:
                 got = True
@@ -509,9 +510,10 @@ class TopicLog:
                 self._skips[offset] = self.memory_start
             for first, records in found:
                 self._cache.insert(first, records, False)
+                fresh.add(first)
             got = True
-        while self._cache.bytes > READ_CACHE_BYTES and self._cache.count:
-            self._cache.drop_oldest_run()
+        while self._cache.bytes > READ_CACHE_BYTES and self._cache.drop_oldest_run(fresh):
+            pass
         if len(self._skips) > 1024:
             self._skips.clear()
         if got:
@@ -676,6 +678,16 @@ class TopicLog:
         with trio.CancelScope(shield=True):
             result = await trio.to_thread.run_sync(fn, *args)
         return result
+
+
+def _contiguous(runs: list[Run]) -> list[Run]:
+    """``runs`` up to the first gap: between two runs of the read cache are records not read
+    yet (or never stored: the disk read that follows says which), never to be passed over."""
+    for i in range(1, len(runs)):
+        first, records, _ = runs[i - 1]
+        if runs[i][0] != first + len(records):
+            return runs[:i]
+    return runs
 
 
 def _remove_all(segments: list[Segment]) -> None:
