@@ -54,6 +54,14 @@ def ping(daemon) -> httpx.Response:
     return get(f"http://{daemon.http_address}/ping")
 
 
+def create_channel(daemon, topic, channel, **params):
+    """The topic (if new) and the channel, as nsqadmin would make them."""
+    http = f"http://{daemon.http_address}"
+    assert post(f"{http}/topic/create", params={"topic": topic}).status_code == 200
+    answer = post(f"{http}/channel/create", params={"topic": topic, "channel": channel, **params})
+    assert answer.status_code == 200, answer.text
+
+
 async def publish(daemon, topic, bodies, batch=100):
     async with await WireClient.connect(daemon.tcp_address) as client:
         for i in range(0, len(bodies), batch):
@@ -142,7 +150,7 @@ async def test_a_full_disk_never_wedges_and_loses_nothing(small_tmpfs, run_daemo
             "--sync-timeout=200ms", f"--tcp-address=127.0.0.1:{tcp}",
             f"--http-address=127.0.0.1:{http}"]
     daemon = run_daemon("nsqd", *args)
-    post(f"http://{daemon.http_address}/channel/create", params={"topic": "full", "channel": "c"})
+    create_channel(daemon, "full", "c")
     acknowledged: list[bytes] = []
 
     # 1. PUB until full: refused with E_PUB_FAILED, /ping NOK.
@@ -204,7 +212,7 @@ async def test_rewind_start_earliest_and_retention_expiry(run_daemon, tmp_path):
                         "--max-bytes-per-file=20000", "--sync-timeout=200ms")
     http = f"http://{daemon.http_address}"
     assert post(f"{http}/topic/create", params={"topic": "r", "retention": "1h"}).status_code == 200
-    post(f"{http}/channel/create", params={"topic": "r", "channel": "C"})
+    create_channel(daemon, "r", "C")
     before = [b"before-%04d" % i for i in range(100)]
     await publish(daemon, "r", before)
     assert sorted(await drain(daemon, "r", "C")) == before
@@ -226,10 +234,10 @@ async def test_rewind_start_earliest_and_retention_expiry(run_daemon, tmp_path):
     assert await drain(daemon, "r", "C") == before + bodies
 
     # a new channel from the earliest retained offset gets everything
-    post(f"{http}/channel/create", params={"topic": "r", "channel": "D", "start": "earliest"})
+    create_channel(daemon, "r", "D", start="earliest")
     assert await drain(daemon, "r", "D") == before + bodies
     # and by default (latest) nothing of it
-    post(f"{http}/channel/create", params={"topic": "r", "channel": "E"})
+    create_channel(daemon, "r", "E")
     assert channel_stats(daemon, "r", "E")["depth"] == 0
 
     # retention expiry: every segment past every cursor and older than 1 s goes, and the log
@@ -437,7 +445,7 @@ async def test_kill_9_at_random_points_loses_nothing_and_cursors_keep_up(run_dae
     phases = [PHASES[run % len(PHASES)] if run < len(PHASES) else rng.choice(PHASES)
               for run in range(KILLS)]
     daemon = run_daemon("nsqd", *args, ticks.get(phases[0], "--sync-timeout=60s"))
-    post(f"http://{daemon.http_address}/channel/create", params={"topic": "kill", "channel": "c"})
+    create_channel(daemon, "kill", "c")
     for run, phase in enumerate(phases):
         changes, rewind_pending, run_fins = await one_run(daemon, ledger, phase, rng, journal)
         try:
@@ -458,3 +466,32 @@ async def test_kill_9_at_random_points_loses_nothing_and_cursors_keep_up(run_dae
     print(f"seed {seed}: {KILLS} kills ({', '.join(phases)}), {len(ledger.acknowledged)} "
           f"acknowledged, {ledger.fins_sent} FINs; FINs a cursor lagged at each kill: "
           f"{ledger.lags}")
+
+
+# -- one copy --------------------------------------------------------------------------------
+
+
+def disk_usage(path: Path) -> int:
+    """Bytes the files under ``path`` take on disk (their blocks, as du counts)."""
+    return sum(p.stat().st_blocks * 512 for p in path.rglob("*") if p.is_file())
+
+
+async def test_four_channels_keep_one_copy_on_disk(run_daemon, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    daemon = run_daemon("nsqd", f"--data-path={data}", "--mem-queue-size=0")
+    for name in "abcd":
+        create_channel(daemon, "one", name)
+    bodies = [(b"%05d-" % i).ljust(1024, b"x") for i in range(10_000)]
+    await publish(daemon, "one", bodies)
+    for name in "abcd":
+        assert channel_stats(daemon, "one", name)["depth"] == 10_000
+    running = disk_usage(data)
+    assert daemon.stop() == 0
+    stopped = disk_usage(data)
+    print(f"10,000 x 1 KB, 4 channels: {running / 1e6:.2f} MB running, {stopped / 1e6:.2f} MB "
+          "stopped")
+    assert running <= 15_000_000 and stopped <= 15_000_000, (running, stopped)
+    daemon = run_daemon("nsqd", f"--data-path={data}", "--mem-queue-size=0")
+    for name in "abcd":
+        assert sorted(await drain(daemon, "one", name)) == bodies
