@@ -495,3 +495,17 @@ async def test_four_channels_keep_one_copy_on_disk(run_daemon, tmp_path):
     daemon = run_daemon("nsqd", f"--data-path={data}", "--mem-queue-size=0")
     for name in "abcd":
         assert sorted(await drain(daemon, "one", name)) == bodies
+
+
+async def test_channel_empty_frees_the_space_without_waiting_for_the_tick(run_daemon, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    daemon = run_daemon("nsqd", f"--data-path={data}", "--mem-queue-size=0",
+                        "--max-bytes-per-file=20000", "--sync-timeout=1h")
+    create_channel(daemon, "e", "c")
+    await publish(daemon, "e", [b"e-%04d-" % i + b"x" * 100 for i in range(1000)], batch=10)
+    assert len(list((data / "topics" / "e").glob("*.log"))) >= 5
+    post(f"http://{daemon.http_address}/channel/empty", params={"topic": "e", "channel": "c"})
+    await until(lambda: len(list((data / "topics" / "e").glob("*.log"))) <= 1,
+                what="the segments removed after /channel/empty")
+    assert topic_read(daemon, "e")["earliest_offset"] == 1000

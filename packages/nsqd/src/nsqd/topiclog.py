@@ -111,6 +111,7 @@ class TopicLog:
         self._io_lock = trio.Lock()
         self._wanted: set[int] = set()
         self._wake = trio.Event()
+        self._tidy_now = False  # poked: remove what nobody needs without waiting for the tick
         self._ops_since_sync = 0
         self._closed = False
         self.healthy = True  # False after a failed write or sync, True after a good write
@@ -481,12 +482,15 @@ class TopicLog:
             with trio.move_on_at(tick):
                 await self._wake.wait()
             self._wake = trio.Event()
-            if self.directory is not None and not self.healthy:
+            if self._tidy_now or (self.directory is not None and not self.healthy):
+                self._tidy_now = False
                 async with self._io_lock:
                     await self._tidy(sync=False)
 
     def poke(self) -> None:
-        """Cursors moved a long way (empty, rewind, a channel gone): tidy up now."""
+        """Cursors moved a long way (empty, rewind, a channel gone, a retention changed):
+        tidy up now."""
+        self._tidy_now = True
         self._wake.set()
 
     async def tidy(self) -> None:
