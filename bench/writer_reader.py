@@ -274,7 +274,7 @@ def run_go_phase(nsqd: Nsqd, role: str, topic: str, args: argparse.Namespace
     """NSQ's own bench_writer or bench_reader (``--go-clients DIR``: built from NSQ's
     repository, GOMAXPROCS connections each) for one phase; messages counted from /stats
     (published, or finished: the depth that went), time as the tool reports it."""
-    tool = Path(args.go_clients) / f"bench_{role}er"
+    tool = Path(args.go_clients) / {"write": "bench_writer", "read": "bench_reader"}[role]
     common = [f"--nsqd-tcp-address={nsqd.tcp_address}", f"--topic={topic}",
               f"--size={args.size}"]
     if role == "write":
