@@ -350,7 +350,11 @@ def one_run(ctx: Context, args: argparse.Namespace, mem_queue_size: int,
 
 
 def queue_label(size: int) -> str:
-    return "memory" if size >= 10_000_000 else "disk" if size <= 10_000 else f"mem{size}"
+    """``memory`` (a queue that holds a whole run), ``disk`` (nsqd's default, 10,000: mostly
+    disk), ``mem0`` (everything written before it is acknowledged), else ``mem<N>``."""
+    if size >= 10_000_000:
+        return "memory"
+    return "disk" if size == 10_000 else f"mem{size}"
 
 
 def top_frames(path: Path, n: int = 15) -> list[tuple[str, float, float]]:
