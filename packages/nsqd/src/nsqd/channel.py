@@ -200,7 +200,11 @@ class Channel:
                     msg.deadline = now + max(msg.due - wall, 0) / 1e9
                     self.deferred.add(msg)
                     self.cursor.ahead.add(msg.offset)
-        self.changed()
+        # The pump only for a channel with subscribers (one that has none does nothing
+        # there, and a RDY wakes it): a publisher's round trip then needs no task switch.
+        if self.clients:
+            self.owner.mark_dirty(self)
+        self.wake_pullers()
 
     # -- depths --------------------------------------------------------------------------
     @property
