@@ -89,6 +89,9 @@ def test_lmstfy_jobs(tmp_path: Path) -> None:
 
 
 def test_scraping_while_publishing(tmp_path: Path) -> None:
+    # A 0.5 s phase: the scraping one starts publishing once the scraper process is up and
+    # goes on until it has scraped, so on a busy machine it runs longer instead of scraping
+    # nothing.
     out = tmp_path / "metrics.json"
     done = run_module("bench.metrics", "--rate", "2000", "--duration", "0.5", "--pairs", "1",
                       "--topics", "2", "--scrape-interval", "0", "--json", str(out))
