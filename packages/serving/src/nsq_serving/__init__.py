@@ -23,7 +23,14 @@ from typing import TYPE_CHECKING
 from nsq_common import lazy_exports
 
 if TYPE_CHECKING:
-    from ._daemon import exit_on, run_daemon, serve_until_signalled, start_logging, version_string
+    from ._daemon import (
+        exit_on,
+        run_daemon,
+        serve_until_signalled,
+        start_logging,
+        version_string,
+        warm_up,
+    )
     from ._direct import direct_endpoints
     from ._gate import HttpGate
     from ._listen import ListenError, bound_address, listen_tcp, split_host_port
@@ -36,13 +43,14 @@ __all__ = ["KEEP_ALIVE_TIMEOUT", "ConnectionCounts", "HttpGate", "ListenError", 
            "build_info", "connection_metrics", "direct_endpoints", "exit_on", "listen_tcp",
            "metrics_endpoint", "registry_with", "render", "run_daemon", "serve_app",
            "serve_http", "serve_until_signalled", "split_host_port", "start_logging",
-           "version_string"]
+           "version_string", "warm_up"]
 __getattr__ = lazy_exports(__name__, {
     "KEEP_ALIVE_TIMEOUT": "_server", "ConnectionCounts": "_server", "serve_http": "_server",
     "ListenError": "_listen", "bound_address": "_listen", "listen_tcp": "_listen",
     "split_host_port": "_listen", "direct_endpoints": "_direct", "HttpGate": "_gate",
     "exit_on": "_daemon", "run_daemon": "_daemon", "serve_until_signalled": "_daemon",
-    "start_logging": "_daemon", "version_string": "_daemon", "serve_app": "_one_address",
+    "start_logging": "_daemon", "version_string": "_daemon", "warm_up": "_daemon",
+    "serve_app": "_one_address",
     "metrics_endpoint": "_scrape", "build_info": "_metrics",
     "connection_metrics": "_metrics", "registry_with": "_metrics", "render": "_metrics",
 })
