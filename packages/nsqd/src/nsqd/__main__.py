@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 from nsq_serving import exit_on, serve_until_signalled, start_logging, version_string
 
 from .errors import NsqdError
-from .flags import build_flagset
 
 if TYPE_CHECKING:
     from .options import Options
@@ -25,10 +24,9 @@ VERSION_FLAGS = (["--version"], ["-version"])
 
 
 def parse_options(argv: Sequence[str]) -> Options:
-    values = build_flagset().parse_command_line(argv, version_string("nsqd"))
-    from .options import Options
+    from .options import Options, build_flagset
 
-    opts = Options.from_values(values)
+    opts = Options.from_values(build_flagset().parse_command_line(argv, version_string("nsqd")))
     with exit_on(ValueError, prefix="[nsqd] "):
         opts.validate()
     return opts
