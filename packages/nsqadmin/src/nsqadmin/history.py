@@ -27,8 +27,9 @@ Counters (``messages``) are made monotonic as they are recorded: each series sum
 increases of its parts, one nsqd counter each (a topic's or channel's count on one node; for a
 node's series, each of its topics' counts, kept apart: a difference is only ever taken between
 two readings of one counter). A count lower than the last one seen means that nsqd restarted,
-and counts from zero again; a part missing from a sample adds nothing until it answers again. So rates are never negative, and a node that was
-unreachable for a while does not show as a burst of everything it ever received. Counters fed
+and counts from zero again; a part missing from a sample adds nothing until it answers again.
+So rates are never negative, and a node that was unreachable for a while does not show as a
+burst of everything it ever received. Counters fed
 through ``observe`` directly are stored as given; a drop then yields no rate for its interval.
 
 Time is the wall clock (the graphs print it, and ``--history-file`` keeps it across restarts).
