@@ -22,7 +22,7 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.gzip import GZipMiddleware
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
+from starlette.responses import FileResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -124,6 +124,7 @@ def create_app(options: Options, cluster: ClusterInfo | None = None, *,
     static_dir = options.dev_static_dir or str(PACKAGE_DIR / "static")
     routes: list[BaseRoute] = [
         Route("/ping", ping, methods=["GET"]),
+        Route("/favicon.ico", favicon, methods=["GET"]),
         Route("/metrics", metrics_endpoint(collector), methods=["GET"]),
         *views.routes(),
         *graphs.routes(),
@@ -170,6 +171,12 @@ class RequestLog:
             uri += f"?{query}" if query else ""
             log.info("%d %s %s (%s:%s) %s", status, scope["method"], uri, client[0], client[1],
                      format_go_duration(time.perf_counter() - start))
+
+
+async def favicon(request: Request) -> Response:
+    """``/favicon.ico``, which browsers ask for on their own (pages also link the SVG)."""
+    return FileResponse(PACKAGE_DIR / "static" / "favicon.ico", media_type="image/x-icon",
+                        headers={"Cache-Control": "public, max-age=86400"})
 
 
 async def ping(request: Request) -> Response:

@@ -24,6 +24,7 @@ PHRASES = {
     "empty_topic": "Emptied topic", "empty_channel": "Emptied channel",
     "tombstone_topic_producer": "Tombstoned topic",
     "respawn_dead_letters": "Respawned", "empty_dead_letters": "Emptied",
+    "update_topic": "Updated topic", "update_channel": "Updated channel",
 }
 
 

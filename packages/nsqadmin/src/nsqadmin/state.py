@@ -18,6 +18,7 @@ from .formatting import install_filters
 from .history import History
 from .notify import Notifier
 from .options import Options
+from .stats import job_columns
 
 if TYPE_CHECKING:
     from starlette.templating import Jinja2Templates
@@ -86,4 +87,5 @@ def _templates() -> Jinja2Templates:
     templates.env.lstrip_blocks = True
     install_filters(templates.env)
     templates.env.globals["version"] = NSQ_VERSION
+    templates.env.globals["job_columns"] = job_columns
     return templates
