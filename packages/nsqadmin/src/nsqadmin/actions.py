@@ -21,8 +21,9 @@ Forms from another origin are refused (``Origin`` / ``Sec-Fetch-Site``), as are 
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol, TypeVar
 from urllib.parse import parse_qs
 
 import attrs
@@ -73,6 +74,10 @@ class Plan:
         if described:
             return f"{name} ({described})"
         return f"{name} on {self.node}" if self.node else name
+
+    @property
+    def destructive(self) -> bool:
+        return self.verb in DESTRUCTIVE
 
     @property
     def action(self) -> str:
@@ -174,8 +179,35 @@ async def perform(admin: Admin, plan: Plan, request: Request) -> ActionResult:
     return result
 
 
-async def handle(request: Request, page: str, reload: Callable[[], Awaitable[dict[str, Any]]]
+class Planned(Protocol):
+    """What ``handle`` needs of a plan (``Plan`` here; the Jobs pages have their own)."""
+
+    @property
+    def verb(self) -> str: ...
+    @property
+    def subject(self) -> str: ...
+    @property
+    def action(self) -> str: ...
+    @property
+    def question(self) -> str: ...
+    @property
+    def landing(self) -> str: ...
+    @property
+    def destructive(self) -> bool: ...
+
+
+P = TypeVar("P", bound=Planned)
+
+
+async def handle(request: Request, page: str, reload: Callable[[], Awaitable[dict[str, Any]]],
+                 planner: Callable[[Admin, str, dict[str, str], dict[str, str]],
+                                   P | str | Awaitable[P | str]] | None = None,
+                 performer: Callable[[Admin, P, Request], Awaitable[ActionResult]] | None = None
                  ) -> Response:
+    """An action posted to ``page``: checked, confirmed if destructive, done, reported.
+    ``planner`` and ``performer`` are ``plan_action`` and ``perform`` unless given."""
+    plan_of: Any = planner or plan_action
+    do: Any = performer or perform
     admin = admin_of(request)
     here = admin.path(page_path(page, dict(request.path_params)))
     refusal = ""
@@ -189,15 +221,17 @@ async def handle(request: Request, page: str, reload: Callable[[], Awaitable[dic
                                   reload)
         return render_error(request, 403, "Forbidden", refusal)
     form = await read_form(request)
-    plan = plan_action(admin, page, dict(request.path_params), form)
+    plan = plan_of(admin, page, dict(request.path_params), form)
+    if inspect.isawaitable(plan):  # (a planner that asks a daemon first)
+        plan = await plan
     if isinstance(plan, str):
         report = Report(form.get("action", ""), "", problem=plan)
         return await _respond(request, page, report, here, here, reload)
-    if plan.verb in DESTRUCTIVE and form.get("confirm") != "yes":
+    if plan.destructive and form.get("confirm") != "yes":
         return render(request, "confirm", {"plan": plan, "form": form, "action_url": here,
                                                  "warnings": Warnings()})
     try:
-        result = await perform(admin, plan, request)
+        result = await do(admin, plan, request)
     except ClusterError as exc:
         result = ActionResult(plan.action, errors=exc.errors)
     return await _respond(request, page, Report.of(result, plan.subject), plan.landing, here,

@@ -27,10 +27,11 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from . import api, graphs, history_file, views
+from . import api, graphs, history_file, jobs, views
 from .auth import BasicAuth, RequireBasicAuth
 from .cluster import ClusterInfo
 from .history import History
+from .lmstfy import Lmstfy
 from .notify import Notifier
 from .options import Options
 from .pages import render_error
@@ -54,6 +55,7 @@ async def sample(admin: Admin) -> None:
         return
     views.record_history(admin, stats.value.topics, stats.value.health)
     views.record_counter(admin, stats.value)
+    await admin.lmstfy.discover(nodes.value)  # whether to offer the Jobs pages
 
 
 async def run_sampler(admin: Admin, interval: float) -> None:
@@ -94,7 +96,8 @@ def create_app(options: Options, cluster: ClusterInfo | None = None, *,
     if options.history_file:
         history_file.load(history, options.history_file)
     admin = Admin(options, cluster, history,
-                  Notifier(options.notification_http_endpoint, http), basic_auth)
+                  Notifier(options.notification_http_endpoint, http),
+                  Lmstfy(Upstream(http), options.lmstfy_admin_account), basic_auth)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -128,6 +131,7 @@ def create_app(options: Options, cluster: ClusterInfo | None = None, *,
         Route("/metrics", metrics_endpoint(collector), methods=["GET"]),
         *views.routes(),
         *graphs.routes(),
+        *jobs.routes(),
         *api.routes(options),
         Mount("/static", StaticFiles(directory=static_dir), name="static"),
     ]

@@ -75,6 +75,7 @@ class ActionResult:
     action: str
     done: tuple[str, ...] = ()
     errors: tuple[UpstreamError, ...] = ()
+    outcome: str = ""  # what it came to, when the daemon says: "2 jobs respawned."
 
     @property
     def ok(self) -> bool:

@@ -1,4 +1,5 @@
-"""lmstfy's admin API: tokens, rate limits, the queue list, version and metrics.
+"""lmstfy's admin API: tokens, rate limits, the queue list, version and metrics; and (beyond
+lmstfy) ``/peek/:namespace/:queue``, the jobs of a queue for nsqadmin's Jobs pages.
 
 Basic auth (``--lmstfy-admin-account user:password``) guards what lmstfy guards when accounts
 are configured: the token and limit routes and ``POST /accesslog``.
@@ -10,7 +11,8 @@ import base64
 import binascii
 import hmac
 import json
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Sequence
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -24,13 +26,15 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
+from ..message import Job, QueuedMessage
 from . import ids, names
 from .api import Refusal, answer, query_params, refuse
-from .queues import JobQueues
+from .queues import JobQueues, job_json
 from .state import Limit, State
 from .throttle import Throttle
 
 MIN_USER_TOKEN = 20
+PEEK_DEFAULT, PEEK_MOST = 10, 100  # jobs of each kind /peek shows
 
 
 class Admin:
@@ -151,6 +155,41 @@ class Admin:
         return answer(200, [{"namespace": ns, "token": token, "limiter": limit.to_json()}
                             for (ns, token), limit in self.state.limits.items()])
 
+    # -- a look at a queue's jobs (beyond lmstfy: nsqadmin's Jobs pages) --------------------
+    async def peek(self, request: Request) -> Response:
+        """``GET /peek/:namespace/:queue?count=``: up to ``count`` (10; 1 to 100) jobs ready,
+        delayed and dead, each as the data API's peek answers a job (plus its ``delay``),
+        taken by no one and changing nothing. Guarded as the token routes are: it shows job
+        data, which the data API shows only for a token."""
+        self._authorized(request)
+        namespace, queue = request.path_params["namespace"], request.path_params["queue"]
+        problem = names.name_error(namespace, queue)
+        if problem:
+            raise refuse(400, problem)
+        text = query_params(request).get("count", str(PEEK_DEFAULT))
+        if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= PEEK_MOST:
+            raise refuse(400, "invalid count")
+        count = int(text)
+        ready: list[QueuedMessage] = []
+        delayed: list[Job] = []
+        dead: list[QueuedMessage] = []
+        channel = self.queues.channel(namespace, queue)
+        if channel is not None:
+            ready = channel.peek(count, self.queues.broker.now())
+            now_ns = time.time_ns()
+            waiting = {m.id: m for m in (*channel.deferred, *channel.backlog.peek(count))
+                       if isinstance(m, Job) and m.due > now_ns}
+            delayed = sorted(waiting.values(), key=lambda m: m.due)[:count]
+            if channel.dead_letter_count:
+                dead = channel.dead_letters.peek(count)
+
+        def jobs(msgs: Sequence[QueuedMessage]) -> list[dict[str, object]]:
+            return [{**job_json(namespace, queue, m), "delay": m.delay if isinstance(m, Job)
+                     else 0} for m in msgs]
+
+        return answer(200, {"namespace": namespace, "queue": queue, "ready": jobs(ready),
+                            "delayed": jobs(delayed), "deadletter": jobs(dead)})
+
     # -- the rest ----------------------------------------------------------------------------
     async def info(self, request: Request) -> Response:
         pool = query_params(request).get("pool", "")
@@ -237,6 +276,7 @@ def build_admin_app(queues: JobQueues, state: State, throttle: Throttle,
         Route("/metrics", admin.metrics, methods=["GET"]),
         Route("/pools", admin.pools, methods=["GET"]),
         Route("/limits", admin.limits, methods=["GET"]),
+        Route("/peek/{namespace}/{queue}", admin.peek, methods=["GET"]),
         Route("/accesslog", admin.access_log_state, methods=["GET", "POST"]),
         Route("/token/{namespace}", admin.tokens, methods=["GET", "POST"]),
         Route("/token/{namespace}/{token}", admin.delete_token, methods=["DELETE"]),
