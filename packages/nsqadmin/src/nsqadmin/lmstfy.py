@@ -143,7 +143,8 @@ class Token:
 
     @property
     def masked(self) -> str:
-        return f"{self.value[:4]}…" if len(self.value) > 4 else "…"
+        """Its last 4 characters (a ULID's first ones are its time, alike for all)."""
+        return f"…{self.value[-4:]}" if len(self.value) > 8 else "…"
 
 
 def token_ref(value: str) -> str:
