@@ -1,5 +1,6 @@
 """lmstfy's admin API: tokens, rate limits, the queue list, version and metrics; and (beyond
-lmstfy) ``/peek/:namespace/:queue``, the jobs of a queue for nsqadmin's Jobs pages.
+lmstfy) ``/peek/:namespace/:queue``, the jobs of a queue for nsqadmin's Jobs pages, and
+``/openapi.json``, the description of both lmstfy APIs (``openapi``).
 
 Basic auth (``--lmstfy-admin-account user:password``) guards what lmstfy guards when accounts
 are configured: the token and limit routes and ``POST /accesslog``.
@@ -27,7 +28,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from ..message import Job, QueuedMessage
-from . import ids, names
+from . import ids, names, openapi
 from .api import Refusal, answer, query_params, refuse
 from .queues import JobQueues, job_json
 from .state import Limit, State
@@ -270,7 +271,13 @@ def build_admin_app(queues: JobQueues, state: State, throttle: Throttle,
     async def not_found(request: Request, exc: Exception) -> Response:
         return PlainTextResponse("404 page not found", 404)
 
+    description = json.dumps(openapi.document()).encode()
+
+    async def openapi_json(request: Request) -> Response:
+        return Response(description, 200, media_type="application/json")
+
     return Starlette(routes=[
+        Route("/openapi.json", openapi_json, methods=["GET"]),
         Route("/info", admin.info, methods=["GET"]),
         Route("/version", admin.version, methods=["GET"]),
         Route("/metrics", admin.metrics, methods=["GET"]),
