@@ -3,6 +3,7 @@ what the pages show is what lmstfy's own API answers (counts, job ids, tries), a
 (respawn, delete, empty, tokens, limits) happen in lmstfy."""
 
 import re
+import socket
 from html.parser import HTMLParser
 
 import httpx
@@ -247,3 +248,18 @@ async def test_a_namespace_without_a_token(run_daemon, make_admin):
     assert "namespace ns has no token" in respawn.text
     assert httpx.get(f"{service.data_url}/api/ns/emails/deadletter/size",
                      timeout=DEADLINE).json()["size"] == 1
+
+
+async def test_two_lmstfy_on_one_machine_are_told_apart(run_daemon, make_admin):
+    one, two = lmstfy_service(run_daemon), lmstfy_service(run_daemon)
+    one.publish("emails", b"a")
+    two.publish("orders", b"b")
+    admin = await make_admin(one, two)
+    page = (await admin.get("/jobs")).text
+    hostname = socket.gethostname()
+    for service, queue in ((one, "emails"), (two, "orders")):
+        port = service.nsqd.http_port
+        assert f'lmstfy on</span> {hostname}:{port} <small' in page
+        assert f'href="/jobs/{service.nsqd.http_address}/ns/{queue}"' in page
+    queue = (await admin.get(f"/jobs/{two.nsqd.http_address}/ns/orders")).text
+    assert f"lmstfy on {hostname}:{two.nsqd.http_port}" in queue

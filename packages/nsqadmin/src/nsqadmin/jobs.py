@@ -29,7 +29,6 @@ from .lmstfy import Limit as TokenLimit
 from .lmstfy import Service, Token
 from .pages import Context, Warnings, page_path, render
 from .state import Admin, admin_of
-from .stats import display_names
 from .upstream import ClusterError, UpstreamError
 
 PEEK_SHOWN, PEEK_MOST = 10, 100  # jobs of each kind on the queue page (``?n=``)
@@ -121,8 +120,8 @@ async def load_jobs(request: Request) -> Context:
     admin = admin_of(request)
     warnings = Warnings()
     services = await _services(admin, warnings)
-    names = display_names(s.node for s in services)
-    sections = [Section(s, names[s.name], await _rows(admin, s, warnings)) for s in services]
+    sections = [Section(s, admin.lmstfy.display_name(s), await _rows(admin, s, warnings))
+                for s in services]
     return {"sections": sections, "warnings": warnings}
 
 
@@ -145,7 +144,7 @@ async def load_namespace(request: Request) -> Context:
     except UpstreamError as exc:
         warnings.add([exc])
     return {**params, "service": service, "rows": rows, "tokens": tokens,
-            "name": display_names([service.node])[service.name], "warnings": warnings}
+            "name": admin.lmstfy.display_name(service), "warnings": warnings}
 
 
 async def load_queue(request: Request) -> Context:
@@ -166,7 +165,7 @@ async def load_queue(request: Request) -> Context:
         return {**context, **_missing(params, warnings)}
     namespace, queue = params["namespace"], params["queue"]
     stats = await _node_stats(admin, service, warnings)
-    context.update(service=service, name=display_names([service.node])[service.name],
+    context.update(service=service, name=admin.lmstfy.display_name(service),
                    row=QueueRow.of(namespace, queue, stats), rate=admin.history.rate(topic))
     try:
         context["peek"] = await admin.lmstfy.peek(service, namespace, queue, n)

@@ -40,7 +40,7 @@ import attrs
 import httpx
 
 from .cluster import fan_out
-from .stats import Node
+from .stats import Node, display_names
 from .upstream import Partial, Upstream, UpstreamError
 
 log = logging.getLogger("nsqadmin")
@@ -180,6 +180,7 @@ class Lmstfy:
     account: str = ""  # user:password for the admin APIs (--lmstfy-admin-account)
     clock: Any = time.monotonic
     _found: dict[str, tuple[Service | None, float]] = attrs.field(factory=dict, init=False)
+    _nodes: list[Node] = attrs.field(factory=list, init=False)  # the last ones asked about
 
     @property
     def known(self) -> list[Service]:
@@ -190,7 +191,7 @@ class Lmstfy:
                        ) -> Partial[list[Service]]:
         """The lmstfy services of ``nodes``: asked of each nsqd not asked within
         ``REDISCOVER`` seconds (or all, ``again``); nodes that fail are errors."""
-        nodes = list(nodes)
+        nodes = self._nodes = list(nodes)
         now = self.clock()
         stale = [n for n in nodes if again or n.address not in self._found
                  or now - self._found[n.address][1] > REDISCOVER]
@@ -211,6 +212,12 @@ class Lmstfy:
         found = [s for address, (s, _) in self._found.items()
                  if s is not None and address in wanted]
         return Partial(sorted(found, key=lambda s: (s.node.hostname, s.name)), tuple(errors))
+
+    def display_name(self, service: Service) -> str:
+        """Its nsqd's name on the pages, among all the nodes last seen (``hostname:port``
+        where two share a hostname)."""
+        names = display_names(self._nodes or [service.node])
+        return names.get(service.name) or display_names([service.node])[service.name]
 
     def find(self, name: str) -> Service | None:
         """A known service by its nsqd's name (or the address nsqadmin reaches it at)."""
