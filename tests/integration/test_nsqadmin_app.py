@@ -534,6 +534,10 @@ async def test_job_features_show_where_they_are_used(admin, nsqds):
     api = (await admin.get("/api/topics/adm_jobs/work")).json()
     assert api["dead_letter_count"] == 1 and api["max_attempts"] == 1
     assert list(api).index("dead_letter_count") > list(api).index("e2e_processing_latency")
+    node = Rows((await admin.get(f"/nodes/{a.http_address}")).text)
+    header = next(r for r in node.rows if r and r[0] == "Channel" and "Dead letters" in r)
+    row = next(r for r in node.rows if r and r[0].startswith("work max 1"))
+    assert row[header.index("Dead letters")] == "1"
     plain = (await admin.get("/api/topics/adm_plain/work")).json()
     assert "dead_letter_count" not in plain and "max_attempts" not in plain
     rows = Rows((await admin.get("/topics/adm_plain")).text)
