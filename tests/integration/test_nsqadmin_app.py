@@ -7,12 +7,12 @@ import itertools
 import json
 import re
 import socket
-from html.parser import HTMLParser
 
 import httpx
 import pytest
 import trio
 from nsq_testing import DEADLINE, WireClient, free_port, start_daemon, until
+from nsq_testing.html import Rows
 from nsqadmin import Options, create_app
 from nsqadmin.history import History
 
@@ -32,34 +32,6 @@ def nsqds(tmp_path_factory):
     finally:
         for daemon in started:
             daemon.stop()
-
-
-class Rows(HTMLParser):
-    """Table rows of an HTML page as lists of cell texts (whitespace collapsed)."""
-
-    def __init__(self, html: str) -> None:
-        super().__init__()
-        self.rows: list[list[str]] = []
-        self._cell: list[str] | None = None
-        self.feed(html)
-
-    def handle_starttag(self, tag, attrs):
-        if tag == "tr":
-            self.rows.append([])
-        elif tag in ("td", "th"):
-            self._cell = []
-
-    def handle_endtag(self, tag):
-        if tag in ("td", "th") and self._cell is not None and self.rows:
-            self.rows[-1].append(" ".join("".join(self._cell).split()))
-            self._cell = None
-
-    def handle_data(self, data):
-        if self._cell is not None:
-            self._cell.append(data)
-
-    def row(self, first: str) -> list[str]:
-        return next(r for r in self.rows if r and r[0].startswith(first))
 
 
 @pytest.fixture
