@@ -11,7 +11,9 @@
     │   ├── NotInFlight        no message with that id is in flight
     │   └── NotOwner           it is in flight to another client
     ├── DiskQueueError         a disk queue's put/empty/close/delete failed
-    │   └── DiskQueueClosed    ... because the queue is closed (nsqd is exiting)
+    │   ├── DiskQueueClosed    ... because the queue is closed (nsqd is exiting)
+    │   └── SegmentError       a segment of a topic's log is damaged (a wrong magic, a bad
+    │                          crc in a batch read, damage inside a closed segment)
     ├── AuthError              the auth servers could not be asked, or answered nonsense
     └── StartError             nsqd cannot start (a port taken, the data path locked, ...)
 
@@ -21,14 +23,15 @@ and only there:
 - TCP (``protocol.py``): ``ProtocolError`` with NSQ's code and text, e.g. ``E_PUB_FAILED PUB
   failed exiting``, ``E_SUB_FAILED SUB failed consumers for t:c exceeds limit of 2``,
   ``E_FIN_FAILED FIN <id> failed ID not in flight``, ``E_AUTH_FAILED AUTH failed``.
-- HTTP (``http_api.py``, ``lmstfy``): ``Exiting`` is 503 ``EXITING``, ``StoreFailed`` 500
-  ``INTERNAL_ERROR``.
+- HTTP: ``Exiting`` is 503 and ``StoreFailed`` 500 on every route, by one ``translate`` given
+  to nsq_serving's router: ``http_api.py`` answers 503 ``EXITING`` / 500 ``INTERNAL_ERROR``,
+  ``lmstfy`` 503 ``{"error":"exiting"}`` / 500 ``{"error":"internal error"}``.
 - the command line (``__main__.py``): one ``FATAL`` line per ``StartError`` or ``OSError``.
 
 Anything that is not an ``NsqdError`` (nor an ``OSError`` at start-up) is a bug: it is never
 turned into an error frame or an answer carrying its text; the edge that catches it logs it
 at ERROR with its traceback (``tcp.handle_stream`` then closes that one connection, the HTTP
-app answers 500 ``INTERNAL_ERROR``).
+router answers 500 in the API's shape).
 
 Each error's text (``str(exc)``) is NSQ's reason, which the boundaries quote as is.
 """
@@ -44,6 +47,7 @@ __all__ = [
     "NotInFlight",
     "NotOwner",
     "NsqdError",
+    "SegmentError",
     "StartError",
     "StoreFailed",
     "SubscribeRefused",
@@ -92,6 +96,11 @@ class DiskQueueClosed(DiskQueueError):
 
     def __init__(self) -> None:
         super().__init__("exiting")
+
+
+class SegmentError(DiskQueueError):
+    """A segment of a topic's log (``nsqd.segment``) is damaged; the text names the file and
+    the position. Raised by opening or reading it; the caller decides what to do with it."""
 
 
 class AuthError(NsqdError):
