@@ -222,32 +222,36 @@ class Channel:
 
     # -- taking from the log -----------------------------------------------------------------
     def _read_log(self, n: int) -> list[Run] | None:
-        """Up to ``n`` records from the cursor on, the cursor moved past them (acknowledged
-        offsets skipped); None while they are read from disk (the log wakes the channel)."""
+        """Up to ``n`` records from the cursor on, the cursor moved past them (those it
+        passes over skipped: acknowledged, or held ahead); empty at the end of what it may
+        read; None while they are read from disk (the log wakes the channel)."""
         cursor = self.cursor
         end = self.topic.visible_end
-        read = cursor.read
-        if read >= end:
-            return []
-        if self.ephemeral and end - read > self.mem_queue_size:
-            read = cursor.read = end - self.mem_queue_size  # past its memory: dropped, as NSQ
-        runs = self.log.read(read, min(n, end - read))
-        if not runs:
-            if runs is not None:  # never stored (lost to a crash or a torn write): passed
-                cursor.skip(read, end)
-                cursor.read = end
-            return runs
-        last_first, last_records, _ = runs[-1]
-        stop = last_first + len(last_records)
-        if stop > end:  # never past where the topic was paused
-            runs = _cut(runs, end)
-            stop = end
-        cursor.read = stop
-        acked = cursor.acked
-        if cursor.ahead or (acked and acked.count_in(read, stop)):
+        while True:
+            read = cursor.read
+            if read >= end:
+                return []
+            if self.ephemeral and end - read > self.mem_queue_size:
+                read = cursor.read = end - self.mem_queue_size  # past its memory: dropped
+            runs = self.log.read(read, min(n, end - read))
+            if not runs:
+                if runs is not None:  # never stored (lost to a crash or a torn write): passed
+                    cursor.skip(read, end)
+                    cursor.read = end
+                return runs
+            last_first, last_records, _ = runs[-1]
+            stop = last_first + len(last_records)
+            if stop > end:  # never past where the topic was paused
+                runs = _cut(runs, end)
+                stop = end
+            cursor.read = stop
+            acked = cursor.acked
+            if not cursor.ahead and not (acked and acked.count_in(read, stop)):
+                return runs
             runs = _without_acked(runs, cursor)
             cursor.passed(stop)
-        return runs
+            if runs:
+                return runs
 
     def _take(self, n: int, *, stop_at_stale: bool = False) -> list[QueuedMessage]:
         """Up to ``n`` messages to deliver now, each with its verdict acted on (deferred,
