@@ -1,8 +1,8 @@
 """lmstfy's job-queue APIs of the nsqd that serve them (beyond NSQ), as the Jobs pages use them.
 
-Which nsqd serve them: each says so in ``/config/lmstfy_http_address`` and
-``/config/lmstfy_admin_http_address`` (its own flags; an nsqd without them, Go's among them,
-answers an error or an empty string). A listener on an unspecified host (``0.0.0.0``, ``[::]``)
+Which nsqd serve them: each says so in its ``/info`` (``lmstfy_http_address`` and
+``lmstfy_admin_http_address``, the addresses it bound, present only when served; Go's nsqd and
+an nsqd without them have neither). A listener on an unspecified host (``0.0.0.0``, ``[::]``)
 is reached at the host nsqadmin reaches that nsqd at. What was found is kept for
 ``REDISCOVER`` seconds; the sampler looks again, so the menu knows whether to show *Jobs*.
 
@@ -163,7 +163,8 @@ def _host(address: str) -> str:
 
 
 def _reach(listener: str, node: Node) -> str | None:
-    """Where to reach a listener nsqd names by its flag value, or None if it is not one."""
+    """Where to reach a listener nsqd names by the address it bound, or None if it is not
+    one."""
     host, sep, port = listener.rpartition(":")
     if not sep or not (port.isascii() and port.isdigit()) or int(port) == 0:
         return None  # (port 0: bound to a port nsqd does not say)
@@ -197,10 +198,11 @@ class Lmstfy:
                  or now - self._found[n.address][1] > REDISCOVER]
 
         async def ask(node: Node) -> Service | None:
+            response = await self.upstream.send("GET", node.address, "/info")
+            info = response.json() if response.status_code == 200 else {}
             listeners = []
-            for option in ("lmstfy_http_address", "lmstfy_admin_http_address"):
-                response = await self.upstream.send("GET", node.address, f"/config/{option}")
-                value = response.json() if response.status_code == 200 else ""
+            for key in ("lmstfy_http_address", "lmstfy_admin_http_address"):
+                value = info.get(key, "") if isinstance(info, dict) else ""
                 listeners.append(_reach(value, node) if isinstance(value, str) else None)
             data, admin = listeners
             return Service(node, data, admin) if data and admin else None

@@ -80,6 +80,7 @@ class Broker:
         self.tcp_port = 0
         self.http_port = 0
         self.https_port = 0
+        self.lmstfy_addresses: tuple[str, ...] = ()  # bound: lmstfy's data and admin APIs
         self.tls_context = server_context(opts)
         self.tls_required = tls_required(opts)
         self.features = ServerFeatures(

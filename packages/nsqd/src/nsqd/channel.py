@@ -148,6 +148,7 @@ class Channel:
         # message in order, the offset the cursor must reach before it goes out again.
         self.requeue_behind = False
         self._requeued_after: deque[int] = deque()
+        self._own_after = 0  # the same for what was last respawned into the own queue
         # Offsets of messages deleted while waiting (lmstfy's DELETE): they keep their place
         # until reached, as lmstfy's stale ready-list entries do (``size`` counts them, a
         # consume that meets one finds nothing), then are done with.
@@ -272,14 +273,15 @@ class Channel:
                 while requeued and len(batch) < want and after[0] <= self.cursor.read:
                     batch.append(requeued.popleft())
                     after.popleft()
-            elif self.own is not None and self.own.has_ready():
-                batch = self.own.take(want)
+            elif self._own_ready():
+                batch = self.own.take(want)  # type: ignore[union-attr]
             else:
                 runs = self._read_log(min(want, READ_BATCH))
                 if not runs:
-                    if runs is not None and self.requeued:
+                    if runs is not None and (self.requeued or self._own_after):
                         self._requeued_after = deque([0] * len(self.requeued))
-                        continue  # the log is read to its end: the requeued ones now
+                        self._own_after = 0
+                        continue  # the log is read to its end: those held back now
                     break
                 batch = self._decoded(runs)
             for msg in batch:
@@ -292,6 +294,18 @@ class Channel:
                         self.stale_popped = True
                         return out
         return out
+
+    def _room(self) -> int:
+        """How far the log may be read before a held-back requeued or respawned message's
+        turn comes."""
+        turns = [self._requeued_after[0]] if self.requeued else []
+        if self.own is not None and self.own.has_ready():
+            turns.append(self._own_after)
+        return min(turns) - self.cursor.read if turns else READ_BATCH
+
+    def _own_ready(self) -> bool:
+        own = self.own
+        return own is not None and own.has_ready() and self._own_after <= self.cursor.read
 
     def _requeued_ready(self) -> bool:
         return self._requeued_after[0] <= self.cursor.read
@@ -360,9 +374,7 @@ class Channel:
             slots = [c.ready_slots() for c in ready]
             want = sum(slots)
             if self._records_fit():
-                # not past a requeued message's turn
-                room = self._requeued_after[0] - self.cursor.read if self.requeued else want
-                runs = self._read_log(min(want, READ_BATCH, room))
+                runs = self._read_log(min(want, READ_BATCH, self._room()))
                 if not runs:
                     return  # nothing more, or being read from disk (the log wakes us)
                 if all(plain or all(map(is_plain, records)) for _, records, plain in runs):
@@ -397,9 +409,8 @@ class Channel:
         """The next messages can go out as the log's records: nothing requeued or of the
         own queue comes first, and nothing needs a look at each (an attempt limit, state
         the cursor kept for them)."""
-        own = self.own
         return ((not self.requeued or not self._requeued_ready())
-                and (own is None or not own.has_ready())
+                and not self._own_ready()
                 and not self.max_attempts and not self.default_max_attempts
                 and not self.cursor.extras and not self.tombstones)
 
@@ -544,6 +555,8 @@ class Channel:
             raise
         for msg in msgs:
             dead.backlog.ack(msg.id)
+        if self.requeue_behind:  # lmstfy: respawned jobs go behind what is ready now
+            self._own_after = self.topic.visible_end
         self.changed()
         return len(msgs)
 
