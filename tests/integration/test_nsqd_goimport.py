@@ -6,6 +6,7 @@ files, attempts kept; restarted, nothing comes again."""
 
 import base64
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pytest
 import trio
 from nsq_common import commands
 from nsq_testing import DEADLINE, WireClient, until
+from nsqd import gofiles
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "packages" / "nsqd" / "tests" / "data"
@@ -73,9 +75,7 @@ def from_json(entries: list[dict]) -> dict[bytes, tuple[bytes, int]]:
 
 
 def old_files(data: Path) -> list[str]:
-    return sorted(p.name for p in data.iterdir()
-                  if ".diskqueue." in p.name and "#" not in p.name or p.name.endswith(
-                      ".deferred.dat"))
+    return sorted(name for name in os.listdir(data) if gofiles.is_queue_file(name))
 
 
 @pytest.mark.parametrize("name", ["go-1.3.0-clean", "go-1.3.0-killed"])

@@ -33,6 +33,10 @@ def tune_gc() -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     opts = parse_options(sys.argv[1:] if argv is None else argv)
+    if opts.export_go_data_path:
+        from .goexport import main as export  # deferred: an offline mode
+
+        raise SystemExit(export(opts))
     import trio  # deferred: see the module's docstring
 
     from .app import serve  # before tune_gc, so that gc.freeze() covers the server's modules too

@@ -14,8 +14,9 @@ back to Go's nsqd").
   record read from Go's files is one ``record`` can decode; ``go_record`` turns any of ours
   into the plain record Go's nsqd reads.
 
-Blocking file work: call it from a worker thread. Damage is logged and passed over as
-go-diskqueue does (the rest of a damaged file is lost); I/O errors raise ``OSError``.
+Blocking file work: call it from a worker thread (``batches`` does, for a Trio task). Damage
+is logged and passed over as go-diskqueue does (the rest of a damaged file is lost); I/O
+errors raise ``OSError``.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ from __future__ import annotations
 import logging
 import re
 import struct
-from collections.abc import Generator
+from collections.abc import AsyncIterator, Generator
 from pathlib import Path
 
+import trio
 from nsq_common import MESSAGE_HEADER
 
 from .diskfiles import DiskFiles
@@ -36,9 +38,16 @@ MAX_RECORD = 0x7FFFFFFF
 #: One batch of ``read_queue``.
 READ_BYTES = 1 << 20
 READ_RECORDS = 4096
+#: A file of a queue in Go's layout: its data, its metadata, or an earlier version's deferred
+#: side file (never an own queue's nor dead letters': those names have a ``#``).
+QUEUE_FILE = re.compile(r"(?P<queue>[^#]+?)\.(?:diskqueue\.(?:meta|\d{6,})|deferred)\.dat")
 _DEFERRED_ENTRY = struct.Struct(">qi")
 _SIZES = (8, 16)  # the extensions of a message: its expiry; its expiry and due time
 _JOB_SIZE = 24  # a job's fixed fields (nsqd.record)
+
+
+def is_queue_file(name: str) -> bool:
+    return QUEUE_FILE.fullmatch(name) is not None
 
 
 def queue_name(topic: str, channel: str | None = None) -> str:
@@ -114,6 +123,20 @@ def read_queue(data_path: Path, name: str, logger: logging.Logger
                 break
     finally:
         files.close_files()
+
+
+async def batches(data_path: Path, name: str, logger: logging.Logger
+                  ) -> AsyncIterator[list[bytes]]:
+    """``read_queue`` batch by batch in a worker thread (for a Trio task)."""
+    reader = read_queue(data_path, name, logger)
+    try:
+        while True:
+            batch = await trio.to_thread.run_sync(next, reader, None)
+            if batch is None:
+                return
+            yield batch
+    finally:
+        reader.close()
 
 
 def read_deferred(path: Path, logger: logging.Logger) -> list[tuple[int, bytes]]:

@@ -45,9 +45,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import time
-from collections.abc import AsyncIterator, Generator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -79,7 +78,6 @@ TOPICS_DIR = "topics"  # as the broker lays them out
 OWN_SUFFIX = "#own"
 #: Message ids remembered per queue to bring a message in once when Go's files hold it twice.
 IDS_REMEMBERED = 1_000_000
-_QUEUE_FILE = re.compile(r"(?P<queue>[^#]+?)\.(?:diskqueue\.(?:meta|\d{6,})|deferred)\.dat")
 
 
 @attrs.frozen
@@ -208,7 +206,7 @@ class _Importer:
     def _plans(self, topics: list[TopicMeta]) -> dict[str, _Plan]:
         """What each topic of nsqd.dat has to bring in; a warning for files of queues that
         nsqd.dat does not list."""
-        present = {m.group("queue") for m in map(_QUEUE_FILE.fullmatch, os.listdir(self.data))
+        present = {m.group("queue") for m in map(gofiles.QUEUE_FILE.fullmatch, os.listdir(self.data))
                    if m is not None}
         plans = {}
         for meta in topics:
@@ -477,16 +475,9 @@ def _deferred_records(path: Path, logger: logging.Logger) -> list[bytes]:
 
 
 async def _batches(data: Path, name: str, logger: logging.Logger) -> AsyncIterator[list[bytes]]:
-    """``gofiles.read_queue`` in a worker thread, batch by batch."""
-    reader: Generator[list[bytes], None, None] = gofiles.read_queue(data, name, logger)
-    try:
-        while True:
-            batch = await trio.to_thread.run_sync(next, reader, None)
-            if batch is None:
-                return
-            yield [gofiles.checked_record(record) for record in batch]
-    finally:
-        reader.close()
+    """``gofiles.batches``, each record made safe to decode (``gofiles.checked_record``)."""
+    async for batch in gofiles.batches(data, name, logger):
+        yield [gofiles.checked_record(record) for record in batch]
 
 
 def _fsync(path: Path) -> None:
