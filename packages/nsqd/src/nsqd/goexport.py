@@ -34,7 +34,8 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Iterable
+from collections.abc import Awaitable, Callable, Iterable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -60,6 +61,8 @@ OWN_SUFFIX = "#own"
 DEAD_SUFFIX = "#dead"
 #: Records per read of the log.
 READ_RECORDS = 4096
+#: Where batches of Go's records go.
+Sink = Callable[[list[bytes]], Awaitable[None]]
 
 
 class ExportError(NsqdError):
@@ -115,29 +118,27 @@ class SourceTopic:
             return max(self.meta.hold, log.start) if self.meta.hold is not None else None
         return self.visible_end if self.meta.paused else None
 
-    async def channel_records(self, channel: str, tally: Tally) -> AsyncIterator[list[bytes]]:
-        """What ``channel`` has not finished, as Go's records, in batches: its own queue,
-        then the log."""
-        own = f"{self.meta.name}:{channel}{OWN_SUFFIX}"
-        async for batch in gofiles.batches(self.source, own, self.log):
-            kept = _go_records(((record, 0) for record in batch), tally)
-            if kept:
-                yield kept
+    async def channel_records(self, channel: str, tally: Tally, sink: Sink) -> None:
+        """What ``channel`` has not finished, as Go's records, in batches to ``sink``: its
+        own queue, then the log."""
+
+        async def own(batch: list[bytes]) -> None:
+            await sink(_go_records(((record, 0) for record in batch), tally))
+
+        await gofiles.each_batch(self.source, f"{self.meta.name}:{channel}{OWN_SUFFIX}",
+                                 self.log, own)
         cursor = self.cursors[channel]
-        async for batch in self._log_records(cursor.mark_delete, self.visible_end, cursor,
-                                             tally):
-            yield batch
+        await self._log_records(cursor.mark_delete, self.visible_end, cursor, tally, sink)
 
-    async def held_records(self, tally: Tally) -> AsyncIterator[list[bytes]]:
-        """What the topic holds for its channels (``held_from`` to the end), as Go's records."""
+    async def held_records(self, tally: Tally, sink: Sink) -> None:
+        """What the topic holds for its channels (``held_from`` to the end), as Go's records,
+        in batches to ``sink``."""
         start = self.held_from()
-        if start is None:
-            return
-        async for batch in self._log_records(start, self.topic_log.end, None, tally):
-            yield batch
+        if start is not None:
+            await self._log_records(start, self.topic_log.end, None, tally, sink)
 
-    async def _log_records(self, start: int, stop: int, cursor: Cursor | None, tally: Tally
-                           ) -> AsyncIterator[list[bytes]]:
+    async def _log_records(self, start: int, stop: int, cursor: Cursor | None, tally: Tally,
+                           sink: Sink) -> None:
         offset = start
         while offset < stop:
             runs = await self.topic_log.read_at(offset, READ_RECORDS, READ_BYTES)
@@ -161,9 +162,7 @@ class SourceTopic:
                             attempts = extra[0]
                     taken.append((record, attempts))
                 offset = first + len(records)
-            kept = _go_records(taken, tally)
-            if kept:
-                yield kept
+            await sink(_go_records(taken, tally))
 
     async def close(self) -> None:
         await self.topic_log.close()
@@ -249,13 +248,14 @@ class Exporter:
             try:
                 for channel in meta.channels:
                     tally = Tally()
-                    await self._write(gofiles.queue_name(meta.name, channel.name),
-                                      topic.channel_records(channel.name, tally), tally)
+                    await self._write(gofiles.queue_name(meta.name, channel.name), partial(
+                        topic.channel_records, channel.name, tally), tally)
                     dead = await self._dead_letters(meta.name, channel.name, names)
                     if dead is not None:
                         dead_topics.append(dead)
-                tally = Tally()
-                await self._write(meta.name, topic.held_records(tally), tally)
+                if topic.held_from() is not None:
+                    tally = Tally()
+                    await self._write(meta.name, partial(topic.held_records, tally), tally)
             finally:
                 await topic.close()
             exported.append(metadata.TopicMeta(meta.name, meta.paused, tuple(
@@ -266,17 +266,22 @@ class Exporter:
         self.log.info("GOEXPORT: %s written: %d topics (%d of dead letters)", self.target,
                       len(exported) + len(dead_topics), len(dead_topics))
 
-    async def _write(self, name: str, batches: AsyncIterable[list[bytes]], tally: Tally
+    async def _write(self, name: str, produce: Callable[[Sink], Awaitable[None]], tally: Tally
                      ) -> None:
-        """Queue ``name`` of ``batches`` (no files when there is nothing to write)."""
+        """Queue ``name`` of the batches ``produce`` hands its sink (no files when there is
+        nothing to write)."""
         writer: GoQueueWriter | None = None
-        async for batch in batches:
+
+        async def sink(batch: list[bytes]) -> None:
+            nonlocal writer
             if not batch:
-                continue
+                return
             if writer is None:
                 writer = GoQueueWriter(self.target, name, self.opts.max_bytes_per_file,
                                        self.log)
             await trio.to_thread.run_sync(writer.put, batch)
+
+        await produce(sink)
         if writer is not None:
             await trio.to_thread.run_sync(writer.finish)
         left = [f"{n} {what}" for n, what in ((tally.expired, "expired"),
@@ -288,23 +293,35 @@ class Exporter:
                             ) -> TopicMeta | None:
         """A channel's dead letters as a topic of their own (see the module's docstring)."""
         name = dead_letter_topic(topic, channel)
-        batches = gofiles.batches(self.source, f"{topic}:{channel}{DEAD_SUFFIX}", self.log)
-        if is_valid_name(name) and name not in names:
-            tally = Tally()
-            await self._write(name, (_go_records(((r, 0) for r in batch), tally)
-                                     async for batch in batches), tally)
-            if not tally.written:
-                return None
-            names.add(name)
-            return metadata.TopicMeta(name)
+        queue = f"{topic}:{channel}{DEAD_SUFFIX}"
         count = 0
-        async for batch in batches:
+
+        async def counted(batch: list[bytes]) -> None:
+            nonlocal count
             count += len(batch)
-        if count:
-            self.log.warning("GOEXPORT: CHANNEL(%s:%s): %d dead letters left out: %s is not a "
-                             "topic name of their own (they stay in %s)", topic, channel,
-                             count, name, self.source)
-        return None
+
+        if not gofiles.queue_paths(self.source, queue):
+            return None
+        if not is_valid_name(name) or name in names:
+            await gofiles.each_batch(self.source, queue, self.log, counted)
+            if count:
+                self.log.warning("GOEXPORT: CHANNEL(%s:%s): %d dead letters left out: %s is "
+                                 "not a topic name of their own (they stay in %s)", topic,
+                                 channel, count, name, self.source)
+            return None
+        tally = Tally()
+
+        async def produce(sink: Sink) -> None:
+            async def converted(batch: list[bytes]) -> None:
+                await sink(_go_records(((record, 0) for record in batch), tally))
+
+            await gofiles.each_batch(self.source, queue, self.log, converted)
+
+        await self._write(name, produce, tally)
+        if not tally.written:
+            return None
+        names.add(name)
+        return metadata.TopicMeta(name)
 
 
 async def export(opts: Options, target: str, logger: logging.Logger) -> None:

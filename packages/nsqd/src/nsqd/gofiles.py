@@ -14,7 +14,7 @@ back to Go's nsqd").
   record read from Go's files is one ``record`` can decode; ``go_record`` turns any of ours
   into the plain record Go's nsqd reads.
 
-Blocking file work: call it from a worker thread (``batches`` does, for a Trio task). Damage
+Blocking file work: call it from a worker thread (``each_batch`` does, for a Trio task). Damage
 is logged and passed over as go-diskqueue does (the rest of a damaged file is lost); I/O
 errors raise ``OSError``.
 """
@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import re
 import struct
-from collections.abc import AsyncIterator, Generator
+from collections.abc import Awaitable, Callable, Generator
 from pathlib import Path
 
 import trio
@@ -125,16 +125,14 @@ def read_queue(data_path: Path, name: str, logger: logging.Logger
         files.close_files()
 
 
-async def batches(data_path: Path, name: str, logger: logging.Logger
-                  ) -> AsyncIterator[list[bytes]]:
-    """``read_queue`` batch by batch in a worker thread (for a Trio task)."""
+async def each_batch(data_path: Path, name: str, logger: logging.Logger,
+                     handle: Callable[[list[bytes]], Awaitable[None]]) -> None:
+    """``read_queue``'s batches, each read in a worker thread (for a Trio task) and handed to
+    ``handle``; the files are closed whatever happens."""
     reader = read_queue(data_path, name, logger)
     try:
-        while True:
-            batch = await trio.to_thread.run_sync(next, reader, None)
-            if batch is None:
-                return
-            yield batch
+        while (batch := await trio.to_thread.run_sync(next, reader, None)) is not None:
+            await handle(batch)
     finally:
         reader.close()
 

@@ -46,7 +46,6 @@ import json
 import logging
 import os
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -281,12 +280,17 @@ class _Importer:
         """The topic's queue and deferred file into its log; ``in_log``: the offset of each
         id appended (``_Ids``). How many, and how many deferred."""
         count = 0
-        async for batch in _batches(self.data, gofiles.queue_name(topic), self.log):
+
+        async def append(batch: list[bytes]) -> None:
+            nonlocal count
+            batch = [gofiles.checked_record(record) for record in batch]
             offset = await topic_log.append(batch, plain=all(map(is_plain, batch)))
             for record in batch:
                 in_log.add(record_id(record), offset)
                 offset += 1
             count += len(batch)
+
+        await gofiles.each_batch(self.data, gofiles.queue_name(topic), self.log, append)
         deferred = await trio.to_thread.run_sync(
             _deferred_records, gofiles.deferred_path(self.data, topic), self.log)
         if deferred:
@@ -309,21 +313,25 @@ class _Importer:
         count = 0
         seen = _Ids()
         twice: list[int] = []
+
+        async def put(batch: list[bytes]) -> None:
+            nonlocal count
+            kept = []
+            for record in batch:
+                message_id = record_id(record)
+                if message_id in seen:
+                    continue
+                seen.add(message_id, 0)
+                offset = in_log.get(message_id)
+                if offset is not None:
+                    twice.append(offset)
+                kept.append(gofiles.checked_record(record))
+            await queue.put(kept)
+            count += len(kept)
+
         name = gofiles.queue_name(topic, channel)
         try:
-            async for batch in _batches(self.data, name, self.log):
-                kept = []
-                for record in batch:
-                    message_id = record_id(record)
-                    if message_id in seen:
-                        continue
-                    seen.add(message_id, 0)
-                    offset = in_log.get(message_id)
-                    if offset is not None:
-                        twice.append(offset)
-                    kept.append(record)
-                await queue.put(kept)
-                count += len(kept)
+            await gofiles.each_batch(self.data, name, self.log, put)
             deferred = await trio.to_thread.run_sync(
                 _deferred_records, gofiles.deferred_path(self.data, name), self.log)
             await queue.put(deferred)
@@ -472,12 +480,6 @@ def _deferred_records(path: Path, logger: logging.Logger) -> list[bytes]:
             record = encode_record(msg)
         out.append(record)
     return out
-
-
-async def _batches(data: Path, name: str, logger: logging.Logger) -> AsyncIterator[list[bytes]]:
-    """``gofiles.batches``, each record made safe to decode (``gofiles.checked_record``)."""
-    async for batch in gofiles.batches(data, name, logger):
-        yield [gofiles.checked_record(record) for record in batch]
 
 
 def _fsync(path: Path) -> None:
