@@ -360,6 +360,11 @@ class _Importer:
                 journal.close()
         write_atomically(self.nsqd_dat, metadata.encode(topics), mode=0o600,
                          sync_directory=True)
+        # the names of the files made (segments, own queues, the topic's directory) are
+        # durable too before the old files go
+        for made in (directory, directory.parent, self.data):
+            if made.is_dir():
+                _sync_directory(made)
 
 
 class _Ids:
