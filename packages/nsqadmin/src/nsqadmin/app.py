@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import trio
 from nsq_common import format_go_duration
-from nsq_serving import ConnectionCounts, metrics_endpoint
+from nsq_serving import ConnectionCounts, metrics_endpoint, warm_up
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.gzip import GZipMiddleware
@@ -100,6 +100,10 @@ def create_app(options: Options, cluster: ClusterInfo | None = None, *,
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         try:
             async with trio.open_nursery() as nursery:
+                # loaded on first use, so off the start path, but not by the event loop:
+                # the HTTP client's transport, the pages' templates, /metrics' collector
+                nursery.start_soon(warm_up, "httpcore", "starlette.templating",
+                                   "nsq_serving._metrics", "nsqadmin.metrics")
                 await nursery.start(admin.notifier.run)
                 if sampling:
                     nursery.start_soon(run_sampler, admin, options.refresh_interval)
