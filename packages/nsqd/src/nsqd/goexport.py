@@ -48,7 +48,7 @@ from .channel import TOMBSTONE
 from .clock import SystemClock
 from .cursor import Cursor
 from .diskfiles import DiskFiles
-from .errors import NsqdError
+from .errors import ExportError, NsqdError
 from .record import HEADER_SIZE, decode_record, is_plain
 from .topiclog import READ_BYTES, TopicLog
 
@@ -63,10 +63,6 @@ DEAD_SUFFIX = "#dead"
 READ_RECORDS = 4096
 #: Where batches of Go's records go.
 Sink = Callable[[list[bytes]], Awaitable[None]]
-
-
-class ExportError(NsqdError):
-    """The export cannot be made (the text says why)."""
 
 
 @attrs.define
