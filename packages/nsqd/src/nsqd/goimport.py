@@ -76,7 +76,7 @@ MARKER = "goimport.json"
 TOPICS_DIR = "topics"  # as the broker lays them out
 OWN_SUFFIX = "#own"
 #: Message ids remembered per queue to bring a message in once when Go's files hold it twice.
-IDS_REMEMBERED = 1_000_000
+IDS_REMEMBERED = 250_000  # about 40 MB of ids at most
 
 
 @attrs.frozen
