@@ -17,8 +17,12 @@ $(UV):
 	$(PYTHON) -m venv .tools
 	.tools/bin/python -m pip install --quiet uv==$(UV_VERSION)
 
+# The workspace's own packages are editable installs, which uv never compiles: compileall
+# writes their bytecode (Python reads it even under PYTHONDONTWRITEBYTECODE), so that a daemon
+# start does not compile nsqd's modules from source each time (docs/performance.md).
 install: $(UV)
 	$(UV) sync --all-packages --locked --python $(PYTHON) --quiet
+	.venv/bin/python -m compileall -q -j 0 packages/*/src
 
 run: install
 	.venv/bin/nsq-cluster up --data-dir data $(RUN_ARGS)

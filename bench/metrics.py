@@ -8,7 +8,9 @@ Starts its own nsqd (127.0.0.1, kernel-chosen ports, data in a temporary directo
 the end), makes ``--topics`` topics with two channels each (so that a scrape has about
 ``30 * 3 * topics`` samples to write), then runs ``--pairs`` pairs of phases of
 ``--duration`` seconds, alternating which goes first: one without scrapes, one while another
-process GETs ``/metrics`` every ``--scrape-interval`` seconds (0: back to back). In both, one
+process GETs ``/metrics`` every ``--scrape-interval`` seconds (0: back to back; the phase
+starts once that process is up and runs until it has made a scrape, however long that takes
+on a busy machine, so a short phase still has one). In both, one
 TCP connection publishes 100-byte messages to a topic with one channel at ``--rate``
 messages/s: every millisecond it sends the PUBs due by then (pipelined) and waits for their
 OKs. Reported per phase (median over the pairs): messages/s achieved, the latency of each
@@ -44,7 +46,8 @@ def _api(nsqd: Nsqd, path: str) -> None:
         answer.read()
 
 
-def _scrape_loop(address: str, interval: float, stop: Any, durations: Any) -> None:
+def _scrape_loop(address: str, interval: float, ready: Any, stop: Any, durations: Any) -> None:
+    ready.set()
     while not stop.is_set():
         start = time.perf_counter()
         with urllib.request.urlopen(f"http://{address}/metrics", timeout=30) as answer:
@@ -52,6 +55,22 @@ def _scrape_loop(address: str, interval: float, stop: Any, durations: Any) -> No
         durations.append(time.perf_counter() - start)
         if interval:
             stop.wait(interval)
+
+
+def _wait_for(event: Any, scraper: Any, what: str) -> None:
+    """Until ``event`` is set; the scraper process ending first is an error."""
+    while not event.wait(0.1):
+        if not scraper.is_alive():
+            raise RuntimeError(f"the scraper process ended (exit {scraper.exitcode}) {what}")
+
+
+def _scraped(durations: Any, scraper: Any) -> bool:
+    """Has the scraper made a scrape yet (the phase goes on until it has)?"""
+    if len(durations):
+        return True
+    if not scraper.is_alive():
+        raise RuntimeError(f"the scraper process ended (exit {scraper.exitcode}) before a scrape")
+    return False
 
 
 class Publisher:
@@ -91,19 +110,21 @@ class Publisher:
 def _phase(nsqd: Nsqd, rate: int, duration: float, scrape: float | None) -> dict[str, Any]:
     ctx = multiprocessing.get_context("spawn")
     manager = ctx.Manager()
-    stop, durations = manager.Event(), manager.list()
+    ready, stop, durations = manager.Event(), manager.Event(), manager.list()
     scraper = None
     if scrape is not None:
-        scraper = ctx.Process(target=_scrape_loop, args=(nsqd.http_address, scrape, stop,
+        scraper = ctx.Process(target=_scrape_loop, args=(nsqd.http_address, scrape, ready, stop,
                                                          durations))
         scraper.start()
+        _wait_for(ready, scraper, "before it started")
     publisher = Publisher(nsqd.tcp_address)
     latencies: list[float] = []
     sent = 0
     cpu_before = nsqd.cpu_seconds()
     start = time.perf_counter()
     try:
-        while (now := time.perf_counter()) - start < duration:
+        while ((now := time.perf_counter()) - start < duration
+               or (scraper is not None and not _scraped(durations, scraper))):
             due = int((now - start) * rate) - sent
             if due > 0:
                 publisher.batch(due)

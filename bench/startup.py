@@ -1,20 +1,25 @@
-"""How fast the daemons start: ``--version``, and from start to the first ``/ping`` answered.
+"""How fast the daemons start, against a bare interpreter started at the same moment.
 
-    python -m bench.startup [--runs 10] [--daemons nsqd,nsqlookupd,nsqadmin]
+    python -m bench.startup [--runs 10] [--daemons nsqd,nsqlookupd,nsqadmin] [--busy N]
+                            [--bytecode-cache]
 
-Runs the console scripts installed next to this Python (``sys.executable``'s directory). For
-each daemon, ``--runs`` times each:
+Runs the console scripts installed next to this Python (``sys.executable``'s directory). Each
+run measures, one right after the other, so that all see the same machine:
 
-* ``--version``: the wall time of ``<daemon> --version``, from start to exit;
-* ``first /ping``: from starting the daemon (``Popen``) to the first HTTP ``GET /ping`` it
-  answers with a 200, on a free port of 127.0.0.1 (nsqd keeps its data in a temporary
-  directory; nsqadmin is pointed at an nsqlookupd address nobody listens on, which it does not
-  contact to answer ``/ping``). The daemon is then killed and its directory removed.
+* ``python -c pass``: this Python, start to exit: the floor every daemon stands on;
+* for each daemon, ``--version`` and ``--help``: start to exit;
+* for each daemon, from starting it (``Popen``) to its TCP port accepting a connection
+  (nsqd, nsqlookupd) and to the first HTTP ``GET /ping`` answered 200, on free ports of
+  127.0.0.1 (nsqd keeps its data in a temporary directory; nsqadmin is pointed at an
+  nsqlookupd address nobody listens on, which it does not contact to answer ``/ping``). The
+  daemon is then killed and its directory removed.
 
-Prints the median, min and max in milliseconds. The figures are wall times, so a busy machine
-makes them worse; the last column, the CPU time (user + system, Linux ``/proc``) the daemon has
-used when its first ``/ping`` is answered, depends much less on what else runs. See
-``docs/performance.md``.
+Prints, per measure, the median, min and max in milliseconds and ``x``: the median over the
+runs of the measure divided by that run's ``python -c pass``. The last column is the CPU time
+(user + system, Linux ``/proc``) the daemon had used when its first ``/ping`` was answered,
+which depends much less on what else runs than the wall times do. ``--busy N`` starts N
+processes that keep a core busy each for the whole measurement (ended by pid at the end), to
+see the figures on a loaded machine. See ``docs/performance.md``.
 
 The daemons inherit this process's environment. Where ``PYTHONDONTWRITEBYTECODE`` is set and
 no ``.pyc`` files were installed (an editable workspace never has them for its own sources),
@@ -35,10 +40,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 DAEMONS = ("nsqd", "nsqlookupd", "nsqadmin")
-PING_TIMEOUT = 30.0  # seconds before a daemon that never answers counts as a failure
+PING_TIMEOUT = 60.0  # seconds before a daemon that never answers counts as a failure
 POLL_INTERVAL = 0.002
 
 
@@ -59,13 +67,22 @@ def _free_port() -> int:
         return port
 
 
-def _args(daemon: str, http_port: int, data_dir: str) -> list[str]:
+def _args(daemon: str, http_port: int, tcp_port: int, data_dir: str) -> list[str]:
     http = f"--http-address=127.0.0.1:{http_port}"
     if daemon == "nsqd":
-        return [http, f"--tcp-address=127.0.0.1:{_free_port()}", f"--data-path={data_dir}"]
+        return [http, f"--tcp-address=127.0.0.1:{tcp_port}", f"--data-path={data_dir}"]
     if daemon == "nsqlookupd":
-        return [http, f"--tcp-address=127.0.0.1:{_free_port()}"]
+        return [http, f"--tcp-address=127.0.0.1:{tcp_port}"]
     return [http, f"--lookupd-http-address=127.0.0.1:{_free_port()}"]
+
+
+def _accepting(port: int) -> bool:
+    """True once a TCP connection to the port is accepted (the listener is up)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            return True
+    except OSError:
+        return False
 
 
 def _ping(port: int) -> bool:
@@ -84,15 +101,29 @@ def _ping(port: int) -> bool:
     return reply.split(b" ", 2)[1:2] == [b"200"]
 
 
+def time_command(argv: list[str], expect: str) -> float:
+    """Seconds ``argv`` takes, start to exit; it must exit 0 and print ``expect``."""
+    start = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=_ENV)
+    elapsed = time.perf_counter() - start
+    if done.returncode != 0 or expect not in done.stdout + done.stderr:
+        raise RuntimeError(f"{argv} failed ({done.returncode}): {done.stdout}{done.stderr}")
+    return elapsed
+
+
+def time_bare() -> float:
+    """Seconds ``python -c pass`` takes with this Python."""
+    return time_command([sys.executable, "-c", "pass"], "")
+
+
 def time_version(daemon: str) -> float:
     """Seconds ``<daemon> --version`` takes, start to exit."""
-    start = time.perf_counter()
-    done = subprocess.run([_bin(daemon), "--version"], capture_output=True, text=True, timeout=60,
-                          env=_ENV)
-    elapsed = time.perf_counter() - start
-    if done.returncode != 0 or daemon not in done.stdout:
-        raise RuntimeError(f"{daemon} --version failed ({done.returncode}): {done.stdout}{done.stderr}")
-    return elapsed
+    return time_command([_bin(daemon), "--version"], daemon)
+
+
+def time_help(daemon: str) -> float:
+    """Seconds ``<daemon> --help`` takes, start to exit."""
+    return time_command([_bin(daemon), "--help"], "-http-address")
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -104,25 +135,23 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def time_first_ping(daemon: str) -> tuple[float, float]:
-    """Seconds from starting ``daemon`` to its first ``/ping`` answered, and the CPU seconds
-    it had used by then."""
+def time_start(daemon: str) -> tuple[float, float, float]:
+    """Seconds from starting ``daemon`` to its TCP port accepting (NaN for nsqadmin, which
+    has none) and to its first ``/ping`` answered, and the CPU seconds it had used by then."""
     data_dir = tempfile.mkdtemp(prefix="nsq-startup-")
-    port = _free_port()
+    http_port, tcp_port = _free_port(), _free_port()
     log = open(os.path.join(data_dir, "output.log"), "wb")  # noqa: SIM115 (closed below)
+    accepting = float("nan")
     try:
         start = time.perf_counter()
-        process = subprocess.Popen([_bin(daemon), *_args(daemon, port, data_dir)],
+        process = subprocess.Popen([_bin(daemon), *_args(daemon, http_port, tcp_port, data_dir)],
                                    stdout=log, stderr=subprocess.STDOUT, cwd=data_dir, env=_ENV)
         try:
-            while not _ping(port):
-                if process.poll() is not None or time.perf_counter() - start > PING_TIMEOUT:
-                    log.flush()
-                    output = Path(log.name).read_text(errors="replace")
-                    raise RuntimeError(f"{daemon} did not answer /ping "
-                                       f"(exit code {process.poll()}):\n{output}")
-                time.sleep(POLL_INTERVAL)
-            return time.perf_counter() - start, _cpu_seconds(process.pid)
+            if daemon != "nsqadmin":
+                _poll(lambda: _accepting(tcp_port), daemon, process, start, log)
+                accepting = time.perf_counter() - start
+            _poll(lambda: _ping(http_port), daemon, process, start, log)
+            return accepting, time.perf_counter() - start, _cpu_seconds(process.pid)
         finally:
             if process.poll() is None:
                 os.kill(process.pid, signal.SIGKILL)
@@ -130,6 +159,30 @@ def time_first_ping(daemon: str) -> tuple[float, float]:
     finally:
         log.close()
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def _poll(ready: Callable[[], bool], daemon: str, process: subprocess.Popen[bytes],
+          start: float, log: BinaryIO) -> None:
+    while not ready():
+        if process.poll() is not None or time.perf_counter() - start > PING_TIMEOUT:
+            log.flush()
+            output = Path(log.name).read_text(errors="replace")
+            raise RuntimeError(f"{daemon} did not start (exit code {process.poll()}):\n{output}")
+        time.sleep(POLL_INTERVAL)
+
+
+@contextmanager
+def busy(count: int) -> Iterator[None]:
+    """``count`` processes spinning on the CPU meanwhile, ended by pid after."""
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                for _ in range(count)]
+    try:
+        yield
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+        for spinner in spinners:
+            spinner.wait()
 
 
 def _daemon_list(text: str) -> list[str]:
@@ -148,9 +201,26 @@ def _positive(text: str) -> int:
     return value
 
 
-def _figures(seconds: list[float]) -> str:
-    ms = [s * 1000 for s in seconds]
-    return f"{statistics.median(ms):8.1f} {min(ms):8.1f} {max(ms):8.1f}"
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more: {text}")
+    return value
+
+
+def _figures(seconds: list[float], bare: list[float] | None = None) -> str:
+    """Median, min and max in ms, and with ``bare`` the median of the per-run ratios."""
+    ms = [s * 1000 for s in seconds if s == s]
+    if not ms:
+        return f"{'-':>8} {'-':>7} {'-':>7}" + (f" {'-':>5}" if bare is not None else "")
+    text = f"{statistics.median(ms):8.1f} {min(ms):7.1f} {max(ms):7.1f}"
+    if bare is not None:
+        ratios = [s / b for s, b in zip(seconds, bare, strict=True) if s == s]
+        text += f" {statistics.median(ratios):5.1f}"
+    return text
+
+
+MEASURES = ("--version", "--help", "TCP accepting", "first /ping")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -158,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=_positive, default=10, help="runs of each measure (default 10)")
     parser.add_argument("--daemons", type=_daemon_list, default=list(DAEMONS),
                         help=f"comma-separated subset of: {', '.join(DAEMONS)} (default: all)")
+    parser.add_argument("--busy", type=_count, default=0,
+                        help="processes keeping a core busy each meanwhile (default 0)")
     parser.add_argument("--bytecode-cache", action="store_true",
                         help="run the daemons with a bytecode cache of their own (see above)")
     args = parser.parse_args(argv)
@@ -173,7 +245,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         bytecode = "written and reused as usual"
     try:
-        _report(args.daemons, args.runs, bytecode, warm=args.bytecode_cache)
+        with busy(args.busy):
+            _report(args.daemons, args.runs, bytecode, args.busy, warm=args.bytecode_cache)
     finally:
         _ENV = None
         if cache_dir is not None:
@@ -181,17 +254,35 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _report(daemons: list[str], runs: int, bytecode: str, warm: bool) -> None:
-    print(f"{runs} runs; bytecode: {bytecode}; ms: median min max")
-    print(f"{'daemon':12} {'--version':>26}   {'first /ping':>26}   {'CPU at first /ping':>26}")
-    for daemon in daemons:
-        if warm:  # fill the bytecode cache; not timed
+def _report(daemons: list[str], runs: int, bytecode: str, busy_count: int, warm: bool) -> None:
+    if warm:  # fill the bytecode cache; not timed
+        for daemon in daemons:
             time_version(daemon)
-            time_first_ping(daemon)
-        versions = [time_version(daemon) for _ in range(runs)]
-        pings = [time_first_ping(daemon) for _ in range(runs)]
-        print(f"{daemon:12} {_figures(versions)}   {_figures([p[0] for p in pings])}"
-              f"   {_figures([p[1] for p in pings])}", flush=True)
+            time_help(daemon)
+            time_start(daemon)
+    bare: list[float] = []
+    figures: dict[str, dict[str, list[float]]] = {
+        d: {m: [] for m in (*MEASURES, "cpu")} for d in daemons}
+    for _ in range(runs):  # every measure in turn, each run, so that all see the same load
+        for daemon in daemons:
+            bare.append(time_bare())
+            row = figures[daemon]
+            row["--version"].append(time_version(daemon))
+            row["--help"].append(time_help(daemon))
+            accepting, ping, cpu = time_start(daemon)
+            row["TCP accepting"].append(accepting)
+            row["first /ping"].append(ping)
+            row["cpu"].append(cpu)
+    load = os.getloadavg()[0]
+    print(f"{runs} runs; {busy_count} busy processes (load {load:.1f} at the end); bytecode: "
+          f"{bytecode}; ms: median min max; x: median of each run's ratio to `python -c pass`")
+    print(f"{'':12} " + "   ".join(f"{m:>30}" for m in MEASURES) + f"   {'CPU at /ping':>24}")
+    print(f"{'python':12} {_figures(bare)}     (python -c pass)")
+    for daemon in daemons:
+        row = figures[daemon]
+        own_bare = bare[daemons.index(daemon)::len(daemons)]
+        print(f"{daemon:12} " + "   ".join(_figures(row[m], own_bare) for m in MEASURES)
+              + f"   {_figures(row['cpu'])}", flush=True)
 
 
 if __name__ == "__main__":

@@ -130,7 +130,9 @@ def render() -> str:
                  "nsqadmin on one machine as child processes (`make run` runs it with "
                  "`--data-dir data`). Its options (`nsq-cluster up --help`):\n")
     parts.append("\n".join(cluster_table()) + "\n")
-    parts.append("The ports, from the base port P:\n")
+    parts.append("The ports, from the base port P (all of them, lmstfy's included, are checked "
+                 "before anything starts: if one is taken nothing is started; the banner prints "
+                 "them all):\n")
     parts.append(f"```text\n{PORT_LAYOUT.rstrip()}\n```\n")
     return "\n".join(parts)
 

@@ -38,14 +38,21 @@ def test_cycle_times_both_clients() -> None:
         assert answer_to_write > 0 and write > 0 and write_to_answer > 0
 
 
-def test_startup_times_every_daemon() -> None:
-    done = run_module("bench.startup", "--runs", "1")
+def test_startup_times_every_daemon_and_a_bare_interpreter() -> None:
+    done = run_module("bench.startup", "--runs", "1", "--busy", "1")
     assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 busy processes" in done.stdout
     rows = {line.split()[0]: line.split()[1:] for line in done.stdout.splitlines()[2:]}
-    assert set(rows) == {"nsqd", "nsqlookupd", "nsqadmin"}
-    for figures in rows.values():
-        version, ping = float(figures[0]), float(figures[3])  # the medians, in ms
-        assert version > 0 and ping > 0
+    assert set(rows) == {"python", "nsqd", "nsqlookupd", "nsqadmin"}
+    assert float(rows["python"][0]) > 0  # python -c pass, ms
+    for daemon in ("nsqd", "nsqlookupd", "nsqadmin"):
+        # per measure: median, min, max (ms) and the ratio to python -c pass
+        version, help_, accepting, ping = (rows[daemon][i:i + 4] for i in range(0, 16, 4))
+        assert float(version[0]) > 0 and float(version[3]) > 0
+        assert float(help_[0]) > 0 and float(ping[0]) > 0
+        assert (accepting[0] == "-") == (daemon == "nsqadmin")
+        if daemon != "nsqadmin":
+            assert float(accepting[0]) > 0
 
 
 def test_http_routes_with_the_builtin_client(tmp_path: Path) -> None:
@@ -89,6 +96,9 @@ def test_lmstfy_jobs(tmp_path: Path) -> None:
 
 
 def test_scraping_while_publishing(tmp_path: Path) -> None:
+    # A 0.5 s phase: the scraping one starts publishing once the scraper process is up and
+    # goes on until it has scraped, so on a busy machine it runs longer instead of scraping
+    # nothing.
     out = tmp_path / "metrics.json"
     done = run_module("bench.metrics", "--rate", "2000", "--duration", "0.5", "--pairs", "1",
                       "--topics", "2", "--scrape-interval", "0", "--json", str(out))

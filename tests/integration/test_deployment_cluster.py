@@ -25,6 +25,8 @@ from nsq_testing import WireClient
 
 BANNER = re.compile(r"^  (?P<name>nsq\S+)\s+HTTP http://(?P<http>\S+?)/\s+(?:TCP (?P<tcp>\S+)\s+)?"
                     r"pid (?P<pid>\d+)")
+LMSTFY = re.compile(r"^  lmstfy\s+HTTP http://(?P<http>\S+?)/\s+admin http://(?P<admin>\S+?)/\s+"
+                    r"\(lmstfy's job API, in (?P<name>\S+)\)$")
 OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
@@ -175,6 +177,11 @@ async def test_cluster_comes_up_serves_a_consumer_through_lookupd_and_stops_on_s
                                                           "nsqadmin"))
     for service in services.values():
         assert http_get(f"http://{service['http']}/ping") == (200, "OK")
+    # nsqd-1 serves lmstfy's API too, on the ports the banner names
+    (lmstfy,) = [m for m in map(LMSTFY.match, cluster.lines) if m]
+    assert lmstfy["name"] == "nsqd-1"
+    assert http_get(f"http://{lmstfy['admin']}/pools")[0] == 200
+    assert http_get(f"http://{lmstfy['http']}/api/ns/q/size")[0] == 200
 
     # publish to nsqd-1; a consumer that knows only nsqlookupd finds it and gets the message
     assert http_post(f"http://{nsqd1['http']}/pub?topic=deploy", b"hello") == "OK"
@@ -212,7 +219,7 @@ async def test_cluster_comes_up_serves_a_consumer_through_lookupd_and_stops_on_s
     assert "stopped; nsqd data kept in" in out
     for pid in cluster.pids():
         assert not alive(pid), f"pid {pid} outlived nsq-cluster"
-    segment = data / "nsqd-2" / "kept.diskqueue.000000.dat"
+    (segment,) = (data / "nsqd-2" / "topics" / "kept").glob("*.log")
     assert b"still here" in segment.read_bytes()
     assert (data / "nsqd-1" / "nsqd.dat").exists()
 
@@ -230,6 +237,21 @@ def test_a_taken_port_is_refused_with_its_number_before_anything_starts(start_cl
     assert "nothing was started" in out
     assert not (tmp_path / "d").exists()
     assert not BANNER.search(out)
+
+
+def test_a_taken_lmstfy_port_is_refused_before_anything_starts(start_cluster, tmp_path):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(1)
+        port = sock.getsockname()[1]
+        cluster = start_cluster("--base-port", str(port - 3627), "--data-dir",
+                                str(tmp_path / "d"))
+        code = cluster.wait(30)
+    assert code == 1
+    out = cluster.output()
+    assert f"port {port} on 127.0.0.1 (nsqd-1 lmstfy HTTP) is already in use" in out
+    assert "nothing was started" in out
+    assert not (tmp_path / "d").exists()
 
 
 def test_a_service_that_dies_stops_the_others_and_fails(start_cluster, tmp_path):

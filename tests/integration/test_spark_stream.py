@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import nsq_spark
 import pytest
+from nsq_spark import touch
 from nsq_testing import DEADLINE, start_daemon, wait_until
 
 pytestmark = pytest.mark.spark
@@ -35,6 +36,25 @@ def nsqd(tmp_path_factory):
     with start_daemon("nsqd", ["--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0",
                                "--https-address=127.0.0.1:0", f"--data-path={data}"]) as daemon:
         yield daemon
+
+
+def wait_progressing(condition, progress, what: str, details=lambda: ""):
+    """Until ``condition()`` holds, for as long as ``progress()`` keeps changing: a Spark
+    query starts in seconds on a quiet machine and in minutes on a busy one, so the deadline
+    is a stretch with no progress at all (and a cap on the whole), not a time for the work."""
+    stalled_after, cap = DEADLINE * 4, DEADLINE * 20
+    start = last_change = time.monotonic()
+    seen = progress()
+    while not (found := condition()):
+        now, now_seen = time.monotonic(), progress()
+        if now_seen != seen:
+            seen, last_change = now_seen, now
+        if now - last_change > stalled_after or now - start > cap:
+            raise AssertionError(f"no {what} after {now - start:.0f} s, the last "
+                                 f"{now - last_change:.0f} s without progress (at {seen!r})"
+                                 f"\n{details()}")
+        time.sleep(0.2)
+    return found
 
 
 def publish(nsqd, topic: str, count: int, channel: str = "spark") -> list[bytes]:
@@ -93,9 +113,15 @@ def test_ten_thousand_messages_in_several_batches(spark, nsqd, tmp_path, mode):
              .writeStream.format("memory").queryName(topic)
              .option("checkpointLocation", str(checkpoint))
              .trigger(processingTime="100 milliseconds").start())
+
+    def count() -> int:
+        return spark.sql(f"SELECT count(*) AS n FROM {topic}").first().n
+
+    def progress() -> tuple[int, int, str]:
+        return count(), len(query.recentProgress), query.status["message"]
+
     try:
-        wait_until(lambda: spark.sql(f"SELECT count(*) AS n FROM {topic}").first().n >= 10_000,
-                   timeout=DEADLINE * 4, interval=0.5, what="10,000 rows in the memory sink")
+        wait_progressing(lambda: count() >= 10_000, progress, "10,000 rows in the memory sink")
     finally:
         query.stop()
     rows = spark.sql(f"SELECT id, body, topic, channel, attempts, nsqd FROM {topic}").collect()
@@ -127,26 +153,59 @@ def test_available_now_takes_what_is_queued_and_ends(spark, nsqd, tmp_path):
     wait_until(lambda: drained(nsqd, "avail_now"), what="channel depth 0, in_flight 0")
 
 
+def slowdown() -> float:
+    """How many times slower than a quiet machine this one runs now: its runnable tasks per
+    core (the load average of the last minute), at least 1. A test whose subject is a
+    timeout (TOUCH keeping messages in flight past it) scales the timeout by this, since
+    every step that must happen within it (a thread woken, a request answered) slows so."""
+    return max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
+
+
 @pytest.mark.parametrize("mode", MODES)
-def test_a_batch_longer_than_the_message_timeout_loses_nothing(spark, nsqd, tmp_path, mode):
+def test_a_batch_longer_than_the_message_timeout_loses_nothing(spark, nsqd, tmp_path, mode,
+                                                               record_property):
     topic = f"slow_batch_{mode}"
     bodies = publish(nsqd, topic, 300)
     checkpoint = tmp_path / "checkpoint"
     seen: list[bytes] = []
+    timeout = round(slowdown(), 1)  # seconds: 1 on a quiet machine
+    record_property("msg_timeout", timeout)
 
     def slow(batch, batch_id):
         rows = batch.select("body").collect()
         if batch_id == 0:
-            time.sleep(4)  # the workload: a batch four times nsqd's timeout for its messages
+            time.sleep(4 * timeout)  # the workload: a batch four times the messages' timeout
         seen.extend(bytes(r.body) for r in rows)
 
-    query = (stream(spark, nsqd, topic, checkpoint, mode, msgTimeout="1s")
+    query = (stream(spark, nsqd, topic, checkpoint, mode, msgTimeout=f"{timeout}s")
              .writeStream.foreachBatch(slow).option("checkpointLocation", str(checkpoint))
              .trigger(availableNow=True).start())
     query.awaitTermination()
-    assert sorted(seen) == sorted(bodies)
+    assert sorted(seen) == sorted(bodies)  # each message once: nothing lost, nothing twice
     stats = wait_until(lambda: drained(nsqd, topic), what="channel depth 0, in_flight 0")
+    # and the source held them all the while: none timed out and went back to the queue
     assert stats["timeout_count"] == 0 and stats["requeue_count"] == 0
+
+
+def test_touching_many_messages_at_once(nsqd):
+    """The HTTP driver's TOUCH: requests pipelined on one connection, more than one window
+    of them, each answer counted (200 in flight, 404 not)."""
+    topic = "touch_many"
+    publish(nsqd, topic, 450)
+    base = f"http://{nsqd.http_address}"
+    with httpx.Client(timeout=DEADLINE) as client:
+        taken = client.post(f"{base}/channel/consume", params={
+            "topic": topic, "channel": "spark", "n": "450", "ttr": "600"}).json()["messages"]
+        ids = [m["id"].encode() for m in taken]
+        assert len(ids) == 450 > touch.WINDOW
+        assert touch.touch_all(client, nsqd.http_address, topic, "spark", ids) == 450
+        assert client.post(f"{base}/message/fin", params={"topic": topic, "channel": "spark"},
+                           content=b"\n".join(ids[100:150])).status_code == 200
+        assert touch.touch_all(client, f"http://{nsqd.http_address}", topic, "spark", ids) == 400
+        assert touch.touch_all(client, nsqd.http_address, topic, "spark", []) == 0
+        assert client.post(f"{base}/message/fin", params={"topic": topic, "channel": "spark"},
+                           content=b"\n".join(ids[:100] + ids[150:])).status_code == 200
+    assert channel_stats(nsqd, topic)["timeout_count"] == 0
 
 
 def test_options_are_checked(spark):
@@ -157,27 +216,59 @@ def test_options_are_checked(spark):
         spark.readStream.format("nsq").option("topic", "t").load()
     query = (spark.readStream.format("nsq").option("nsqd", "127.0.0.1:1").option("topic", "t")
              .load().writeStream.format("memory").queryName("no_channel").start())
+    wait_progressing(lambda: not query.isActive, lambda: query.status["message"],
+                     "the query's end")
     with pytest.raises(Exception, match='option "channel" is required'):
-        query.awaitTermination(DEADLINE * 2)
+        query.awaitTermination()
 
 
-def run_query(nsqd, mode, topic, checkpoint, out, expected, *extra):
-    return subprocess.Popen(
-        [sys.executable, str(QUERY_SCRIPT), *where(nsqd, mode), topic, str(checkpoint), str(out),
-         str(expected), "--msg-timeout", "5s", *extra],
-        start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+class Driver:
+    """``_spark_query.py`` run as its own driver process, its output in a file (a pipe
+    nobody reads while it runs would fill with Spark's log and stop the driver)."""
 
+    def __init__(self, nsqd, mode, topic, checkpoint: Path, out: Path, expected: int, *extra: str
+                 ) -> None:
+        self.checkpoint, self.out = checkpoint, out
+        self.log = out.parent / f"driver-{len(list(out.parent.glob('driver-*.log')))}.log"
+        with self.log.open("wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, str(QUERY_SCRIPT), *where(nsqd, mode), topic, str(checkpoint),
+                 str(out), str(expected), "--msg-timeout", "5s", *extra],
+                start_new_session=True, stdout=subprocess.DEVNULL, stderr=log)
 
-def kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL the driver and everything it started (its JVM and Python workers share the new
-    session the test gave it), as a machine losing the driver would."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
-    if proc.stderr is not None:
-        proc.stderr.close()
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")[-3000:]
+
+    def progress(self) -> tuple[int, int, int]:
+        """What grows while the driver works: its log, the checkpoint, the sink."""
+        def files(root: Path) -> int:
+            return sum(1 for _ in root.rglob("*")) if root.exists() else 0
+        return self.log.stat().st_size, files(self.checkpoint), files(self.out)
+
+    def wait_for(self, condition, what: str, *, exiting: bool = False):
+        """``wait_progressing`` on the driver's progress; fails at once if the driver exits
+        first (unless exiting is what is awaited)."""
+        def holds():
+            if not exiting and self.proc.poll() is not None:
+                raise AssertionError(f"the driver exited ({self.proc.returncode}) before "
+                                     f"{what}:\n{self.output()}")
+            return condition()
+
+        return wait_progressing(holds, self.progress, what, details=self.output)
+
+    def finish(self) -> int:
+        """Its exit status, once it has ended by itself."""
+        self.wait_for(lambda: self.proc.poll() is not None, "exit", exiting=True)
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        """SIGKILL the driver and everything it started (its JVM and Python workers share
+        the new session the test gave it), as a machine losing the driver would."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -187,22 +278,20 @@ def test_driver_killed_mid_batch_replays_it_from_the_checkpoint(spark, nsqd, tmp
     bodies = publish(nsqd, topic, 3000)
     checkpoint, out = tmp_path / "checkpoint", tmp_path / "out"
     out.mkdir()
-    first = run_query(nsqd, mode, topic, checkpoint, out, 3000, "--stall-at", "2")
+    first = Driver(nsqd, mode, topic, checkpoint, out, 3000, "--stall-at", "2")
     try:
-        stalled_file = wait_until(lambda: next(out.glob("stalled-*.json"), None),
-                                  timeout=DEADLINE * 4, interval=0.2,
-                                  what="the first driver inside batch 2")
+        stalled_file = first.wait_for(lambda: next(out.glob("stalled-*.json"), None),
+                                      "batch 2 stalled in the first driver")
     finally:
-        kill_group(first)
+        first.kill()
     stalled = set(json.loads(stalled_file.read_text()))
     assert stalled, "the cut batch had messages"
 
-    second = run_query(nsqd, mode, topic, checkpoint, out, 3000)
+    second = Driver(nsqd, mode, topic, checkpoint, out, 3000)
     try:
-        _, err = second.communicate(timeout=DEADLINE * 6)
+        assert second.finish() == 0, second.output()
     finally:
-        kill_group(second)
-    assert second.returncode == 0, err.decode(errors="replace")[-3000:]
+        second.kill()
 
     rows = spark.read.parquet(str(out)).select("id", "body", "batch").collect()
     counts = collections.Counter(r.id for r in rows)

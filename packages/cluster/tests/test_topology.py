@@ -17,8 +17,15 @@ def test_default_layout_is_nsqs_own_ports():
     topology = plan()
     assert [s.name for s in topology.services] == ["nsqlookupd", "nsqd-1", "nsqd-2", "nsqadmin"]
     assert [(p.kind, p.number) for p in topology.lookupd.ports] == [("TCP", 4160), ("HTTP", 4161)]
-    assert [[p.number for p in s.ports] for s in topology.nsqds] == [[4150, 4151], [4250, 4251]]
+    assert [[p.number for p in s.ports] for s in topology.nsqds] == [[4150, 4151, 7777, 7778],
+                                                                    [4250, 4251]]
+    assert [p.label for p in topology.nsqds[0].ports] == [
+        "TCP", "HTTP", "lmstfy HTTP", "lmstfy admin HTTP"]
     assert [p.number for p in topology.admin.ports] == [4171]
+    nsqd1 = flags(topology.nsqds[0])
+    assert (nsqd1["lmstfy-http-address"], nsqd1["lmstfy-admin-http-address"]) == (
+        "127.0.0.1:7777", "127.0.0.1:7778")
+    assert "lmstfy-http-address" not in flags(topology.nsqds[1])
 
 
 def test_nsqd_command_lines_register_with_lookupd_and_keep_data_apart(tmp_path):
@@ -38,7 +45,7 @@ def test_nsqd_command_lines_register_with_lookupd_and_keep_data_apart(tmp_path):
 def test_base_port_moves_everything_and_zero_lets_the_kernel_choose():
     topology = plan(base_port=20000)
     assert [p.number for s in topology.services for p in s.ports] == [
-        20010, 20011, 20000, 20001, 20100, 20101, 20021]
+        20010, 20011, 20000, 20001, 23627, 23628, 20100, 20101, 20021]
     anywhere = plan(base_port=0)
     assert {p.number for s in anywhere.services for p in s.ports} == {0}
     nsqd = with_lookupd(anywhere.nsqds[0], "127.0.0.1:5555", "127.0.0.1:5556")
@@ -77,6 +84,17 @@ def test_a_taken_port_is_named():
         port = sock.getsockname()[1]
         problems = check_ports(plan(base_port=port - 100, nsqd_count=2))
     assert f"port {port} on 127.0.0.1 (nsqd-2 TCP) is already in use" in problems
+
+
+@pytest.mark.parametrize(("offset", "what"), [(3627, "nsqd-1 lmstfy HTTP"),
+                                               (3628, "nsqd-1 lmstfy admin HTTP")])
+def test_a_taken_lmstfy_port_is_named(offset, what):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(1)
+        port = sock.getsockname()[1]
+        problems = check_ports(plan(base_port=port - offset, nsqd_count=1))
+    assert f"port {port} on 127.0.0.1 ({what}) is already in use" in problems
 
 
 def test_command_line_refuses_a_taken_port_before_starting_anything(capsys, tmp_path):

@@ -20,6 +20,8 @@ a port is taken, a service fails to start or one exits on its own (the others ar
 
 PORT_LAYOUT = """\
   nsqd-1       TCP P          HTTP P+1          (4150, 4151)
+    lmstfy                    HTTP P+3627       (7777: lmstfy's job-queue API, in nsqd-1)
+    lmstfy admin              HTTP P+3628       (7778: its admin API)
   nsqd-2       TCP P+100      HTTP P+101        (4250, 4251)
   nsqd-N       TCP P+100(N-1) HTTP P+100(N-1)+1
   nsqlookupd   TCP P+10       HTTP P+11         (4160, 4161)
@@ -28,7 +30,8 @@ PORT_LAYOUT = """\
 
 _EPILOG = f"""\
 ports, from the base port P (default {DEFAULT_BASE_PORT}, NSQ's own defaults):
-{PORT_LAYOUT}Every port is checked before anything starts. --base-port 0 lets the kernel choose them all.
+{PORT_LAYOUT}Every one of these ports is checked before anything starts; if one is taken, nothing is
+started. --base-port 0 lets the kernel choose them all. The banner shows every port.
 
 example:
   nsq-cluster up --nsqd 3 --data-dir /tmp/nsq --nsqd-arg=--mem-queue-size=0

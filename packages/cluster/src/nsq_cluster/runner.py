@@ -2,7 +2,8 @@
 
 One thread does everything: a selector reads every child's output (stdout and stderr merged),
 prints each line prefixed with the service's name, and spots the ``TCP: listening on H:P`` /
-``HTTP: listening on H:P`` lines the daemons print once they listen. Signal handlers only count
+``HTTP: listening on H:P`` lines (and nsqd-1's ``LMSTFY``/``LMSTFY_ADMIN`` ones) the daemons
+print once they listen. Signal handlers only count
 signals; the loop notices them within a tenth of a second.
 
 The children run in their own process group, so a Ctrl-C in the terminal reaches this process
@@ -34,9 +35,9 @@ from typing import Any, TextIO
 
 from nsq_common import join_host_port
 
-from .topology import Service, Topology, local_address, with_lookupd
+from .topology import LMSTFY, LMSTFY_ADMIN, Service, Topology, local_address, with_lookupd
 
-_LISTEN = re.compile(rb"\b(TCP|HTTP): listening on (\S+)")
+_LISTEN = re.compile(rb"\b(TCP|HTTP|LMSTFY|LMSTFY_ADMIN): listening on (\S+)")
 _SELF = "nsq-cluster"
 _PR_SET_PDEATHSIG = 1
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -99,7 +100,7 @@ def check_ports(topology: Topology) -> list[str]:
             exc = port_problem(topology.host, port.number)
             if exc is None:
                 continue
-            where = f"{service.name} {port.kind}"
+            where = f"{service.name} {port.label}"
             if exc.errno == errno.EADDRINUSE:
                 problems.append(f"port {port.number} on {topology.host} ({where}) is already in use")
             else:
@@ -121,7 +122,7 @@ class Child:
     def __init__(self, service: Service, process: subprocess.Popen[bytes]) -> None:
         self.service = service
         self.process = process
-        self.reported: dict[str, str] = {}  # "TCP"/"HTTP" -> the address it said it listens on
+        self.reported: dict[str, str] = {}  # "TCP", "HTTP", ... -> where it said it listens
         self.partial = b""
         self.output_open = True
         self.stopping = False
@@ -288,6 +289,12 @@ class Runner:
             if child.service.data_path is not None:
                 parts.append(f"data {child.service.data_path}")
             lines.append(" ".join(parts).rstrip())
+        for child in self.children:
+            if LMSTFY in child.reported:
+                jobs = f"http://{join_host_port(self.local, child.port(LMSTFY))}/"
+                admin = f"http://{join_host_port(self.local, child.port(LMSTFY_ADMIN))}/"
+                lines.append(f"  {'lmstfy':<{self.width}} HTTP {jobs:<24} admin {admin:<24} "
+                             f"(lmstfy's job API, in {child.name})")
         nsqd_http = join_host_port(self.local, self.children[1].port("HTTP"))
         lines.append(f"Dashboard: http://{join_host_port(self.local, self.children[-1].port('HTTP'))}/")
         lines.append(f"Try:       curl -d hello 'http://{nsqd_http}/pub?topic=test'")

@@ -2,21 +2,20 @@
 
 The layout follows NSQ's own default ports, counted from a base port ``P`` (4150 by default):
 
-============  =============  ==============
-service       TCP            HTTP
-============  =============  ==============
-nsqd-1        P              P + 1
+============  =============  ==============  ===============================
+service       TCP            HTTP            lmstfy HTTP (jobs, admin)
+============  =============  ==============  ===============================
+nsqd-1        P              P + 1           P + 3627, P + 3628
 nsqd-2        P + 100        P + 101
 nsqd-N        P + 100(N-1)   P + 100(N-1)+1
 nsqlookupd    P + 10         P + 11
 nsqadmin                     P + 21
-============  =============  ==============
+============  =============  ==============  ===============================
 
-so the defaults are 4150/4151, 4250/4251, ..., nsqlookupd 4160/4161 and nsqadmin 4171.
-nsqd-1 also serves lmstfy's job-queue API at P + 3627 and its admin API at P + 3628: lmstfy's
-own ports, 7777 and 7778, by default. A base
-port of 0 lets the kernel choose every port (each daemon is told port 0 and reports the one it
-bound).
+so the defaults are 4150/4151, 4250/4251, ..., nsqlookupd 4160/4161, nsqadmin 4171, and
+lmstfy's job-queue API and its admin API (served by nsqd-1) on lmstfy's own ports, 7777 and
+7778. A base port of 0 lets the kernel choose every port (each daemon is told port 0 and
+reports the one it bound).
 
 The command lines here are the same as the services of ``compose.yaml`` apart from addresses
 and paths; a test compares the two.
@@ -36,14 +35,21 @@ LOOKUPD_OFFSET = 10
 ADMIN_OFFSET = 21
 LMSTFY_OFFSET = 3627  # 7777 from 4150: lmstfy's data port (and its admin port after it)
 MAX_NSQD = 50
+LMSTFY, LMSTFY_ADMIN = "LMSTFY", "LMSTFY_ADMIN"  # the kinds of nsqd-1's lmstfy ports
+_LABELS = {LMSTFY: "lmstfy HTTP", LMSTFY_ADMIN: "lmstfy admin HTTP"}
 
 
 @dataclass(frozen=True)
 class Port:
     """One port a service listens on (0 = chosen by the kernel)."""
 
-    kind: str  # "TCP" or "HTTP", as the daemons name them in their "listening on" lines
+    kind: str  # as the daemons name them in their "listening on" lines: TCP, HTTP, LMSTFY, ...
     number: int
+
+    @property
+    def label(self) -> str:
+        """What the port serves, for people: ``TCP``, ``HTTP``, ``lmstfy HTTP``, ..."""
+        return _LABELS.get(self.kind, self.kind)
 
 
 @dataclass(frozen=True)
@@ -131,16 +137,20 @@ def plan(*, nsqd_count: int = 2, base_port: int = DEFAULT_BASE_PORT, host: str =
     for i in range(1, nsqd_count + 1):
         tcp, http = port(NSQD_PORT_STRIDE * (i - 1)), port(NSQD_PORT_STRIDE * (i - 1) + 1)
         data = data_dir / f"nsqd-{i}"
-        lmstfy = (f"--lmstfy-http-address={join_host_port(host, port(LMSTFY_OFFSET))}",
-                  f"--lmstfy-admin-http-address={join_host_port(host, port(LMSTFY_OFFSET + 1))}",
-                  ) if i == 1 else ()
+        ports = [Port("TCP", tcp), Port("HTTP", http)]
+        lmstfy: tuple[str, ...] = ()
+        if i == 1:
+            jobs, jobs_admin = port(LMSTFY_OFFSET), port(LMSTFY_OFFSET + 1)
+            lmstfy = (f"--lmstfy-http-address={join_host_port(host, jobs)}",
+                      f"--lmstfy-admin-http-address={join_host_port(host, jobs_admin)}")
+            ports += [Port(LMSTFY, jobs), Port(LMSTFY_ADMIN, jobs_admin)]
         nsqds.append(Service(
             f"nsqd-{i}", "nsqd",
             (f"--tcp-address={join_host_port(host, tcp)}", f"--http-address={join_host_port(host, http)}",
              f"--broadcast-address={broadcast}",
              f"--lookupd-tcp-address={join_host_port(local, lookupd_tcp)}",
              f"--data-path={data}", f"--node-id={i}", *lmstfy, *nsqd_args),
-            (Port("TCP", tcp), Port("HTTP", http)), data))
+            tuple(ports), data))
     admin_http = port(ADMIN_OFFSET)
     admin = Service(
         "nsqadmin", "nsqadmin",

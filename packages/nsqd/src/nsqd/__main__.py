@@ -1,7 +1,8 @@
 """The nsqd command: flags (Go syntax) and config file -> Options -> serve.
 
 Trio, the server and logging are imported only once the flags are parsed, so that ``--version``,
-``--help`` and a bad flag answer without loading them (see docs/performance.md).
+``--help`` and a bad flag answer without loading them, and a lone ``--version`` is answered
+before the flags are even described (see docs/performance.md).
 """
 
 from __future__ import annotations
@@ -9,14 +10,22 @@ from __future__ import annotations
 import gc
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from nsq_serving import exit_on, serve_until_signalled, start_logging, version_string
 
 from .errors import NsqdError
-from .options import Options, build_flagset
+
+if TYPE_CHECKING:
+    from .options import Options
+
+#: What Go's flag package takes for "print the version" alone on the command line.
+VERSION_FLAGS = (["--version"], ["-version"])
 
 
 def parse_options(argv: Sequence[str]) -> Options:
+    from .options import Options, build_flagset
+
     opts = Options.from_values(build_flagset().parse_command_line(argv, version_string("nsqd")))
     with exit_on(ValueError, prefix="[nsqd] "):
         opts.validate()
@@ -32,7 +41,15 @@ def tune_gc() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    opts = parse_options(sys.argv[1:] if argv is None else argv)
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args in VERSION_FLAGS:
+        print(version_string("nsqd"))
+        return
+    opts = parse_options(args)
+    if opts.export_go_data_path:
+        from .goexport import main as export  # deferred: an offline mode
+
+        raise SystemExit(export(opts))
     import trio  # deferred: see the module's docstring
 
     from .app import serve  # before tune_gc, so that gc.freeze() covers the server's modules too

@@ -15,7 +15,10 @@ Task tree::
         └── one per channel: its disk queue's read-ahead
 
 The listeners are bound before anything is served, so the real ports (port 0 included) are
-known and printed first, as nsqd prints them.
+known to tell the lookupds and to print. Everything that serves is imported and built
+before them (the apps, lmstfy's state), and nothing is served before the broker has loaded
+its metadata and told every lookupd about it (``Lookup.run``): the first ``/ping`` answered
+means nsqd is registered. Nothing is imported on the event loop from then on.
 """
 
 from __future__ import annotations
@@ -24,11 +27,13 @@ import fcntl
 import logging
 import os
 import socket
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import trio
 from nsq_common import go_errno_text, join_host_port
-from nsq_serving import ListenError, listen_tcp
+from nsq_serving import ListenError, listen_tcp, serve_http, warm_up
+from starlette.types import ASGIApp
 
 from .broker import Broker
 from .errors import StartError
@@ -89,6 +94,9 @@ async def serve(opts: Options, *, task_status: trio.TaskStatus[Broker] = trio.TA
     bound: list[socket.socket] = []
     try:
         broker = Broker(opts)
+        app = build_app(broker)
+        lmstfy = (_lmstfy(opts) if opts.lmstfy_http_address or opts.lmstfy_admin_http_address
+                  else None)
         tcp_sock = bind_socket(opts.tcp_address)
         bound.append(tcp_sock)
         http_sock = bind_socket(opts.http_address) if opts.http_address else None
@@ -104,7 +112,6 @@ async def serve(opts: Options, *, task_status: trio.TaskStatus[Broker] = trio.TA
             lmstfy_socks.append(lmstfy_sock)
             if lmstfy_sock is not None:
                 bound.append(lmstfy_sock)
-        lmstfy_state = _lmstfy_state(opts) if any(lmstfy_socks) else None
     except BaseException as exc:
         for sock in bound:
             sock.close()
@@ -113,39 +120,50 @@ async def serve(opts: Options, *, task_status: trio.TaskStatus[Broker] = trio.TA
             raise StartError(f"failed to instantiate nsqd - {exc}") from None
         raise
     broker.tcp_port = tcp_sock.getsockname()[1]
-    log.info("TCP: listening on %s", _shown(tcp_sock))
     if http_sock is not None:
         broker.http_port = http_sock.getsockname()[1]
-        log.info("HTTP: listening on %s", _shown(http_sock))
     if https_sock is not None:
         broker.https_port = https_sock.getsockname()[1]
-        log.info("HTTPS: listening on %s", _shown(https_sock))
-    for lmstfy_sock, what in zip(lmstfy_socks, ("LMSTFY", "LMSTFY_ADMIN"), strict=True):
-        if lmstfy_sock is not None:
-            log.info("%s: listening on %s", what, _shown(lmstfy_sock))
+    broker.lmstfy_addresses = tuple(_shown(sock) if sock is not None else ""
+                                    for sock in lmstfy_socks)
     try:
         async with trio.open_nursery() as nursery:
-            await nursery.start(broker.run)  # metadata and saved messages load before clients
+            # Metadata and saved messages load, and every lookupd hears of them, before
+            # any client is served, and before the lines that say where (as Go's nsqd logs
+            # them when it starts serving): whoever waits for them finds nsqd registered.
+            await nursery.start(broker.run)
+            log.info("TCP: listening on %s", _shown(tcp_sock))
+            if http_sock is not None:
+                log.info("HTTP: listening on %s", _shown(http_sock))
+            if https_sock is not None:
+                log.info("HTTPS: listening on %s", _shown(https_sock))
+            for lmstfy_sock, what in zip(lmstfy_socks, ("LMSTFY", "LMSTFY_ADMIN"), strict=True):
+                if lmstfy_sock is not None:
+                    log.info("%s: listening on %s", what, _shown(lmstfy_sock))
+            if lmstfy is not None:
+                serve_lmstfy, state = lmstfy
+                accounts = dict(a.split(":", 1) for a in opts.lmstfy_admin_accounts)
+                await nursery.start(serve_lmstfy, broker, state, *lmstfy_socks, accounts)
             listener = trio.SocketListener(trio.socket.from_stdlib_socket(tcp_sock))
             nursery.start_soon(serve_tcp, broker, [listener])
             if http_sock is not None or https_sock is not None:
-                await nursery.start(_serve_http, broker, http_sock, https_sock)
-            if lmstfy_state is not None:
-                from .lmstfy import serve_lmstfy
-
-                accounts = dict(a.split(":", 1) for a in opts.lmstfy_admin_accounts)
-                await nursery.start(serve_lmstfy, broker, lmstfy_state, *lmstfy_socks, accounts)
+                await nursery.start(_serve_http, app, broker, http_sock, https_sock)
+            # loaded on first use: /metrics' collector, the lookupds' HTTP client
+            nursery.start_soon(warm_up, "nsq_serving._metrics", "nsqd.metrics",
+                               *(["httpx"] if opts.nsqlookupd_tcp_addresses else []))
             task_status.started(broker)
     finally:
         os.close(lock_fd)
 
 
-def _lmstfy_state(opts: Options) -> State:
-    """lmstfy's tokens, limits and queue list (only nsqds that serve its API load it).
+def _lmstfy(opts: Options) -> tuple[Callable[..., Awaitable[None]], State]:
+    """What serves lmstfy's APIs and its tokens, limits and queue list (only nsqds that
+    serve them import and load these).
 
     Raises:
         StartError: they cannot be read.
     """
+    from .lmstfy import serve_lmstfy
     from .lmstfy.state import State
 
     state = State(opts.data_path)
@@ -153,17 +171,15 @@ def _lmstfy_state(opts: Options) -> State:
         state.load()
     except ValueError as exc:
         raise StartError(str(exc)) from None
-    return state
+    return serve_lmstfy, state
 
 
-async def _serve_http(broker: Broker, http_sock: socket.socket | None,
+async def _serve_http(app: ASGIApp, broker: Broker, http_sock: socket.socket | None,
                       https_sock: socket.socket | None, *,
                       task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     """The HTTP API on --http-address and, with TLS configured, --https-address (the TCP
     protocol's TLS settings, as Go's nsqd uses them for both)."""
-    from nsq_serving import serve_http
-
-    await serve_http(build_app(broker), [http_sock] if http_sock else [],
+    await serve_http(app, [http_sock] if http_sock else [],
                      tls_sockets=[https_sock] if https_sock else [],
                      ssl_context=broker.tls_context, counts=broker.http_connections,
                      task_status=task_status)

@@ -8,9 +8,15 @@ full registration is replayed, so nothing missed while disconnected is lost. Cha
 queued per peer and never awaited by the broker: a lookupd that is down or slow cannot slow
 publishing or consuming.
 
+At start, ``Lookup.run`` returns once every peer has made its first attempt (registered, or
+failed to): nsqd serves nobody before that, so a client that sees nsqd answer has it in the
+lookupds already.
+
 When a new topic appears, nsqd asks each lookupd (over HTTP, ``/channels?topic=``) which
 channels exist for it elsewhere in the cluster and creates them before the topic starts
 flowing, so no message is lost for a channel the cluster already has (NSQ does the same).
+The HTTP client for that (httpx, slow to import and to set up) is made in a worker thread
+when the first topic needs it, never on the event loop.
 """
 
 from __future__ import annotations
@@ -66,6 +72,7 @@ log = logging.getLogger("nsqd")
 
 PING_INTERVAL = 15.0
 IO_TIMEOUT = 1.0
+FIRST_ATTEMPT_TIMEOUT = 5.0  # seconds start-up waits at most for the lookupds' registration
 MAX_BACKOFF = 15.0
 #: What a peer may fail with: the network, its timeouts, a bad address (ValueError from the
 #: port or the IDENTIFY answer), a closed stream, an E_ answer (ProtocolError) or a broken one.
@@ -81,6 +88,7 @@ class LookupPeer:
         self.address = address
         self.http_address: str | None = None
         self.scope = trio.CancelScope()
+        self.tried = trio.Event()  # set once the first attempt to register is over
         self._send, self._receive = trio.open_memory_channel[LookupCommand](math.inf)
         self._stream: trio.SocketStream | None = None
         self._reader = LookupResponseReader(lookup.broker.opts.max_body_size)
@@ -93,7 +101,10 @@ class LookupPeer:
         with self.scope:
             while True:
                 try:
-                    await self._connect()
+                    try:
+                        await self._connect()
+                    finally:
+                        self.tried.set()
                     backoff = 1.0
                     await self._forward()
                 except PEER_ERRORS as exc:  # this peer failed: retry it, nothing else
@@ -164,12 +175,13 @@ class Lookup:
         self.broker = broker
         self.peers: dict[str, LookupPeer] = {}
         self._nursery: trio.Nursery | None = None
-        # Made with the first peer (at start or at run time), before a topic asks the lookupds
-        # for its channels: httpx is slow to import, and a standalone nsqd needs none.
+        # Made in a worker thread by the first topic that asks the lookupds for its channels:
+        # httpx is slow to import, and a standalone nsqd needs none.
         self._http: httpx.AsyncClient | None = None
 
     def _new_http(self) -> httpx.AsyncClient:
-        import httpx  # deferred: see __init__
+        """The client of the lookupds' HTTP APIs; imports httpx: call it in a thread."""
+        import httpx
 
         opts = self.broker.opts
         return httpx.AsyncClient(timeout=httpx.Timeout(
@@ -213,11 +225,13 @@ class Lookup:
         self._nursery.start_soon(self._start_topic, topic, known)
 
     async def _start_topic(self, topic: Topic, lookupds: list[str]) -> None:
-        import httpx
-
         try:
             if self._http is None:
-                self._http = self._new_http()
+                client = await trio.to_thread.run_sync(self._new_http)
+                if self._http is None:  # another topic's thread may have been first
+                    self._http = client
+            import httpx  # imported by the thread above: a lookup, not an import
+
             for address in lookupds:
                 try:
                     r = await self._http.get(f"http://{address}/channels",
@@ -245,17 +259,22 @@ class Lookup:
         for address in wanted:
             if address not in self.peers and self._nursery is not None:
                 log.info("LOOKUPD(%s): adding peer", address)
-                if self._http is None:
-                    self._http = self._new_http()
                 peer = LookupPeer(self, address)
                 self.peers[address] = peer
                 self._nursery.start_soon(peer.run)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Keep every lookupd told; started once each has been tried (see the docstring)."""
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 self.set_addresses(self.broker.settings.nsqlookupd_tcp_addresses)
+                # Each attempt is bounded by IO_TIMEOUT per step (connect, IDENTIFY, each
+                # REGISTER): a lookupd that is down refuses at once, a hung one is waited
+                # for no longer than this before nsqd serves without it.
+                with trio.move_on_after(FIRST_ATTEMPT_TIMEOUT):
+                    for peer in list(self.peers.values()):
+                        await peer.tried.wait()
                 task_status.started()
                 await trio.sleep_forever()
         finally:

@@ -1,7 +1,8 @@
 """The ``nsqlookupd`` command: flags to Options, then ``trio.run(serve)`` until SIGINT/SIGTERM.
 
-Trio and the server are imported only once the flags are parsed, so that ``--version``,
-``--help`` and a bad flag answer without loading them (see docs/performance.md).
+Trio, the server and the logger are imported only once the flags are parsed, so that
+``--version``, ``--help`` and a bad flag answer without loading them, and a lone ``--version``
+is answered before the flags are even described (see docs/performance.md).
 """
 
 from __future__ import annotations
@@ -11,12 +12,10 @@ import sys
 from collections.abc import Sequence
 from functools import partial
 
-from nsq_common import FlagError, exit_with_flag_error
-from nsq_serving import serve_until_signalled
 from nsq_serving import version_string as daemon_version
 
-from .logger import Logger
-from .options import ConfigError, flag_set, parse_args
+#: What Go's flag package takes for "print the version" alone on the command line.
+VERSION_FLAGS = (["--version"], ["-version"])
 
 
 def version_string() -> str:
@@ -24,12 +23,22 @@ def version_string() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args in VERSION_FLAGS:
+        print(version_string())
+        return
+    from nsq_common import FlagError, exit_with_flag_error
+
+    from .options import ConfigError, flag_set, parse_args
+
     flags = flag_set()
     try:
-        parsed = parse_args(sys.argv[1:] if argv is None else argv, flags)
+        parsed = parse_args(args, flags)
     except FlagError as exc:
         exit_with_flag_error(flags, exc)
     except ConfigError as exc:
+        from .logger import Logger
+
         Logger().fatal(str(exc))
         raise SystemExit(1) from None
     if parsed.version:
@@ -37,9 +46,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit(0)
     options = parsed.options
     import trio
-    from nsq_serving import ListenError
+    from nsq_serving import ListenError, serve_until_signalled
 
     from .app import bind_listeners, serve
+    from .logger import Logger
 
     log = Logger(options.log_prefix, options.log_level)
     log.info(version_string())

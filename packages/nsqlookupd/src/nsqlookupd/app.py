@@ -15,7 +15,7 @@ from functools import partial
 import attrs
 import trio
 from nsq_common import NSQ_VERSION, LookupdInfo
-from nsq_serving import ConnectionCounts, ListenError, listen_tcp, serve_http
+from nsq_serving import ConnectionCounts, ListenError, listen_tcp, serve_http, warm_up
 
 from .http_api import create_app
 from .logger import Logger
@@ -107,6 +107,7 @@ async def serve(options: Options, *, log: Logger | None = None,
             await nursery.start(partial(serve_http, app, [listeners.http],
                                         endpoints=app.state.endpoints, counts=http_counts))
             log.info(f"HTTP: listening on {addresses.http}")
+            nursery.start_soon(warm_up, "nsq_serving._metrics", "nsqlookupd.metrics")
             task_status.started(addresses)
     finally:
         log.info(f"TCP: closing {addresses.tcp}")

@@ -13,11 +13,13 @@ import enum
 import logging
 import sys
 import time
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import attrs
-import trio
 from nsq_common import NsqLogFormatter
+
+if TYPE_CHECKING:  # imported where used: --help and the flags' errors need no Trio
+    import trio
 
 
 class LogLevel(enum.IntEnum):
@@ -76,6 +78,8 @@ class Logger:
         write in one ``write``: under load (a line per HTTP request, as Go's nsqlookupd logs
         them) one system call per scheduler pass instead of one per line. A line waits only
         until the tasks ready with it have run; the rest are written at cancellation."""
+        import trio  # loaded already: this runs under it
+
         self._wakeup = wakeup = trio.Event()
         try:
             while True:

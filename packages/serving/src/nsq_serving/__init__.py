@@ -34,7 +34,14 @@ if TYPE_CHECKING:
     from ._body import declared_length, read_body
     from ._client import client_gone, wait_until_gone, while_connected
     from ._connection import REQUEST_TIMEOUT
-    from ._daemon import exit_on, run_daemon, serve_until_signalled, start_logging, version_string
+    from ._daemon import (
+        exit_on,
+        run_daemon,
+        serve_until_signalled,
+        start_logging,
+        version_string,
+        warm_up,
+    )
     from ._direct import direct_endpoints
     from ._gate import HttpGate
     from ._listen import ListenError, bound_address, listen_tcp, split_host_port
@@ -51,7 +58,7 @@ __all__ = ["KEEP_ALIVE_TIMEOUT", "NSQ", "REQUEST_TIMEOUT", "V1_EMPTY", "Connecti
            "read_body", "registry_with", "render", "run_daemon", "serve_app", "serve_http",
            "serve_until_signalled", "split_host_port", "start_logging", "v1_error", "v1_json",
            "v1_json_bytes", "v1_query", "v1_query_all", "v1_text", "version_string",
-           "wait_until_gone", "while_connected"]
+           "wait_until_gone", "warm_up", "while_connected"]
 __getattr__ = lazy_exports(__name__, {
     "V1_EMPTY": "_answers", "HttpError": "_answers", "plain_text": "_answers",
     "v1_error": "_answers", "v1_json": "_answers", "v1_json_bytes": "_answers",
@@ -63,7 +70,8 @@ __getattr__ = lazy_exports(__name__, {
     "ListenError": "_listen", "bound_address": "_listen", "listen_tcp": "_listen",
     "split_host_port": "_listen", "direct_endpoints": "_direct", "HttpGate": "_gate",
     "exit_on": "_daemon", "run_daemon": "_daemon", "serve_until_signalled": "_daemon",
-    "start_logging": "_daemon", "version_string": "_daemon", "serve_app": "_one_address",
+    "start_logging": "_daemon", "version_string": "_daemon", "warm_up": "_daemon",
+    "serve_app": "_one_address",
     "metrics_endpoint": "_scrape", "build_info": "_metrics",
     "connection_metrics": "_metrics", "registry_with": "_metrics", "render": "_metrics",
 })

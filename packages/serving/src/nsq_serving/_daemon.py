@@ -9,6 +9,7 @@ functions that run after the flags (``start_logging``, ``serve_until_signalled``
     exit_on(ValueError, ...)      a bad option: "<prefix>FATAL: <why>" on stderr, exit 1
     start_logging(name, ...)      NSQ's log layout on stderr, the version as the first line
     run_daemon(name, log, serve)  serve until SIGINT/SIGTERM, exit 1 if the start failed
+    warm_up("pkg.mod", ...)       a task: import what is loaded on first use, in a thread
 """
 
 from __future__ import annotations
@@ -68,6 +69,25 @@ async def serve_until_signalled(serve: Callable[..., Awaitable[Any]], *args: Any
                     break
                 on_hangup()
             nursery.cancel_scope.cancel()
+
+
+async def warm_up(*modules: str) -> None:
+    """Import ``modules`` in a worker thread. A daemon starts it as a task once it serves:
+    what it loads only on first use (its ``/metrics`` collector, an HTTP client's transport)
+    is then loaded soon after the start, off the start path, and never by the event loop
+    itself, where an import would hold up every connection."""
+    import importlib
+
+    import trio
+
+    def load() -> None:
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except ImportError:  # its first use will say why
+                continue
+
+    await trio.to_thread.run_sync(load)
 
 
 def run_daemon(name: str, log: logging.Logger, serve: Callable[..., Awaitable[Any]],

@@ -70,7 +70,10 @@ def local_session(app_name: str = "nsq", *, cores: int = 2, **conf: str) -> obje
                .config("spark.driver.bindAddress", "127.0.0.1")
                .config("spark.ui.enabled", "false")
                .config("spark.sql.shuffle.partitions", str(cores))
-               .config("spark.sql.session.timeZone", "UTC"))
+               .config("spark.sql.session.timeZone", "UTC")
+               # A Python worker that takes longer than this to start and connect back
+               # fails the query (Spark's default, 15 s, is short for a busy machine).
+               .config("spark.python.authenticate.socketTimeout", "120s"))
     for key, value in conf.items():
         builder = builder.config(key.replace("__", "."), value)
     spark = builder.getOrCreate()

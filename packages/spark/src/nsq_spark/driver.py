@@ -33,6 +33,7 @@ from .discovery import consumes_over_http, topic_nsqd_http
 from .errors import BatchLogError, OptionError
 from .options import Options
 from .sparklog import committed_end
+from .touch import touch_all
 
 log = logging.getLogger("nsq_spark")
 
@@ -415,14 +416,23 @@ class HttpDriver(Driver):
         return keys, unconfirmed
 
     def _touch_loop(self) -> None:
-        """TOUCH every logged message of an uncommitted batch each third of the timeout."""
-        while not self.closed.wait(self.msg_timeout / 3):
+        """TOUCH every logged message of an uncommitted batch each third of the timeout,
+        counted from the start of the last round (so a slow round does not stretch it)."""
+        interval = self.msg_timeout / 3
+        due = time.monotonic() + interval
+        while not self.closed.wait(max(0.0, due - time.monotonic())):
+            due = time.monotonic() + interval
             try:
                 with self.lock:
                     work = [(part, messages.id_list()) for batch in self.batches.values()
                             for part, messages in self._logged(batch)]
                 for part, ids in work:
-                    pull.touch(self.http, part.nsqd_http, self.options.topic, self.channel, ids)
+                    touched = touch_all(self.http, part.nsqd_http, self.options.topic,
+                                        self.channel, ids)
+                    if touched < len(ids):
+                        log.info("nsq_spark: %d of %d messages of %s/%s were no longer in "
+                                 "flight on %s when touched", len(ids) - touched, len(ids),
+                                 self.options.topic, self.channel, part.nsqd_http)
             except Exception:
                 log.exception("nsq_spark: touching messages in flight failed")
 

@@ -149,13 +149,6 @@ def finish(client: httpx.Client, nsqd_http: str, topic: str, channel: str,
     return missed
 
 
-def touch(client: httpx.Client, nsqd_http: str, topic: str, channel: str, ids: Iterable[bytes]
-          ) -> None:
-    url = nsqd_url(nsqd_http, "/message/touch")
-    for id in ids:
-        client.post(url, params={"topic": topic, "channel": channel, "id": id.decode()})
-
-
 def depth(client: httpx.Client, nsqd_http: str, topic: str, channel: str) -> int:
     """Messages the channel holds on this nsqd, neither in flight nor deferred."""
     response = client.get(nsqd_url(nsqd_http, "/stats"),

@@ -1,0 +1,75 @@
+"""What a client that waits for nsqd to start may count on: nsqd answers its first ``/ping``,
+and logs the ``listening on`` lines, only once every nsqlookupd it was given knows it and its
+topics (ansq's test suite waits for ``/ping``, gnsq's for the log lines, then both ask
+nsqlookupd at once)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+from nsq_testing import DEADLINE, free_port, wait_until
+
+
+def executable(name: str) -> str:
+    candidate = Path(sys.executable).with_name(name)
+    return str(candidate) if candidate.exists() else name
+
+
+def ping(http_port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{http_port}/ping", timeout=DEADLINE).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def test_nsqd_is_registered_with_every_lookupd_by_its_first_ping(run_daemon, tmp_path):
+    lookupds = [run_daemon("nsqlookupd") for _ in range(2)]
+    data = tmp_path / "data"
+    data.mkdir()
+    # a first run leaves a topic with a channel in nsqd.dat, for the next start to register
+    first = run_daemon("nsqd", f"--data-path={data}")
+    assert httpx.post(f"http://{first.http_address}/topic/create",
+                      params={"topic": "kept"}).status_code == 200
+    assert httpx.post(f"http://{first.http_address}/channel/create",
+                      params={"topic": "kept", "channel": "c"}).status_code == 200
+    first.stop()
+
+    http_port = free_port()
+    log = (tmp_path / "nsqd.log").open("wb")
+    nsqd = subprocess.Popen(
+        [executable("nsqd"), f"--data-path={data}", "--tcp-address=127.0.0.1:0",
+         f"--http-address=127.0.0.1:{http_port}", "--broadcast-address=127.0.0.1",
+         *[f"--lookupd-tcp-address={lookupd.tcp_address}" for lookupd in lookupds]],
+        stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: ping(http_port) or nsqd.poll() is not None, interval=0.001,
+                   what="nsqd's first /ping")
+        assert nsqd.poll() is None, (tmp_path / "nsqd.log").read_text()
+        # the first /ping has been answered: every lookupd must know nsqd and its channel now
+        for lookupd in lookupds:
+            producers = httpx.get(f"http://{lookupd.http_address}/nodes").json()["producers"]
+            assert [(p["http_port"], p["topics"]) for p in producers] == [(http_port, ["kept"])]
+            channels = httpx.get(f"http://{lookupd.http_address}/channels",
+                                 params={"topic": "kept"}).json()["channels"]
+            assert channels == ["c"]
+    finally:
+        nsqd.terminate()
+        nsqd.wait(DEADLINE)
+        log.close()
+    lines = (tmp_path / "nsqd.log").read_text().splitlines()
+    registered = [i for i, line in enumerate(lines) if "): peer info " in line]
+    listening = [i for i, line in enumerate(lines) if ": listening on " in line]
+    assert len(registered) == 2 and len(listening) == 2, lines
+    assert max(registered) < min(listening), lines
+
+
+def test_nsqd_starts_when_a_lookupd_is_down(run_daemon):
+    # a lookupd nobody listens on: the first attempt fails at once and nsqd serves anyway,
+    # then keeps retrying it in the background
+    nobody = f"127.0.0.1:{free_port()}"
+    nsqd = run_daemon("nsqd", f"--lookupd-tcp-address={nobody}")
+    assert httpx.get(f"http://{nsqd.http_address}/ping").text == "OK"
+    wait_until(lambda: f"LOOKUPD({nobody})" in nsqd.output(), what="a retry logged")
