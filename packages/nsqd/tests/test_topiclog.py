@@ -90,3 +90,29 @@ async def test_retention_expiry_removes_segments_and_their_records_in_memory(tmp
     assert len(list(tmp_path.glob("*.log"))) == 1
     assert bodies
     await log.close()
+
+
+async def test_no_offset_is_given_twice_after_a_crash_loses_the_memory_tail(tmp_path):
+    # Records held in memory (never written) are lost when nsqd is killed; the offsets they
+    # had must not go to other messages after the restart: offsets are reserved on disk,
+    # ahead, before they are given.
+    clock = FixedClock()
+    log = TopicLog("t", tmp_path, mem_queue_size=1 << 20, clock=clock)
+    await write(log, 300)
+    assert log.end == 300 and not list(tmp_path.glob("*.log"))  # all in memory
+    crashed = TopicLog("t", tmp_path, mem_queue_size=1 << 20, clock=clock)  # no close()
+    assert crashed.end >= 300
+    first = await crashed.append(new_records([b"after"], 0, 0), plain=True)
+    assert first >= 300
+    await crashed.close()  # a clean stop: the next start goes on from the exact end
+    again = TopicLog("t", tmp_path, mem_queue_size=1 << 20, clock=clock)
+    assert again.end == first + 1
+
+
+async def test_the_offsets_a_crash_left_unused_are_a_hole_cursors_pass(world_class, tmp_path):
+    clock = FixedClock()
+    log = TopicLog("t", tmp_path, mem_queue_size=1 << 20, clock=clock)
+    await write(log, 10)
+    crashed = TopicLog("t", tmp_path, mem_queue_size=1 << 20, clock=clock)
+    assert crashed.hole is not None and crashed.hole[0] == 0 and crashed.hole[1] >= 10
+    assert crashed.hole_in(0, crashed.end) == crashed.end

@@ -254,6 +254,8 @@ class Channel:
             if stop > end:  # never past where the topic was paused
                 runs = _cut(runs, end)
                 stop = end
+            if runs[0][0] > read or len(runs) > 1:
+                _pass_gaps(runs, read, cursor)
             cursor.read = stop
             if self._rewound:
                 runs = self._without_in_flight(runs)
@@ -1099,6 +1101,16 @@ def _cut(runs: list[Run], end: int) -> list[Run]:
             records = records[:end - first]
         out.append((first, records, plain))
     return out
+
+
+def _pass_gaps(runs: list[Run], read: int, cursor: Cursor) -> None:
+    """Offsets between ``read`` and the runs, or between two runs, hold no message (never
+    stored: reserved offsets a crash left unused, a torn write): done with, so that the
+    mark-delete position moves on over them."""
+    for first, records, _ in runs:
+        if first > read:
+            cursor.skip(read, first)
+        read = first + len(records)
 
 
 def _without_acked(runs: list[Run], cursor: Cursor) -> list[Run]:

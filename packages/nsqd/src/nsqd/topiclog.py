@@ -32,6 +32,7 @@ Errors: ``DiskQueueError`` (nsqd.errors) from ``append`` when the write failed, 
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import os
 import shutil
@@ -41,6 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 import trio
+from nsq_common import write_atomically
 
 from .errors import DiskQueueClosed, DiskQueueError, SegmentError
 from .runs import Run, RunStore
@@ -56,6 +58,11 @@ TAIL_CACHE_BYTES = 16 << 20
 #: Records read from disk and kept for the readers (bytes), and one read's size.
 READ_CACHE_BYTES = 8 << 20
 READ_BYTES = 1 << 20
+#: Offsets are reserved this many at a time in the log's ``offsets`` file before they are
+#: given, so that no offset is given twice even when a crash loses the memory tail: the next
+#: start begins past the last reservation (a gap, never a reuse).
+RESERVE = 1 << 20
+OFFSETS_FILE = "offsets"
 #: A write this small, with no fsync due, is done on the Trio thread (a page-cache copy).
 _INLINE_WRITE_BYTES = 256 << 10
 SEGMENT_SUFFIX = ".log"
@@ -104,6 +111,10 @@ class TopicLog:
         self._skips: dict[int, int] = {}  # disk reads that found a gap: offset -> next one
         self._segments: list[Segment] = []
         self._end = 0
+        #: Offsets given before the last start that no message has (a crash lost them).
+        self.hole: tuple[int, int] | None = None
+        # Offsets below may be given (reserved on disk); a memory-only log needs none.
+        self._reserved = 0 if directory is not None else 1 << 62
         self._written_end = 0  # every offset below is on disk, or was never to be written
         self._unwritten = 0  # records in the tail at offsets >= _written_end
         self._appends: deque[_Append] = deque()
@@ -173,6 +184,7 @@ class TopicLog:
         if self._segments:
             last = self._segments[-1]
             self._end = self._written_end = max(last.end, last.base)
+        self.resume_at(_read_offsets(directory / OFFSETS_FILE))
 
     def _salvage(self, path: Path, damage: SegmentError) -> Segment | None:
         """A damaged segment: a copy set aside (``.bad``), and the whole batches before the
@@ -198,10 +210,19 @@ class TopicLog:
             self.log.error("LOG(%s): cannot rename %s - %s", self.name, path, exc)
 
     def resume_at(self, offset: int) -> None:
-        """Start giving offsets at ``offset`` at least (what cursors and nsqd.dat say was
-        given before, when every segment had been removed)."""
+        """Start giving offsets at ``offset`` at least (what the ``offsets`` file, cursors
+        and nsqd.dat say was given before). Offsets skipped so are a ``hole``: no message
+        has them, and cursors pass over them as done."""
         if offset > self._end and not self._tail:
+            start = self.hole[0] if self.hole is not None else self._end
+            self.hole = (start, offset)
             self._end = self._written_end = offset
+
+    def hole_in(self, start: int, end: int) -> int:
+        """How many offsets of [start, end) are in the ``hole``."""
+        if self.hole is None:
+            return 0
+        return max(0, min(end, self.hole[1]) - max(start, self.hole[0]))
 
     # -- writing -----------------------------------------------------------------------------
     async def append(self, records: Sequence[bytes], *, plain: bool) -> int:
@@ -212,7 +233,8 @@ class TopicLog:
         """
         n = len(records)
         if (not self._appends and not self._committing
-                and self._unwritten + n <= self.mem_queue_size and not self._closed):
+                and self._unwritten + n <= self.mem_queue_size and not self._closed
+                and self._end + n <= self._reserved):
             first = self._end
             self._tail.append(first, records, plain)
             self._end = first + n
@@ -254,6 +276,17 @@ class TopicLog:
                 request.error = DiskQueueClosed()
             return
         total = sum(len(r.records) for r in group)
+        if self._end + total > self._reserved:
+            try:
+                await self._reserve(self._end + total + RESERVE)
+            except OSError as exc:
+                self.healthy = False
+                self.write_errors += 1
+                self.log.error("LOG(%s): failed to reserve offsets - %s", self.name, exc)
+                error = DiskQueueError(f"failed to reserve offsets - {exc}")
+                for request in group:
+                    request.error = error
+                return
         self._skip_unneeded()
         over = self._unwritten + total - self.mem_queue_size
         if self.directory is None:
@@ -618,6 +651,16 @@ class TopicLog:
             tail.drop_before(min(written_end, tail.start + max(tail.count // 4, 1)))
 
     # -- the end -----------------------------------------------------------------------------
+    async def _reserve(self, until: int) -> None:
+        """Offsets below ``until`` may be given (lock held).
+
+        Raises:
+            OSError: the reservation could not be written.
+        """
+        assert self.directory is not None
+        await self._in_thread(_write_offsets, self.directory, until)
+        self._reserved = until
+
     async def close(self) -> None:
         """Write what some cursor or the retention still needs, fsync, close the files.
 
@@ -650,6 +693,11 @@ class TopicLog:
                     except OSError as exc:
                         error = DiskQueueError(f"failed to sync at close - {exc}")
                 await self._in_thread(self._close_segments)
+                if self._reserved > self._end and self.directory.is_dir():
+                    try:  # exact again: the next start goes on from the end, no gap
+                        await self._in_thread(_write_offsets, self.directory, self._end)
+                    except OSError as exc:
+                        self.log.warning("LOG(%s): offsets not written - %s", self.name, exc)
         if error is not None:
             raise error
 
@@ -692,6 +740,20 @@ def _contiguous(runs: list[Run]) -> list[Run]:
         if runs[i][0] != first + len(records):
             return runs[:i]
     return runs
+
+
+def _read_offsets(path: Path) -> int:
+    """The next offset the ``offsets`` file allows (0 when it is missing or unreadable)."""
+    try:
+        value = json.loads(path.read_bytes()).get("next", 0)
+    except (OSError, ValueError, AttributeError):
+        return 0
+    return value if isinstance(value, int) and value >= 0 else 0
+
+
+def _write_offsets(directory: Path, next_offset: int) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    write_atomically(directory / OFFSETS_FILE, b'{"next":%d}\n' % next_offset, mode=0o600)
 
 
 def _remove_all(segments: list[Segment]) -> None:
