@@ -109,7 +109,7 @@ async def test_no_offset_is_given_twice_after_a_crash_loses_the_memory_tail(tmp_
     assert again.end == first + 1
 
 
-async def test_the_offsets_a_crash_left_unused_are_a_hole_cursors_pass(world_class, tmp_path):
+async def test_the_offsets_a_crash_left_unused_are_a_hole(tmp_path):
     clock = FixedClock()
     log = TopicLog("t", tmp_path, mem_queue_size=1 << 20, clock=clock)
     await write(log, 10)
