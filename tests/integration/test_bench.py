@@ -115,12 +115,13 @@ def test_writer_then_reader_for_fixed_times(tmp_path: Path) -> None:
                       "--json", str(out))
     assert done.returncode == 0, done.stdout + done.stderr
     runs = json.loads(out.read_text())["runs"]
-    assert set(runs) == {"disk", "memory"}
+    assert set(runs) == {"ours disk 1ch", "ours memory 1ch"}  # nsqd, queue, channels
     for (run,) in runs.values():
         write, read = run["write"], run["read"]
         assert write["messages"] > 0 and write["messages"] % 200 == 0
         assert read["messages"] > 0 and write["nsqd_us_per_msg"] > 0
         assert read["messages"] + read["extra"] + read["depth_left"] == write["messages"]
+        assert write["written_bytes"] is not None  # /proc/<pid>/io
 
 
 def test_the_reader_finds_every_id_in_runs_and_single_frames() -> None:
@@ -155,3 +156,17 @@ def test_the_reader_finds_every_id_in_runs_and_single_frames() -> None:
         assert nsqd.recv(16) == b"NOP\n"
     assert (pos, k) == (len(data) - (4 + 4 + 26 + 100 - 50), len(want))
     assert bytes(fins[:k * workers.FIN_LEN]) == b"".join(b"FIN %s\n" % i for i in want)
+
+
+def test_writer_reader_channels_and_bytes_written(tmp_path: Path) -> None:
+    """--channels and --nsqd label the blocks; --mem-queue-size=0 writes every message, once
+    whatever the number of channels: about its 130-byte record a message."""
+    out = tmp_path / "wr.json"
+    done = run_module("bench.writer_reader", "--runs", "1", "--runfor", "0.5", "--pause", "0.1",
+                      "--mem-queue-size", "0", "--channels", "2", "--nsqd", "this=",
+                      "--json", str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    runs = json.loads(out.read_text())["runs"]
+    assert set(runs) == {"this mem0 2ch"}
+    (run,) = runs["this mem0 2ch"]
+    assert 125 < run["write"]["written_bytes_per_msg"] < 200, run["write"]

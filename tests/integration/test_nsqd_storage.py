@@ -181,6 +181,7 @@ async def test_a_full_disk_never_wedges_and_loses_nothing(small_tmpfs, run_daemo
     assert free_bytes(small_tmpfs) < 64 << 10
     status = daemon.stop(restart)
     assert status == (0 if restart == signal.SIGTERM else -signal.SIGKILL), daemon.output()
+    assert "Traceback" not in daemon.output()  # every failed write handled, none a crash
     daemon = run_daemon("nsqd", *args)
     got2 = await drain(daemon, "full", "c")
     assert set(got2) >= {b"after-drain", *acked}, (len(got2), len(acked))
@@ -195,6 +196,7 @@ async def test_a_full_disk_never_wedges_and_loses_nothing(small_tmpfs, run_daemo
         await client.pub("full", b"last")
     assert ping(daemon).text == "OK"
     assert [*await drain(daemon, "full", "c")] == [b"last"]
+    assert "Traceback" not in daemon.output()
 
 
 # -- replay ----------------------------------------------------------------------------------
