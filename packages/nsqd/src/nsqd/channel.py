@@ -152,6 +152,9 @@ class Channel:
         # until reached, as lmstfy's stale ready-list entries do (``size`` counts them, a
         # consume that meets one finds nothing), then are done with.
         self.tombstones: set[int] = set()
+        # Ids of dead letters deleted (lmstfy's DELETE of a dead job): as in lmstfy, the entry
+        # stays in the dead letters (counted, respawned) but the job is gone (``find``).
+        self.dead_deleted: set[bytes] = set()
         self.stale_popped = False  # the last take with ``stop_at_stale`` stopped at one
         self.in_flight = InFlightQueue()
         self.deferred = DeferredQueue()
@@ -528,6 +531,13 @@ class Channel:
         msgs = dead.backlog.take(n)
         if not msgs:
             return 0
+        count = len(msgs)
+        if self.dead_deleted:  # entries of deleted jobs: counted, and gone
+            gone = [m for m in msgs if m.id in self.dead_deleted]
+            for msg in gone:
+                self.dead_deleted.discard(msg.id)
+                dead.backlog.ack(msg.id)
+            msgs = [m for m in msgs if m.id not in {g.id for g in gone}]
         for msg in msgs:
             msg.attempts = 0
             if msg.is_job:
@@ -545,7 +555,7 @@ class Channel:
         for msg in msgs:
             dead.backlog.ack(msg.id)
         self.changed()
-        return len(msgs)
+        return count
 
     @property
     def own_queue(self) -> Backlog:
@@ -638,11 +648,16 @@ class Channel:
             runs = await self.log.read_at(offset, 1)
             if runs:
                 return decode_record(runs[0][1][0], offset)
+        return self._find_dead(message_id)
+
+    def _find_dead(self, message_id: bytes) -> QueuedMessage | None:
+        """The dead letter ``message_id``, unless it was deleted."""
         dead = self.dead_letters_if_any
-        if dead is not None:
-            for msg in dead.peek(len(dead)):
-                if msg.id == message_id:
-                    return msg
+        if dead is None or message_id in self.dead_deleted:
+            return None
+        for msg in dead.peek(len(dead)):
+            if msg.id == message_id:
+                return msg
         return None
 
     async def _find_unread(self, message_id: bytes) -> int | None:
@@ -664,7 +679,8 @@ class Channel:
     async def delete(self, message_id: bytes) -> bool:
         """DELETE (lmstfy's ack): done with, wherever it is. In flight to a puller: finished
         (to a TCP consumer: left to it); deferred: done with at once; waiting: a tombstone
-        (see ``tombstones``). False if it is nowhere here."""
+        (see ``tombstones``); a dead letter: gone, its entry left (see ``dead_deleted``).
+        False if it is nowhere here."""
         msg = self.in_flight.get(message_id)
         if msg is not None:
             return msg.client_id == PULLER and self.finish_pulled(message_id)
@@ -686,10 +702,13 @@ class Channel:
                 self._done(msg)
                 return True
         offset = await self._find_unread(message_id)
-        if offset is None:
-            return False
-        self.tombstones.add(offset)
-        return True
+        if offset is not None:
+            self.tombstones.add(offset)
+            return True
+        if self._find_dead(message_id) is not None:
+            self.dead_deleted.add(message_id)
+            return True
+        return False
 
     async def purge_ready(self) -> int:
         """Done with every message waiting and due (lmstfy's destroy): those deferred, in
@@ -718,7 +737,7 @@ class Channel:
                     offset = first + i
                     if offset >= end:
                         break
-                    if cursor.is_done(offset):
+                    if cursor.passes(offset):  # done with, or deferred already (held ahead)
                         continue
                     if not is_plain(record):
                         msg = decode_record(record, offset)
@@ -728,6 +747,7 @@ class Channel:
                     cursor.ack(offset)
                     count += 1
                 cursor.read = max(cursor.read, min(first + len(records), end))
+                cursor.passed(cursor.read)
         self.tombstones.clear()
         self.changed()
         return count

@@ -194,7 +194,9 @@ class JobQueues:
         if channel is None or not channel.dead_letter_count:
             return 0
         await self.broker.store_dead_letters(channel)
-        return len(channel.dead_letters.take(limit))
+        taken = channel.dead_letters.take(limit)
+        channel.dead_deleted.difference_update(msg.id for msg in taken)
+        return len(taken)
 
 
 async def _first(event: trio.Event, scope: trio.CancelScope) -> None:
