@@ -26,6 +26,7 @@ import pytest
 import trio
 import trio.testing
 from nsq_serving import serve_http
+from nsq_testing import HttpConnection
 from nsqd.broker import Broker
 from nsqd.http_api import build_app
 from nsqd.lmstfy.api import build_data_app
@@ -37,37 +38,6 @@ from nsqd.options import Options
 WAIT = 600  # what a consume may wait (seconds): far more than the test takes
 PER_ROUND = 50  # waits (and publishes) racing in one round
 DEADLINE = 120.0  # the most one round may take on a busy machine
-
-
-class Connection:
-    """One keep-alive HTTP/1.1 connection: a request, then its whole answer."""
-
-    def __init__(self, stream: trio.SocketStream) -> None:
-        self.stream = stream
-        self.buffer = b""
-
-    async def request(self, method: str, target: str, body: bytes = b"") -> tuple[int, bytes]:
-        await self.stream.send_all(f"{method} {target} HTTP/1.1\r\nHost: x\r\n"
-                                   f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
-        while b"\r\n\r\n" not in self.buffer:
-            await self._receive()
-        head, _, self.buffer = self.buffer.partition(b"\r\n\r\n")
-        lines = head.split(b"\r\n")
-        length = 0
-        for line in lines[1:]:
-            name, _, value = line.partition(b":")
-            if name.strip().lower() == b"content-length":
-                length = int(value)
-        while len(self.buffer) < length:
-            await self._receive()
-        answer, self.buffer = self.buffer[:length], self.buffer[length:]
-        return int(lines[0].split(b" ")[1]), answer
-
-    async def _receive(self) -> None:
-        data = await self.stream.receive_some(65536)
-        if not data:
-            raise EOFError("the server closed the connection")
-        self.buffer += data
 
 
 #: nsqd's storage modes (see nsq_testing.lmstfy.MODES): a wake-up is never missed in any.
@@ -85,17 +55,17 @@ async def broker(request: pytest.FixtureRequest, nursery: trio.Nursery, tmp_path
 
 @pytest.fixture
 async def connections() -> AsyncIterator[Callable[[tuple[str, int], int],
-                                                  Awaitable[list[Connection]]]]:
-    opened: list[Connection] = []
+                                                  Awaitable[list[HttpConnection]]]]:
+    opened: list[HttpConnection] = []
 
-    async def connect(address: tuple[str, int], count: int) -> list[Connection]:
-        made = [Connection(await trio.open_tcp_stream(*address)) for _ in range(count)]
+    async def connect(address: tuple[str, int], count: int) -> list[HttpConnection]:
+        made = [await HttpConnection.open(*address) for _ in range(count)]
         opened.extend(made)
         return made
 
     yield connect
     for connection in opened:
-        await connection.stream.aclose()
+        await connection.aclose()
 
 
 async def serving(nursery: trio.Nursery, app: object) -> tuple[str, int]:
@@ -187,7 +157,7 @@ async def test_lmstfy_waits_on_new_and_existing_queues_miss_nothing(
         names = existing if round_number % 2 else [f"new{round_number}x{n}" for n in range(5)]
         queue_of = [names[i % len(names)] for i in range(PER_ROUND)]
 
-        def consume(queue: str, connection: Connection) -> Callable[[], Awaitable[bytes]]:
+        def consume(queue: str, connection: HttpConnection) -> Callable[[], Awaitable[bytes]]:
             async def run() -> bytes:
                 status, body = await connection.request(
                     "GET", f"/api/ns/{queue}?token=tok&ttr={WAIT}&timeout={WAIT}")
@@ -196,7 +166,7 @@ async def test_lmstfy_waits_on_new_and_existing_queues_miss_nothing(
                 return job_id.encode()
             return run
 
-        def publish(queue: str, connection: Connection) -> Callable[[], Awaitable[bytes]]:
+        def publish(queue: str, connection: HttpConnection) -> Callable[[], Awaitable[bytes]]:
             async def run() -> bytes:
                 status, body = await connection.request("PUT", f"/api/ns/{queue}?token=tok",
                                                         b"job")
@@ -240,7 +210,7 @@ async def test_nsqd_waits_on_new_and_existing_channels_miss_nothing(
                 await create(name)
         queue_of = [names[i % len(names)] for i in range(PER_ROUND)]
 
-        def consume(topic: str, connection: Connection) -> Callable[[], Awaitable[bytes]]:
+        def consume(topic: str, connection: HttpConnection) -> Callable[[], Awaitable[bytes]]:
             async def run() -> bytes:
                 status, body = await connection.request(
                     "POST", f"/channel/consume?topic={topic}&channel=c&ttr={WAIT}&wait={WAIT}")
@@ -250,7 +220,7 @@ async def test_nsqd_waits_on_new_and_existing_channels_miss_nothing(
                 return text.encode()
             return run
 
-        def publish(topic: str, connection: Connection, n: int
+        def publish(topic: str, connection: HttpConnection, n: int
                     ) -> Callable[[], Awaitable[bytes]]:
             async def run() -> bytes:
                 body = b"%d-%d" % (round_number, n)  # noqa: B023 - called within the round
