@@ -314,3 +314,36 @@ def test_new_records_are_the_header_the_hex_id_and_the_body(first, bodies, times
     assert new_records(bodies, first, timestamp) == expected
     percent = int.from_bytes(b"%%%%%%%%")  # a timestamp of '%' bytes is no format to them
     assert new_records([b"%s"], first, percent) == [b"%%%%%%%%\0\0" + b"%016x%%s" % first]
+
+
+# -- lmstfy's front door: deleting and destroying around deferred messages -------------------
+
+def later(n: int, now: int, *, delay_s: int = 3600) -> QueuedMessage:
+    return QueuedMessage(b"%016d" % n, b"later", now, due=now + delay_s * 10**9)
+
+
+async def test_a_deferred_message_deleted_as_the_first_offset_is_not_counted(world):
+    """Its offset was the cursor's mark-delete, ahead of its read position: the cursor moves
+    both (``depth``, lmstfy's size, counted it forever before)."""
+    topic = world.topic()
+    ch = world.channel(topic)
+    now = world.clock.wall_ns()
+    await topic.put([later(0, now)])
+    assert (ch.depth, len(ch.deferred)) == (0, 1)
+    assert await ch.delete(b"%016d" % 0)
+    assert (ch.depth, len(ch.deferred), ch.cursor.mark_delete, ch.cursor.read) == (0, 0, 1, 1)
+    await topic.put([QueuedMessage(b"%016d" % 1, b"now", now)])
+    assert ch.depth == 1 and [m.body for m in ch.pull(5, 30.0, 0.0)] == [b"now"]
+
+
+async def test_purging_the_ready_messages_keeps_a_deferred_one_once(world):
+    topic = world.topic()
+    ch = world.channel(topic)
+    now = world.clock.wall_ns()
+    await topic.put([QueuedMessage(b"%016d" % 0, b"a", now), later(1, now),
+                     QueuedMessage(b"%016d" % 2, b"b", now)])
+    assert await ch.purge_ready() == 2
+    assert (ch.depth, len(ch.deferred), ch.cursor.ahead) == (0, 1, set())
+    world.clock.advance(3601)
+    assert ch.scan(world.clock.now())
+    assert [m.body for m in ch.pull(5, 30.0, world.clock.now())] == [b"later"]

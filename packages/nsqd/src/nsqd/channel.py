@@ -27,7 +27,7 @@ import trio
 from nsq_common import is_ephemeral
 
 from . import lifecycle
-from .errors import InFlightError, NotInFlight, NotOwner
+from .errors import DiskQueueError, InFlightError, NotInFlight, NotOwner
 from .inflight import DeferredQueue, Delivery, InFlightQueue, entry_id, entry_offset, entry_timestamp
 from .lifecycle import Event
 from .message import OWN
@@ -528,7 +528,7 @@ class Channel:
         if self._dead_letters is None:
             return 0
         dead = self._dead_letters
-        msgs = dead.backlog.take(n)
+        msgs = await self._take_dead(dead, n)
         if not msgs:
             return 0
         count = len(msgs)
@@ -556,6 +556,60 @@ class Channel:
             dead.backlog.ack(msg.id)
         self.changed()
         return count
+
+    async def peek_dead(self, n: int) -> list[QueuedMessage]:
+        """The ``n`` oldest dead letters (those stored first, then those being stored),
+        left in place; stored ones not read ahead by their disk queue yet are waited for."""
+        dead = self._dead_letters
+        if dead is None:
+            return []
+        disk = dead.backlog.disk
+        if disk is not None and disk.depth() and not dead.backlog.has_ready():
+            try:
+                await disk.wait_readable()
+            except DiskQueueError:  # closed: nsqd is stopping
+                pass
+        return dead.peek(n)
+
+    def is_dead_letter(self, message_id: bytes) -> bool:
+        """Whether ``message_id`` is among the dead letters (as far as they are read)."""
+        return self._find_dead(message_id) is not None
+
+    async def drop_dead(self, n: int) -> int:
+        """Delete up to ``n`` of the oldest stored dead letters; how many."""
+        if self._dead_letters is None:
+            return 0
+        dead = self._dead_letters
+        msgs = await self._take_dead(dead, n)
+        for msg in msgs:
+            dead.backlog.ack(msg.id)
+            self.dead_deleted.discard(msg.id)
+        return len(msgs)
+
+    async def empty_dead(self) -> int:
+        """Delete every stored dead letter; how many."""
+        dead = self._dead_letters
+        if dead is None:
+            return 0
+        count = len(dead) - len(dead.pending)
+        dead.backlog.clear_memory()
+        dead.backlog.ack_all()
+        if dead.backlog.disk is not None:
+            await dead.backlog.disk.empty()
+        self.dead_deleted.clear()
+        return count
+
+    @staticmethod
+    async def _take_dead(dead: DeadLetters, n: int) -> list[QueuedMessage]:
+        """Up to ``n`` of the oldest stored dead letters, waiting for their disk queue to
+        read those it holds and has not read ahead yet (a respawn right after they died)."""
+        backlog = dead.backlog
+        msgs = backlog.take(n)
+        disk = backlog.disk
+        while len(msgs) < n and disk is not None and disk.depth() > 0:
+            await disk.wait_readable()
+            msgs += backlog.take(n - len(msgs))
+        return msgs
 
     @property
     def own_queue(self) -> Backlog:
@@ -633,6 +687,7 @@ class Channel:
     async def find(self, message_id: bytes) -> QueuedMessage | None:
         """The message wherever it is in this channel, not done with nor deleted: in
         flight, deferred, waiting (requeued, own, in the log), or a dead letter."""
+        await self.fetch()
         found = self.in_flight.get(message_id)
         if found is not None:
             return found
@@ -767,8 +822,15 @@ class Channel:
         return msgs
 
     async def fetch(self) -> None:
-        """Have the next messages of the log in memory (an HTTP pull that is answered at once
-        must not miss messages that are only on disk)."""
+        """Have the next messages in memory (an HTTP pull, a peek or a find that is answered
+        at once must not miss messages that are only on disk): the log's from the cursor on,
+        and the own queue's (respawned dead letters), which its disk queue reads ahead."""
+        own = self.own
+        if own is not None and own.disk is not None and own.disk.depth() and not own.has_ready():
+            try:
+                await own.disk.wait_readable()
+            except DiskQueueError:  # closed: nsqd is stopping
+                pass
         if self.cursor.read < self.topic.visible_end:
             await self.log.fetch(self.cursor.read)
 
@@ -940,6 +1002,7 @@ class Channel:
         if not expired and not due:
             return False
         limit = self.max_attempts or self.default_max_attempts
+        wall = self.clock.wall_ns()
         back: list[QueuedMessage] = []
         for msg in expired:
             client = self.clients.get(msg.client_id)
@@ -947,14 +1010,23 @@ class Channel:
                 client.in_flight -= 1
             elif msg.client_id == PULLER:
                 del self._pulled_ttr[msg.id]
-            if lifecycle.timeout_event(msg, limit) is Event.TIMEOUT_EXHAUSTED:
+            event = lifecycle.timeout_event(msg, wall, limit)
+            if event is Event.TIMEOUT:
+                back.append(msg)
+            elif event is Event.TIMEOUT_EXHAUSTED:
                 self._to_dead_letters([msg])  # no delivery left: a dead letter now
             else:
-                back.append(msg)
+                self._set_aside(msg, event)  # past its expiry: never waiting again
         self.timeout_count += len(expired)
         for msg in due:
-            msg.due = 0  # DUE: waiting again (a job's delay has passed)
-        self._requeue(back + due)
+            event = lifecycle.due_event(msg, wall)
+            if event is Event.DUE:
+                msg.due = 0  # waiting again (a job's delay has passed)
+                back.append(msg)
+            else:
+                self._set_aside(msg, event)
+        if back:
+            self._requeue(back)
         return True
 
     def next_deadline(self) -> float | None:
