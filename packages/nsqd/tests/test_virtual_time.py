@@ -230,3 +230,25 @@ async def test_ttr_tries_dead_letter_and_respawn(autojump_clock, queues):
     await trio.sleep(10.5)
     assert await queues.find("ns", "q", job_id) is None
     assert await consume(queues) is None
+
+
+# -- TTL through the broker, from memory and from disk ---------------------------------------
+
+@pytest.mark.parametrize("mem_queue_size", [10000, 0], ids=["memory", "disk"])
+async def test_an_expired_message_is_never_delivered_from_memory_or_disk(
+        mock_clock, nursery: trio.Nursery, tmp_path: Path, mem_queue_size: int) -> None:
+    """A paused channel's messages expire meanwhile, whether the log holds them in memory or
+    on disk. The clock is moved by hand here (``mock_clock``): reads from disk run in worker
+    threads, and a clock that jumped whenever every task waits would move while they run."""
+    broker = Broker(Options.defaults(data_path=str(tmp_path), mem_queue_size=mem_queue_size),
+                    VirtualClock())
+    await nursery.start(broker.run)
+    channel = broker.get_channel(broker.get_topic("ttl"), "c")
+    channel.pause()
+    await broker.publish("ttl", broker.new_messages([b"short-lived"], ttl=1))
+    await broker.publish("ttl", broker.new_messages([b"a", b"b"], ttl=3600))
+    mock_clock.jump(1.5)
+    channel.unpause()
+    await channel.fetch()  # as an HTTP consume does first
+    assert bodies(channel.pull(10, 60.0, broker.now())) == [b"a", b"b"]
+    assert (channel.expired_count, channel.depth, len(channel.in_flight)) == (1, 0, 2)
