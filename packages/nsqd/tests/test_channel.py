@@ -347,3 +347,27 @@ async def test_purging_the_ready_messages_keeps_a_deferred_one_once(world):
     world.clock.advance(3601)
     assert ch.scan(world.clock.now())
     assert [m.body for m in ch.pull(5, 30.0, world.clock.now())] == [b"later"]
+
+
+async def test_a_rewind_never_puts_one_message_in_flight_twice(world):
+    # Rewound while messages are in flight: a record read again while its message is in
+    # flight is passed over (FIN of the one copy acknowledges it); one that comes back
+    # (timeout, REQ) before the cursor reaches it again is delivered once, from the log.
+    a = make_client(1, 10, msg_timeout=5.0)
+    ch = await channel_with(world, a, queued=4)
+    ids = [b"%016x" % i for i in range(4)]
+    assert [i for i, _, _ in frames_of(a)] == ids
+    ch.finish(a, ids[0])
+    ch.rewind(0)
+    ch.requeue(a, ids[1], 0.0, now=1.0)  # comes back before the cursor reaches it again
+    a.rdy = 3  # room for one more beside the two in flight
+    ch.pump(1.0)
+    assert frames_of(a)[-1][0] == ids[0]  # replay: the finished one again
+    ch.finish(a, ids[0])
+    ch.pump(1.0)
+    assert frames_of(a)[-1][0] == ids[1]  # once, from the log (the requeued copy dropped)
+    ch.finish(a, ids[1])
+    ch.pump(1.0)
+    assert frames_of(a) == []  # 2 and 3 are still in flight: not read again
+    ch.finish_many(a, [ids[2], ids[3]])
+    assert ch.depth == 0 and len(ch.in_flight) == 0 and ch.cursor.mark_delete == 4

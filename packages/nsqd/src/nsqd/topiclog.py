@@ -111,6 +111,7 @@ class TopicLog:
         self._io_lock = trio.Lock()
         self._wanted: set[int] = set()
         self._wake = trio.Event()
+        self._tidy_now = False  # poked: remove what nobody needs without waiting for the tick
         self._ops_since_sync = 0
         self._closed = False
         self.healthy = True  # False after a failed write or sync, True after a good write
@@ -381,7 +382,7 @@ class TopicLog:
             return tail.read(offset, n)
         cache = self._cache
         if cache.covers(offset):
-            runs = cache.read(offset, n)
+            runs = _contiguous(cache.read(offset, n))
             got = sum(len(r) for _, r, _ in runs)
             if got < n and tail and runs:  # the cache reaches the tail: go on there
                 last, records, _ = runs[-1]
@@ -481,12 +482,15 @@ class TopicLog:
             with trio.move_on_at(tick):
                 await self._wake.wait()
             self._wake = trio.Event()
-            if self.directory is not None and not self.healthy:
+            if self._tidy_now or (self.directory is not None and not self.healthy):
+                self._tidy_now = False
                 async with self._io_lock:
                     await self._tidy(sync=False)
 
     def poke(self) -> None:
-        """Cursors moved a long way (empty, rewind, a channel gone): tidy up now."""
+        """Cursors moved a long way (empty, rewind, a channel gone, a retention changed):
+        tidy up now."""
+        self._tidy_now = True
         self._wake.set()
 
     async def tidy(self) -> None:
@@ -498,6 +502,7 @@ class TopicLog:
         wanted = sorted(self._wanted)
         self._wanted.clear()
         got = False
+        fresh: set[int] = set()  # runs read now: kept, or the reader that asked never gets them
         for offset in wanted:
             if self._cache.covers(offset) or offset >= self.memory_start:
                 got = True
@@ -509,9 +514,10 @@ class TopicLog:
                 self._skips[offset] = self.memory_start
             for first, records in found:
                 self._cache.insert(first, records, False)
+                fresh.add(first)
             got = True
-        while self._cache.bytes > READ_CACHE_BYTES and self._cache.count:
-            self._cache.drop_oldest_run()
+        while self._cache.bytes > READ_CACHE_BYTES and self._cache.drop_oldest_run(fresh):
+            pass
         if len(self._skips) > 1024:
             self._skips.clear()
         if got:
@@ -565,6 +571,22 @@ class TopicLog:
                 await self._in_thread(self._reset_active, active)
                 self.log.info("LOG(%s): removed the active segment up to offset %d",
                               self.name, self._written_end)
+                gone.append(active)
+        if gone:
+            self._forget_removed()
+
+    def _forget_removed(self) -> None:
+        """Segments were removed: their records go from memory too (the tail keeps written
+        records as a cache, the read cache what it read), so that no reader, ``start`` or a
+        rewind finds a record the disk no longer has."""
+        below = self._written_end
+        for segment in self._segments:
+            if segment.count:
+                below = min(segment.base, below)
+                break
+        self._tail.drop_before(below)
+        self._cache.drop_before(below)
+        self._skips.clear()
 
     def _reset_active(self, active: Segment) -> None:
         base = self._written_end
@@ -660,6 +682,16 @@ class TopicLog:
         with trio.CancelScope(shield=True):
             result = await trio.to_thread.run_sync(fn, *args)
         return result
+
+
+def _contiguous(runs: list[Run]) -> list[Run]:
+    """``runs`` up to the first gap: between two runs of the read cache are records not read
+    yet (or never stored: the disk read that follows says which), never to be passed over."""
+    for i in range(1, len(runs)):
+        first, records, _ = runs[i - 1]
+        if runs[i][0] != first + len(records):
+            return runs[:i]
+    return runs
 
 
 def _remove_all(segments: list[Segment]) -> None:
