@@ -371,3 +371,22 @@ async def test_a_rewind_never_puts_one_message_in_flight_twice(world):
     assert frames_of(a) == []  # 2 and 3 are still in flight: not read again
     ch.finish_many(a, [ids[2], ids[3]])
     assert ch.depth == 0 and len(ch.in_flight) == 0 and ch.cursor.mark_delete == 4
+
+
+async def test_a_message_expiring_in_flight_is_dropped_at_its_timeout_and_frees_the_slot(world):
+    """Past its TTL when its timeout comes: expired there and then (never waiting again),
+    and the channel is pumped, since its consumer may take another."""
+    a = make_client(1, 1, msg_timeout=30.0)
+    ch = await channel_with(world, a, queued=0)
+    now = world.clock.wall_ns()
+    await ch.topic.put([QueuedMessage(b"%016d" % 0, b"short", now, expires=now + 10 * 10**9),
+                        QueuedMessage(b"%016d" % 1, b"next", now)])
+    ch.pump(world.clock.now())
+    assert [body for _, _, body in frames_of(a)] == [b"short"]
+    world.clock.advance(31)
+    world.owner.dirty.clear()
+    assert ch.scan(world.clock.now())
+    assert (ch.expired_count, ch.timeout_count, ch.depth, a.in_flight) == (1, 1, 1, 0)
+    assert ch in world.owner.dirty
+    ch.pump(world.clock.now())
+    assert [body for _, _, body in frames_of(a)] == [b"next"]

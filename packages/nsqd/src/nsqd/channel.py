@@ -1073,6 +1073,8 @@ class Channel:
                 self._set_aside(msg, event)
         if back:
             self._requeue(back)
+        else:  # in-flight slots were freed: their clients may take more
+            self.owner.mark_dirty(self)
         return True
 
     def next_deadline(self) -> float | None:
