@@ -2,12 +2,13 @@
 route and per refusal, compared with lmstfy's own answers (status, headers, JSON)."""
 
 import base64
+import random
 import signal
 
 import httpx
 import pytest
-from nsq_testing import wait_until
-from nsq_testing.lmstfy import Lmstfy
+from nsq_testing import DEADLINE, wait_until
+from nsq_testing.lmstfy import DURABLE_MODES, MODES, Lmstfy
 from prometheus_client.parser import text_string_to_metric_families
 
 
@@ -163,7 +164,9 @@ def test_consume_waits_for_a_publish(lmstfy):
 
 
 def test_delay_peek_and_peek_job(lmstfy):
-    delayed = lmstfy.publish(body=b"later", delay="2")
+    """(When a delayed job becomes ready is tested on the virtual clock:
+    packages/nsqd/tests/test_virtual_time.py.)"""
+    delayed = lmstfy.publish(body=b"later", delay="3600")
     error(lmstfy.api("GET", "/q/peek"), 404, "the queue is empty")  # delayed: invisible
     ready = lmstfy.publish(body=b"ready", tries="4")
     peeked = lmstfy.api("GET", "/q/peek").json()
@@ -174,8 +177,7 @@ def test_delay_peek_and_peek_job(lmstfy):
     error(lmstfy.api("GET", "/q/job/01ARZ3NDEKTSV4RRFFQ69G5FAV"), 404, "job not found")
     assert lmstfy.consume().json()["job_id"] == ready
     error(lmstfy.consume(), 404, "no job available", key="msg")
-    job = lmstfy.consume(timeout="10").json()  # becomes ready when due
-    assert job["job_id"] == delayed and job["elapsed_ms"] >= 1500
+    assert lmstfy.size() == 0
 
 
 def test_destroy_and_dead_letters(lmstfy):
@@ -299,6 +301,209 @@ def test_lmstfy_scenario_across_a_restart(run_daemon, stop):
         assert service.api("GET", path).json()["size"] == 0
     assert service.consume("waiting").json()["job_id"] == waiting
     assert service.consume("later", timeout="10").json()["job_id"] == delayed
+
+
+# -- lmstfy's scenarios in every storage mode ------------------------------------------------
+# Default flags, --mem-queue-size=0 (every job written before its 201) and --sync-every=1
+# (fsynced before its 201, a DELETE before its 204): the same answers in each. A restart is
+# a kill -9 where nothing answered may be lost (DURABLE_MODES), a clean stop elsewhere.
+
+JOB_KEYS = {"namespace", "queue", "job_id", "data", "ttl", "elapsed_ms", "remain_tries",
+            "attributes"}
+
+
+@pytest.fixture(params=list(MODES))
+def mode(request):
+    return request.param
+
+
+@pytest.fixture
+def service(run_daemon, mode):
+    return Lmstfy(run_daemon, *MODES[mode])
+
+
+def restart_signal(mode):
+    return signal.SIGKILL if mode in DURABLE_MODES else signal.SIGTERM
+
+
+def job_answer(response, job_id, body=None, *, consumed=False):
+    """A job as lmstfy answers it (a consume adds ``msg``; ``data`` is null when stale)."""
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"] == "application/json; charset=utf-8"
+    assert len(response.headers["x-request-id"]) == 26
+    job = response.json()
+    assert set(job) == JOB_KEYS | ({"msg"} if consumed else set()), job
+    assert job["job_id"] == job_id, (job, job_id)
+    if consumed:
+        assert job["msg"] == "new job"
+    if body is not None:
+        assert job["data"] == base64.b64encode(body).decode()
+    return job
+
+
+def stale_head(response, job_id):
+    """lmstfy's peek of a ready-list entry whose job is gone: its id, no data."""
+    job = job_answer(response, job_id)
+    assert (job["data"], job["ttl"], job["remain_tries"], job["attributes"]) == (None, 0, 0, None)
+
+
+def no_job(response):
+    error(response, 404, "no job available", key="msg")
+
+
+def job_not_found(response):
+    error(response, 404, "job not found")
+
+
+def test_a_published_job_is_visible_to_the_next_request(service):
+    """A 201 means the job is there: the very next consume, peek or GET /job sees it. Each
+    comes first in turn, hundreds of times; not one miss."""
+    misses = []
+    with httpx.Client(base_url=f"{service.data_url}/api/ns",
+                      headers={"X-Token": service.token}, timeout=DEADLINE) as http:
+        for i in range(300):
+            body = b"job %d" % i
+            r = http.put("/q", content=body, params={"tries": "2"})
+            assert r.status_code == 201, r.text
+            job_id = r.json()["job_id"]
+            first = ("consume", "peek", "job")[i % 3]
+            if first == "peek":
+                peeked = http.get("/q/peek")
+                if peeked.status_code != 200 or peeked.json()["job_id"] != job_id:
+                    misses.append((i, first, peeked.status_code, peeked.text))
+            if first == "job":
+                found = http.get(f"/q/job/{job_id}")
+                if found.status_code != 200:
+                    misses.append((i, first, found.status_code, found.text))
+            taken = http.get("/q", params={"ttr": "600"})
+            if taken.status_code != 200:
+                misses.append((i, first, taken.status_code, taken.text))
+                continue
+            job_answer(taken, job_id, body, consumed=True)
+            job_answer(http.get(f"/q/job/{job_id}"), job_id, body)  # in flight: found too
+            assert http.delete(f"/q/job/{job_id}").status_code == 204
+    assert misses == []
+    assert service.size() == 0
+
+
+def test_acks_survive_a_restart(service, mode):
+    """500 jobs consumed, 250 of them acked (DELETE answered 204), then a restart (kill -9
+    where acks are durable): not one acked job comes back, every other one does."""
+    jobs: list[str] = []
+    while len(jobs) < 500:
+        n = min(64, 500 - len(jobs))
+        r = service.api("PUT", "/q/bulk", params={"tries": "3"},
+                        content=("[" + ",".join(f'"j{len(jobs) + i}"' for i in range(n)) + "]"
+                                 ).encode())
+        assert r.status_code == 201, r.text
+        jobs += r.json()["job_ids"]
+    taken = []
+    for _ in range(5):
+        r = service.consume(count="100", ttr="600")
+        assert r.status_code == 200, r.text
+        taken += [job["job_id"] for job in r.json()]
+    assert sorted(taken) == sorted(jobs)
+    rng = random.Random(27)
+    acked = set(rng.sample(jobs, 250))
+    with httpx.Client(base_url=f"{service.data_url}/api/ns",
+                      headers={"X-Token": service.token}, timeout=DEADLINE) as http:
+        for job_id in acked:
+            assert http.delete(f"/q/job/{job_id}").status_code == 204
+    service.restart(restart_signal(mode))
+    wait_until(lambda: service.size() == 250, what="the 250 jobs not acked back, ready")
+    back: list[str] = []
+    while (r := service.consume(count="100", ttr="600")).status_code == 200:
+        back += [job["job_id"] for job in r.json()]
+    no_job(r)
+    assert sorted(acked & set(back)) == []  # not one acked job came back
+    assert sorted(back) == sorted(set(jobs) - acked)  # every other one did, once
+
+
+def test_destroy_keeps_delayed_and_in_flight_jobs(service, mode):
+    """DELETE /api/ns/q drops the ready jobs only, as lmstfy's destroy drains its ready list:
+    a delayed job and one in flight stay, through a restart (kill -9 where durable)."""
+    in_flight = service.publish(body=b"in flight", tries="3")
+    job_answer(service.consume(ttr="600"), in_flight, b"in flight", consumed=True)
+    ready = [service.publish(body=b"ready %d" % i) for i in range(3)]
+    delayed = service.publish(body=b"delayed", delay="3600")
+    assert service.size() == 3
+    r = service.api("DELETE", "/q")
+    assert (r.status_code, r.content) == (204, b"") and len(r.headers["x-request-id"]) == 26
+
+    def check() -> None:
+        for job_id in ready:
+            job_not_found(service.api("GET", f"/q/job/{job_id}"))
+        job_answer(service.api("GET", f"/q/job/{delayed}"), delayed, b"delayed")
+        assert service.channel_stats()["deferred_count"] == 1
+
+    check()
+    assert service.size() == 0
+    job_answer(service.api("GET", f"/q/job/{in_flight}"), in_flight, b"in flight")
+    no_job(service.consume())
+    service.restart(restart_signal(mode))
+    check()
+    # the job in flight at the stop is ready again at once (nsqd keeps no deadline across a
+    # restart; lmstfy would wait for the rest of its ttr), the only one ready
+    assert service.size() == 1
+    job_answer(service.consume(ttr="600", timeout="30"), in_flight, b"in flight", consumed=True)
+    no_job(service.consume())
+
+
+def test_a_deleted_job_is_gone_wherever_it_was(service):
+    """DELETE then GET /job is 404 whether the job was waiting, delayed, in flight, back
+    after its ttr, or dead. As in lmstfy, a waiting job's place in the ready list stays until
+    a consume meets it: ``size`` counts it, peek shows it without data, that consume gets
+    nothing (timeout 0)."""
+    def deleted(job_id: str) -> None:
+        r = service.api("DELETE", f"/q/job/{job_id}")
+        assert (r.status_code, r.content) == (204, b"")
+        job_not_found(service.api("GET", f"/q/job/{job_id}"))
+
+    def stale_entry_then_gone(job_id: str) -> None:
+        assert service.size() == 1
+        stale_head(service.api("GET", "/q/peek"), job_id)
+        no_job(service.consume())  # pops the stale entry: nothing, and no wait
+        assert service.size() == 0
+        error(service.api("GET", "/q/peek"), 404, "the queue is empty")
+
+    waiting = service.publish(body=b"waiting")
+    deleted(waiting)
+    stale_entry_then_gone(waiting)
+
+    delayed = service.publish(body=b"delayed", delay="3600")
+    deleted(delayed)
+    assert service.size() == 0
+
+    in_flight = service.publish(body=b"in flight")
+    job_answer(service.consume(ttr="600"), in_flight, consumed=True)
+    deleted(in_flight)
+
+    requeued = service.publish(body=b"requeued", tries="2")
+    job_answer(service.consume(ttr="1"), requeued, consumed=True)
+    wait_until(lambda: service.size() == 1, what="the job back after its ttr")
+    deleted(requeued)
+    stale_entry_then_gone(requeued)
+
+    dead = service.publish(body=b"dead")
+    job_answer(service.consume(ttr="0"), dead, consumed=True)
+    wait_until(lambda: service.dead_size() == 1, what="the job a dead letter")
+    deleted(dead)
+    assert (service.size(), service.dead_size()) == (0, 1)  # lmstfy keeps the entry
+    no_job(service.consume())  # none of them is ready again
+
+
+def test_size_counts_ready_jobs_only(service):
+    """``size`` is the ready list's length: delayed jobs join it when due, not before."""
+    ready = [service.publish(body=b"ready %d" % i) for i in range(2)]
+    later = [service.publish(body=b"later %d" % i, delay="3600") for i in range(3)]
+    assert service.size() == 2
+    soon = [service.publish(body=b"soon %d" % i, delay="1") for i in range(2)]
+    wait_until(lambda: service.size() == 4, what="the jobs delayed 1 s counted once due")
+    r = service.consume(count="10", ttr="600")
+    assert sorted(job["job_id"] for job in r.json()) == sorted(ready + soon)
+    assert service.size() == 0
+    for job_id in later:
+        job_answer(service.api("GET", f"/q/job/{job_id}"), job_id)
 
 
 def test_a_respawned_job_goes_behind_the_ready_ones(lmstfy):

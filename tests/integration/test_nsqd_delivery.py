@@ -1,5 +1,6 @@
-"""Delivery semantics on a real nsqd over raw sockets: RDY windows, REQ, timeouts, TOUCH, DPUB,
-sharing between consumers, fan-out to channels, pause, ephemeral, disconnects, heartbeats."""
+"""Delivery semantics on a real nsqd over raw sockets: RDY windows, REQ, sharing between
+consumers, fan-out to channels, pause, ephemeral, disconnects, heartbeats. (REQ with a delay,
+DPUB, timeouts and TOUCH run on the virtual clock: packages/nsqd/tests/test_tcp.py.)"""
 
 import httpx
 import pytest
@@ -63,61 +64,6 @@ async def test_rdy_is_a_window_and_rdy_0_stops(shared_nsqd, clients):
     rest = await c.messages(2)
     assert sorted(m.body for m in [*first, third, *rest]) == [b"0", b"1", b"2", b"3", b"4"]
     assert all(m.attempts == 1 for m in [*first, third, *rest])
-
-
-async def test_req_redelivers_with_attempts_and_delay(shared_nsqd, clients):
-    pub = await clients.connect(shared_nsqd)
-    c = await clients.consumer(shared_nsqd, "d-req", "c", rdy=1)
-    await pub.pub("d-req", b"x")
-    m1 = await c.message()
-    await c.send(commands.req(m1.id, 0))
-    m2 = await c.message()
-    assert (m2.id, m2.attempts) == (m1.id, 2)
-    start = trio.current_time()
-    await c.send(commands.req(m2.id, 2000))
-    await c.pub("d-req-sync", b"x")  # answered in order: the REQ has been handled
-    doc = channel_of(await stats(shared_nsqd, topic="d-req"), "d-req", "c")
-    assert doc["deferred_count"] == 1  # (2 s is ample for one /stats on a busy machine)
-    m3 = await c.message()
-    assert trio.current_time() - start >= 2.0
-    assert (m3.id, m3.attempts) == (m1.id, 3)
-    await c.send(commands.fin(m3.id))
-
-
-async def test_timeout_redelivers_and_touch_keeps(shared_nsqd, clients):
-    pub = await clients.connect(shared_nsqd)
-    c = await clients.consumer(shared_nsqd, "d-timeout", "c", rdy=2, msg_timeout=1000)
-    start = trio.current_time()  # before the PUB: its 1 s timeout starts later
-    await pub.pub("d-timeout", b"dropped")
-    dropped = await c.message()
-    again = await c.message()
-    assert again.id == dropped.id and again.attempts == 2
-    assert trio.current_time() - start >= 0.95
-    # keep it alive with TOUCH for 2.5 s (2.5 timeouts): it must not come back. A TOUCH every
-    # 0.1 s leaves a busy machine 10x the time it needs to get each one in before the timeout.
-    touching_until = trio.current_time() + 2.5
-    while trio.current_time() < touching_until:
-        await trio.sleep(0.1)
-        await c.send(commands.touch(again.id))
-    await c.nothing_for(0.2)
-    await c.send(commands.fin(again.id))
-    doc = channel_of(await stats(shared_nsqd, topic="d-timeout"), "d-timeout", "c")
-    assert doc["timeout_count"] == 1
-    assert doc["in_flight_count"] == 0
-
-
-async def test_dpub_arrives_no_earlier_than_its_delay(shared_nsqd, clients):
-    pub = await clients.connect(shared_nsqd)
-    c = await clients.consumer(shared_nsqd, "d-dpub", "c", rdy=5)
-    start = trio.current_time()
-    await pub.send(commands.dpub("d-dpub", 700, b"later") + commands.pub("d-dpub", b"now"))
-    assert await pub.response() == b"OK"
-    assert await pub.response() == b"OK"
-    now = await c.message()
-    assert now.body == b"now"
-    later = await c.message()
-    assert later.body == b"later"
-    assert trio.current_time() - start >= 0.7
 
 
 async def test_two_consumers_share_two_channels_copy(shared_nsqd, clients):

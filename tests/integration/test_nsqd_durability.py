@@ -212,36 +212,6 @@ async def test_damaged_segments_are_set_aside_and_the_rest_delivered(run_daemon,
     assert [m.body for m in await drain(daemon, "dmg", "c")] == [b"after"]
 
 
-async def test_deferred_message_keeps_its_remaining_delay_across_a_restart(run_daemon, tmp_path):
-    data = tmp_path / "data"
-    data.mkdir()
-    tcp, http = free_port(), free_port()
-    args = [f"--data-path={data}", f"--tcp-address=127.0.0.1:{tcp}", f"--http-address=127.0.0.1:{http}"]
-    daemon = run_daemon("nsqd", *args)
-    post(f"http://{daemon.http_address}/topic/create", params={"topic": "later"})
-    post(f"http://{daemon.http_address}/channel/create", params={"topic": "later", "channel": "c"})
-    published = trio.current_time()  # before the DPUB, so nsqd's clock starts later
-    async with await WireClient.connect(daemon.tcp_address) as client:
-        await client.send(commands.dpub("later", 5000, b"in five seconds"))
-        assert await client.response() == b"OK"
-    await trio.sleep(3)  # time passes (not a wait for anything): 3 of the 5 s before the restart
-    assert daemon.stop() == 0
-    daemon = run_daemon("nsqd", *args)
-    async with await WireClient.connect(daemon.tcp_address) as consumer:
-        await consumer.subscribe("later", "c", rdy=2)
-        # a marker deferred by 3 s from now, i.e. due later than what is left of the 5 s (the
-        # restart took 3 s and more): the message must keep its remaining delay and come first;
-        # had the restart restarted its 5 s, the marker would (on anything but a machine slowed
-        # down for over 2 s between loading the queue and this DPUB)
-        await consumer.send(commands.dpub("later", 3000, b"marker"))
-        assert await consumer.response() == b"OK"
-        msg = await consumer.message()
-        elapsed = trio.current_time() - published
-        assert msg.body == b"in five seconds"
-        assert elapsed >= 4.9, elapsed  # and not before its time
-        assert (await consumer.message()).body == b"marker"
-
-
 async def test_disk_write_error_fails_the_publish_and_turns_unhealthy(run_daemon, tmp_path):
     data = tmp_path / "data"
     (data / "topics").mkdir(parents=True)

@@ -83,13 +83,15 @@ class FakeOwner:
 
 
 class World:
-    """Topics (their logs in memory) and channels on a clock set by hand, no broker."""
+    """Topics (their logs in memory) and channels, no broker: on a clock set by hand
+    (``FixedClock``), or on the one given (``virtual_world``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: object = None) -> None:
         from nsqd.clock import FixedClock
 
-        self.clock = FixedClock()
+        self.clock = clock if clock is not None else FixedClock()
         self.owner = FakeOwner()
+        self.channels: list[object] = []
 
     def topic(self, name: str = "t", *, mem_queue_size: int = 1 << 30) -> object:
         from nsqd.topic import Topic
@@ -107,6 +109,7 @@ class World:
         channel = Channel(topic, name, self.owner, cursor=cursor, clock=self.clock,  # type: ignore[arg-type]
                           max_msg_timeout=max_msg_timeout, mem_queue_size=mem_queue_size)
         topic.add_channel(channel)  # type: ignore[attr-defined]
+        self.channels.append(channel)
         return channel
 
 
@@ -119,3 +122,22 @@ def world() -> World:
 def world_class() -> type[World]:
     """``World`` itself, for a test that needs a fresh one per example."""
     return World
+
+
+@pytest.fixture
+async def virtual_world(autojump_clock: object, nursery: object) -> World:
+    """A ``World`` on Trio's virtual clock (``MockClock(autojump_threshold=0)`` through a
+    ``VirtualClock``: a wait of an hour takes no time), with the broker's queue scan running
+    (in-flight timeouts, deferred messages coming due) over its channels. Nothing here
+    touches a disk or a thread, so virtual time moves only when every task waits for it."""
+    from nsqd.clock import VirtualClock
+    from nsqd.pump import Pump
+
+    world = World(VirtualClock())
+
+    async def store(channel: object) -> None:
+        await channel.store_dead_letters()  # type: ignore[attr-defined]
+
+    pump = Pump(world.clock.now, lambda: world.channels, store)  # type: ignore[attr-defined,arg-type]
+    nursery.start_soon(pump.run_scan)  # type: ignore[attr-defined]
+    return world

@@ -8,10 +8,12 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 from nsqd import cursorfile
 from nsqd.__main__ import EXPECTED, _leaves
 from nsqd.broker import Broker
 from nsqd.client import Client
+from nsqd.clock import Clock, VirtualClock
 from nsqd.errors import (
     DiskQueueClosed,
     DiskQueueError,
@@ -26,8 +28,9 @@ from nsqd.options import Options
 from nsqd.topic import Topic
 
 
-async def start(nursery: trio.Nursery, path: Path, **options: object) -> Broker:
-    broker = Broker(Options.defaults(data_path=str(path), **options))
+async def start(nursery: trio.Nursery, path: Path, *, clock: Clock | None = None,
+                **options: object) -> Broker:
+    broker = Broker(Options.defaults(data_path=str(path), **options), clock)
     await nursery.start(broker.run)
     return broker
 
@@ -82,6 +85,38 @@ async def test_messages_and_deferred_ones_survive_a_restart(tmp_path: Path) -> N
         assert channel.depth == 2 and len(channel.deferred) == 1
         (msg,) = channel.deferred
         assert msg.body == b"later" and msg.deadline > broker.now() + 3000
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_deferred_message_keeps_what_is_left_of_its_delay_across_a_restart(
+        mock_clock: trio.testing.MockClock, tmp_path: Path) -> None:
+    """A DPUB of 5 s, a clean restart 3 s later: it is due 5 s after it was published, not 5 s
+    after the restart. Both brokers read Trio's virtual clock, moved by hand (the restart
+    reads and writes files in worker threads: a clock that jumped whenever every task waits
+    would move while they run)."""
+    clock = VirtualClock()
+
+    async def at(seconds: float) -> None:
+        mock_clock.jump(published + seconds - trio.current_time())
+        await trio.testing.wait_all_tasks_blocked()  # the queue scan has run
+
+    async with trio.open_nursery() as nursery:
+        broker = await start(nursery, tmp_path, clock=clock)
+        broker.get_channel(broker.get_topic("later"), "c")
+        published = trio.current_time()
+        await broker.publish("later", broker.new_messages([b"in five seconds"], defer=5))
+        await at(3)
+        nursery.cancel_scope.cancel()
+    async with trio.open_nursery() as nursery:
+        broker = await start(nursery, tmp_path, clock=clock)
+        channel = broker.topics["later"].channels["c"]
+        assert len(channel.deferred) == 1
+        await channel.fetch()  # the log read back from disk, as an HTTP consume does first
+        await at(4.9)
+        assert channel.pull(1, 60.0, broker.now()) == []
+        await at(5.2)
+        await channel.fetch()
+        assert [m.body for m in channel.pull(1, 60.0, broker.now())] == [b"in five seconds"]
         nursery.cancel_scope.cancel()
 
 

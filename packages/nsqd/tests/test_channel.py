@@ -316,6 +316,39 @@ def test_new_records_are_the_header_the_hex_id_and_the_body(first, bodies, times
     assert new_records([b"%s"], first, percent) == [b"%%%%%%%%\0\0" + b"%016x%%s" % first]
 
 
+# -- lmstfy's front door: deleting and destroying around deferred messages -------------------
+
+def later(n: int, now: int, *, delay_s: int = 3600) -> QueuedMessage:
+    return QueuedMessage(b"%016d" % n, b"later", now, due=now + delay_s * 10**9)
+
+
+async def test_a_deferred_message_deleted_as_the_first_offset_is_not_counted(world):
+    """Its offset was the cursor's mark-delete, ahead of its read position: the cursor moves
+    both (``depth``, lmstfy's size, counted it forever before)."""
+    topic = world.topic()
+    ch = world.channel(topic)
+    now = world.clock.wall_ns()
+    await topic.put([later(0, now)])
+    assert (ch.depth, len(ch.deferred)) == (0, 1)
+    assert await ch.delete(b"%016d" % 0)
+    assert (ch.depth, len(ch.deferred), ch.cursor.mark_delete, ch.cursor.read) == (0, 0, 1, 1)
+    await topic.put([QueuedMessage(b"%016d" % 1, b"now", now)])
+    assert ch.depth == 1 and [m.body for m in ch.pull(5, 30.0, 0.0)] == [b"now"]
+
+
+async def test_purging_the_ready_messages_keeps_a_deferred_one_once(world):
+    topic = world.topic()
+    ch = world.channel(topic)
+    now = world.clock.wall_ns()
+    await topic.put([QueuedMessage(b"%016d" % 0, b"a", now), later(1, now),
+                     QueuedMessage(b"%016d" % 2, b"b", now)])
+    assert await ch.purge_ready() == 2
+    assert (ch.depth, len(ch.deferred), ch.cursor.ahead) == (0, 1, set())
+    world.clock.advance(3601)
+    assert ch.scan(world.clock.now())
+    assert [m.body for m in ch.pull(5, 30.0, world.clock.now())] == [b"later"]
+
+
 async def test_a_rewind_never_puts_one_message_in_flight_twice(world):
     # Rewound while messages are in flight: a record read again while its message is in
     # flight is passed over (FIN of the one copy acknowledges it); one that comes back
@@ -338,3 +371,22 @@ async def test_a_rewind_never_puts_one_message_in_flight_twice(world):
     assert frames_of(a) == []  # 2 and 3 are still in flight: not read again
     ch.finish_many(a, [ids[2], ids[3]])
     assert ch.depth == 0 and len(ch.in_flight) == 0 and ch.cursor.mark_delete == 4
+
+
+async def test_a_message_expiring_in_flight_is_dropped_at_its_timeout_and_frees_the_slot(world):
+    """Past its TTL when its timeout comes: expired there and then (never waiting again),
+    and the channel is pumped, since its consumer may take another."""
+    a = make_client(1, 1, msg_timeout=30.0)
+    ch = await channel_with(world, a, queued=0)
+    now = world.clock.wall_ns()
+    await ch.topic.put([QueuedMessage(b"%016d" % 0, b"short", now, expires=now + 10 * 10**9),
+                        QueuedMessage(b"%016d" % 1, b"next", now)])
+    ch.pump(world.clock.now())
+    assert [body for _, _, body in frames_of(a)] == [b"short"]
+    world.clock.advance(31)
+    world.owner.dirty.clear()
+    assert ch.scan(world.clock.now())
+    assert (ch.expired_count, ch.timeout_count, ch.depth, a.in_flight) == (1, 1, 1, 0)
+    assert ch in world.owner.dirty
+    ch.pump(world.clock.now())
+    assert [body for _, _, body in frames_of(a)] == [b"next"]

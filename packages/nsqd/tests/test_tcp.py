@@ -231,3 +231,95 @@ def test_state_table() -> None:
     with pytest.raises(ProtocolError, match=r"^E_INVALID cannot CLS in current state$"):
         after(State.CLOSING, b"CLS")
     assert Exiting().args == ("exiting",)
+
+
+# -- REQ with a delay, DPUB, timeouts and TOUCH on Trio's virtual clock ----------------------
+# The broker reads ``MockClock(autojump_threshold=0)`` through a ``VirtualClock``: a delay or a
+# timeout runs out the moment every task waits for it, and nothing here waits in real time.
+
+@pytest.fixture
+async def virtual_broker(autojump_clock: trio.testing.MockClock, nursery: trio.Nursery,
+                         tmp_path: Path) -> Broker:
+    from nsqd.clock import VirtualClock
+
+    broker = Broker(Options.defaults(data_path=str(tmp_path)), VirtualClock())
+    await nursery.start(broker.run)
+    return broker
+
+
+async def consumer_of(nursery: trio.Nursery, broker: Broker, rdy: int, *,
+                      msg_timeout: int | None = None) -> Peer:
+    peer = await connect(nursery, broker)
+    if msg_timeout is not None:
+        body = b'{"msg_timeout":%d}' % msg_timeout
+        await peer.send(b"IDENTIFY\n" + struct.pack(">i", len(body)) + body)
+        assert await peer.answer() == (RESPONSE, b"OK")
+    await peer.send(b"SUB t c\nRDY %d\n" % rdy)
+    assert await peer.answer() == (RESPONSE, b"OK")
+    return peer
+
+
+async def message(peer: Peer) -> tuple[int, bytes, bytes]:
+    """The next message frame: attempts, id, body."""
+    kind, data = await peer.answer()
+    assert kind == MESSAGE, (kind, data)
+    return struct.unpack_from(">H", data, 8)[0], data[10:26], data[26:]
+
+
+async def test_req_with_a_delay_redelivers_when_due(
+        autojump_clock: trio.testing.MockClock, nursery: trio.Nursery,
+        virtual_broker: Broker) -> None:
+    publisher = await connect(nursery, virtual_broker)
+    consumer = await consumer_of(nursery, virtual_broker, 1)
+    await publisher.send(pub(b"t", b"x"))
+    assert await publisher.answer() == (RESPONSE, b"OK")
+    attempts, first, _ = await message(consumer)
+    await consumer.send(b"REQ %s 0\n" % first)
+    attempts, again, _ = await message(consumer)
+    assert (again, attempts) == (first, 2)
+    start = trio.current_time()
+    await consumer.send(b"REQ %s 2000\nNOP\n" % again)
+    channel = virtual_broker.topics["t"].channels["c"]
+    while channel.requeue_count < 2:
+        await trio.sleep(0.01)
+    assert len(channel.deferred) == 1
+    attempts, third, _ = await message(consumer)
+    assert (third, attempts) == (first, 3)
+    assert trio.current_time() - start >= 2.0
+
+
+async def test_dpub_arrives_no_earlier_than_its_delay(
+        autojump_clock: trio.testing.MockClock, nursery: trio.Nursery,
+        virtual_broker: Broker) -> None:
+    publisher = await connect(nursery, virtual_broker)
+    consumer = await consumer_of(nursery, virtual_broker, 5)
+    start = trio.current_time()
+    await publisher.send(b"DPUB t 700\n" + struct.pack(">i", 5) + b"later" + pub(b"t", b"now"))
+    assert await publisher.answer() == (RESPONSE, b"OK")
+    assert await publisher.answer() == (RESPONSE, b"OK")
+    assert (await message(consumer))[2] == b"now"
+    assert (await message(consumer))[2] == b"later"
+    assert trio.current_time() - start >= 0.7
+
+
+async def test_a_timeout_redelivers_and_touch_keeps_a_message(
+        autojump_clock: trio.testing.MockClock, nursery: trio.Nursery,
+        virtual_broker: Broker) -> None:
+    publisher = await connect(nursery, virtual_broker)
+    consumer = await consumer_of(nursery, virtual_broker, 2, msg_timeout=1000)
+    start = trio.current_time()  # before the PUB: its 1 s timeout starts later
+    await publisher.send(pub(b"t", b"dropped"))
+    assert await publisher.answer() == (RESPONSE, b"OK")
+    _, dropped, _ = await message(consumer)
+    attempts, again, _ = await message(consumer)  # not finished within 1 s: again
+    assert (again, attempts) == (dropped, 2) and trio.current_time() - start >= 1.0
+    channel = virtual_broker.topics["t"].channels["c"]
+    # TOUCH it every 0.5 s for 5 s (five timeouts): it never comes back (a message reaches
+    # the consumer up to 0.25 s after it went out: nsqd's output buffer timeout)
+    for _ in range(10):
+        await trio.sleep(0.5)
+        await consumer.send(b"TOUCH %s\n" % again)
+    await consumer.send(b"FIN %s\nNOP\n" % again)
+    while len(channel.in_flight):
+        await trio.sleep(0.01)
+    assert (channel.timeout_count, len(channel.in_flight), channel.depth) == (1, 0, 0)

@@ -27,7 +27,7 @@ import trio
 from nsq_common import is_ephemeral
 
 from . import lifecycle
-from .errors import InFlightError, NotInFlight, NotOwner
+from .errors import DiskQueueError, InFlightError, NotInFlight, NotOwner
 from .inflight import DeferredQueue, Delivery, InFlightQueue, entry_id, entry_offset, entry_timestamp
 from .lifecycle import Event
 from .message import OWN
@@ -153,6 +153,9 @@ class Channel:
         # until reached, as lmstfy's stale ready-list entries do (``size`` counts them, a
         # consume that meets one finds nothing), then are done with.
         self.tombstones: set[int] = set()
+        # Ids of dead letters deleted (lmstfy's DELETE of a dead job): as in lmstfy, the entry
+        # stays in the dead letters (counted, respawned) but the job is gone (``find``).
+        self.dead_deleted: set[bytes] = set()
         self.stale_popped = False  # the last take with ``stop_at_stale`` stopped at one
         # A rewind while messages of the log are in flight: their offsets (to their ids). A
         # record read again while its message is still in flight is passed over (its one
@@ -568,9 +571,16 @@ class Channel:
         if self._dead_letters is None:
             return 0
         dead = self._dead_letters
-        msgs = dead.backlog.take(n)
+        msgs = await self._take_dead(dead, n)
         if not msgs:
             return 0
+        count = len(msgs)
+        if self.dead_deleted:  # entries of deleted jobs: counted, and gone
+            gone = [m for m in msgs if m.id in self.dead_deleted]
+            for msg in gone:
+                self.dead_deleted.discard(msg.id)
+                dead.backlog.ack(msg.id)
+            msgs = [m for m in msgs if m.id not in {g.id for g in gone}]
         for msg in msgs:
             msg.attempts = 0
             if msg.is_job:
@@ -590,7 +600,61 @@ class Channel:
         if self.requeue_behind:  # lmstfy: respawned jobs go behind what is ready now
             self._own_after = self.topic.visible_end
         self.changed()
+        return count
+
+    async def peek_dead(self, n: int) -> list[QueuedMessage]:
+        """The ``n`` oldest dead letters (those stored first, then those being stored),
+        left in place; stored ones not read ahead by their disk queue yet are waited for."""
+        dead = self._dead_letters
+        if dead is None:
+            return []
+        disk = dead.backlog.disk
+        if disk is not None and disk.depth() and not dead.backlog.has_ready():
+            try:
+                await disk.wait_readable()
+            except DiskQueueError:  # closed: nsqd is stopping
+                pass
+        return dead.peek(n)
+
+    def is_dead_letter(self, message_id: bytes) -> bool:
+        """Whether ``message_id`` is among the dead letters (as far as they are read)."""
+        return self._find_dead(message_id) is not None
+
+    async def drop_dead(self, n: int) -> int:
+        """Delete up to ``n`` of the oldest stored dead letters; how many."""
+        if self._dead_letters is None:
+            return 0
+        dead = self._dead_letters
+        msgs = await self._take_dead(dead, n)
+        for msg in msgs:
+            dead.backlog.ack(msg.id)
+            self.dead_deleted.discard(msg.id)
         return len(msgs)
+
+    async def empty_dead(self) -> int:
+        """Delete every stored dead letter; how many."""
+        dead = self._dead_letters
+        if dead is None:
+            return 0
+        count = len(dead) - len(dead.pending)
+        dead.backlog.clear_memory()
+        dead.backlog.ack_all()
+        if dead.backlog.disk is not None:
+            await dead.backlog.disk.empty()
+        self.dead_deleted.clear()
+        return count
+
+    @staticmethod
+    async def _take_dead(dead: DeadLetters, n: int) -> list[QueuedMessage]:
+        """Up to ``n`` of the oldest stored dead letters, waiting for their disk queue to
+        read those it holds and has not read ahead yet (a respawn right after they died)."""
+        backlog = dead.backlog
+        msgs = backlog.take(n)
+        disk = backlog.disk
+        while len(msgs) < n and disk is not None and disk.depth() > 0:
+            await disk.wait_readable()
+            msgs += backlog.take(n - len(msgs))
+        return msgs
 
     @property
     def own_queue(self) -> Backlog:
@@ -668,6 +732,7 @@ class Channel:
     async def find(self, message_id: bytes) -> QueuedMessage | None:
         """The message wherever it is in this channel, not done with nor deleted: in
         flight, deferred, waiting (requeued, own, in the log), or a dead letter."""
+        await self.fetch()
         found = self.in_flight.get(message_id)
         if found is not None:
             return found
@@ -683,11 +748,16 @@ class Channel:
             runs = await self.log.read_at(offset, 1)
             if runs:
                 return decode_record(runs[0][1][0], offset)
+        return self._find_dead(message_id)
+
+    def _find_dead(self, message_id: bytes) -> QueuedMessage | None:
+        """The dead letter ``message_id``, unless it was deleted."""
         dead = self.dead_letters_if_any
-        if dead is not None:
-            for msg in dead.peek(len(dead)):
-                if msg.id == message_id:
-                    return msg
+        if dead is None or message_id in self.dead_deleted:
+            return None
+        for msg in dead.peek(len(dead)):
+            if msg.id == message_id:
+                return msg
         return None
 
     async def _find_unread(self, message_id: bytes) -> int | None:
@@ -709,7 +779,8 @@ class Channel:
     async def delete(self, message_id: bytes) -> bool:
         """DELETE (lmstfy's ack): done with, wherever it is. In flight to a puller: finished
         (to a TCP consumer: left to it); deferred: done with at once; waiting: a tombstone
-        (see ``tombstones``). False if it is nowhere here."""
+        (see ``tombstones``); a dead letter: gone, its entry left (see ``dead_deleted``).
+        False if it is nowhere here."""
         msg = self.in_flight.get(message_id)
         if msg is not None:
             return msg.client_id == PULLER and self.finish_pulled(message_id)
@@ -731,10 +802,13 @@ class Channel:
                 self._done(msg)
                 return True
         offset = await self._find_unread(message_id)
-        if offset is None:
-            return False
-        self.tombstones.add(offset)
-        return True
+        if offset is not None:
+            self.tombstones.add(offset)
+            return True
+        if self._find_dead(message_id) is not None:
+            self.dead_deleted.add(message_id)
+            return True
+        return False
 
     async def purge_ready(self) -> int:
         """Done with every message waiting and due (lmstfy's destroy): those deferred, in
@@ -763,7 +837,7 @@ class Channel:
                     offset = first + i
                     if offset >= end:
                         break
-                    if cursor.is_done(offset):
+                    if cursor.passes(offset):  # done with, or deferred already (held ahead)
                         continue
                     if not is_plain(record):
                         msg = decode_record(record, offset)
@@ -773,6 +847,7 @@ class Channel:
                     cursor.ack(offset)
                     count += 1
                 cursor.read = max(cursor.read, min(first + len(records), end))
+                cursor.passed(cursor.read)
         self.tombstones.clear()
         self.changed()
         return count
@@ -792,8 +867,15 @@ class Channel:
         return msgs
 
     async def fetch(self) -> None:
-        """Have the next messages of the log in memory (an HTTP pull that is answered at once
-        must not miss messages that are only on disk)."""
+        """Have the next messages in memory (an HTTP pull, a peek or a find that is answered
+        at once must not miss messages that are only on disk): the log's from the cursor on,
+        and the own queue's (respawned dead letters), which its disk queue reads ahead."""
+        own = self.own
+        if own is not None and own.disk is not None and own.disk.depth() and not own.has_ready():
+            try:
+                await own.disk.wait_readable()
+            except DiskQueueError:  # closed: nsqd is stopping
+                pass
         if self.cursor.read < self.topic.visible_end:
             await self.log.fetch(self.cursor.read)
 
@@ -968,6 +1050,7 @@ class Channel:
         if not expired and not due:
             return False
         limit = self.max_attempts or self.default_max_attempts
+        wall = self.clock.wall_ns()
         back: list[QueuedMessage] = []
         for msg in expired:
             client = self.clients.get(msg.client_id)
@@ -975,14 +1058,25 @@ class Channel:
                 client.in_flight -= 1
             elif msg.client_id == PULLER:
                 del self._pulled_ttr[msg.id]
-            if lifecycle.timeout_event(msg, limit) is Event.TIMEOUT_EXHAUSTED:
+            event = lifecycle.timeout_event(msg, wall, limit)
+            if event is Event.TIMEOUT:
+                back.append(msg)
+            elif event is Event.TIMEOUT_EXHAUSTED:
                 self._to_dead_letters([msg])  # no delivery left: a dead letter now
             else:
-                back.append(msg)
+                self._set_aside(msg, event)  # past its expiry: never waiting again
         self.timeout_count += len(expired)
         for msg in due:
-            msg.due = 0  # DUE: waiting again (a job's delay has passed)
-        self._requeue(back + due)
+            event = lifecycle.due_event(msg, wall)
+            if event is Event.DUE:
+                msg.due = 0  # waiting again (a job's delay has passed)
+                back.append(msg)
+            else:
+                self._set_aside(msg, event)
+        if back:
+            self._requeue(back)
+        else:  # in-flight slots were freed: their clients may take more
+            self.owner.mark_dirty(self)
         return True
 
     def next_deadline(self) -> float | None:

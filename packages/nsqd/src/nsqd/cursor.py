@@ -69,7 +69,9 @@ class Cursor:
         md = self.mark_delete
         if offset == md:
             acked = self.acked
-            self.mark_delete = acked.pop_prefix(md + 1) if acked else md + 1
+            md = self.mark_delete = acked.pop_prefix(md + 1) if acked else md + 1
+            if self.read < md:  # a message held ahead of ``read`` (deferred) was the first
+                self.read = md
         elif offset > md:
             self.acked.add(offset)
         if self.ahead:

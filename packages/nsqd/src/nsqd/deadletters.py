@@ -10,6 +10,8 @@ right after the pump; only then are the originals acknowledged on the channel's 
 
 from __future__ import annotations
 
+import trio
+
 from .backlog import Backlog
 from .message import QueuedMessage
 
@@ -20,25 +22,26 @@ class DeadLetters:
     def __init__(self, backlog: Backlog) -> None:
         self.backlog = backlog
         self.pending: list[QueuedMessage] = []
+        self._storing = trio.Lock()
 
     def __len__(self) -> int:
         return len(self.backlog) + len(self.pending)
 
     async def store(self) -> list[QueuedMessage]:
-        """Write the pending dead letters; the ones written.
+        """Write the pending dead letters; the ones written. They stay ``pending`` (counted,
+        found) until they are in the backlog: never out of sight while the write runs.
 
         Raises:
             DiskQueueError: they could not be written (they stay pending).
         """
-        msgs, self.pending = self.pending, []
-        if not msgs:
-            return []
-        try:
+        async with self._storing:  # the pump's store and an API's may meet
+            count = len(self.pending)
+            if not count:
+                return []
+            msgs = self.pending[:count]
             await self.backlog.put(msgs)
-        except BaseException:
-            self.pending[:0] = msgs  # before any that came meanwhile
-            raise
-        return msgs
+            del self.pending[:count]  # (the backlog counts them from the write's end on)
+            return msgs
 
     def peek(self, n: int) -> list[QueuedMessage]:
         return (self.backlog.peek(n) + self.pending)[:n]

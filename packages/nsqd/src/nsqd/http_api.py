@@ -421,7 +421,7 @@ class HttpApi:
         q = _query(request)
         channel = self._existing_channel(q)[1]
         n = self._count(q)
-        msgs = channel.dead_letters.peek(n) if channel.dead_letter_count else []
+        msgs = await channel.peek_dead(n)
         return _json({"messages": [message_json(m) for m in msgs]})
 
     async def deadletter_respawn(self, request: Request) -> Response:
@@ -441,17 +441,9 @@ class HttpApi:
         channel = self._existing_channel(q)[1]
         n = self._count(q) if "n" in q else None
         await self.broker.store_dead_letters(channel)
-        dead = channel.dead_letters_if_any
-        if dead is None:
-            return _json({"count": 0})
         if n is not None:
-            return _json({"count": len(dead.take(n))})
-        count = len(dead)
-        dead.backlog.clear_memory()
-        dead.backlog.ack_all()
-        if dead.backlog.disk is not None:
-            await dead.backlog.disk.empty()
-        return _json({"count": count})
+            return _json({"count": await channel.drop_dead(n)})
+        return _json({"count": await channel.empty_dead()})
 
     async def message_deadletter(self, request: Request) -> Response:
         channel, _, ids = self._pulled(request)

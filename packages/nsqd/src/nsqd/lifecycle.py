@@ -9,6 +9,7 @@ taken for delivery. The one place that says what happens to a message; ``Channel
                         |  +--- RESPAWN (from DEAD)     |  +- TIMEOUT, no try left -> DEAD
                         |                               |
       take: EXPIRE -> EXPIRED (dropped) or DEAD      take: DEAD (tries used up) -> DEAD
+      (and EXPIRE instead of TIMEOUT or DUE when the expiry came first)
       DELETE (lmstfy), EMPTY, REWIND past it, GIVE_UP (a puller's dead letter): see the table
 
 A message is WAITING in the log (or requeued), DEFERRED until a due time (a DPUB, a REQ with a
@@ -61,6 +62,7 @@ TRANSITIONS: dict[tuple[State, Event], State] = {
     (State.WAITING, Event.DELETE): State.DONE,
     (State.WAITING, Event.EMPTY): State.DONE,
     (State.DEFERRED, Event.DUE): State.WAITING,
+    (State.DEFERRED, Event.EXPIRE): State.EXPIRED,
     (State.DEFERRED, Event.DELETE): State.DONE,
     (State.DEFERRED, Event.EMPTY): State.DONE,
     (State.IN_FLIGHT, Event.FIN): State.DONE,
@@ -69,6 +71,7 @@ TRANSITIONS: dict[tuple[State, Event], State] = {
     (State.IN_FLIGHT, Event.TOUCH): State.IN_FLIGHT,
     (State.IN_FLIGHT, Event.TIMEOUT): State.WAITING,
     (State.IN_FLIGHT, Event.TIMEOUT_EXHAUSTED): State.DEAD,
+    (State.IN_FLIGHT, Event.EXPIRE): State.EXPIRED,
     (State.IN_FLIGHT, Event.GONE): State.WAITING,
     (State.IN_FLIGHT, Event.GIVE_UP): State.DEAD,
     (State.IN_FLIGHT, Event.DELETE): State.DONE,
@@ -111,7 +114,19 @@ def verdict(msg: QueuedMessage, wall_ns: int, limit: int) -> Event:
     return Event.DELIVER
 
 
-def timeout_event(msg: QueuedMessage, limit: int) -> Event:
-    """A message whose deadline passed: back to WAITING, or DEAD with no delivery left."""
+def timeout_event(msg: QueuedMessage, wall_ns: int, limit: int) -> Event:
+    """A message whose deadline passed at ``wall_ns``: EXPIRE (past its expiry: it would
+    never be delivered again, so it does not go back to wait, as lmstfy's timer drops an
+    entry whose job is gone), else DEAD with no delivery left, else back to WAITING."""
+    if msg.expires and msg.expires <= wall_ns:
+        return Event.EXPIRE
     most = most_attempts(msg, limit)
     return Event.TIMEOUT_EXHAUSTED if most and msg.attempts >= most else Event.TIMEOUT
+
+
+def due_event(msg: QueuedMessage, wall_ns: int) -> Event:
+    """A deferred message whose time came at ``wall_ns``: DUE (waiting again), or EXPIRE if
+    its expiry came first."""
+    if msg.expires and msg.expires <= wall_ns:
+        return Event.EXPIRE
+    return Event.DUE

@@ -1,8 +1,9 @@
 """Dev-only helpers that start real NSQ daemons for tests. Never a runtime dependency."""
 
 from .daemon import Daemon, free_port, start_daemon
+from .http import HttpConnection
 from .wait import DEADLINE, until, wait_exit, wait_until
 from .wire import WireClient
 
-__all__ = ["DEADLINE", "Daemon", "WireClient", "free_port", "start_daemon", "until", "wait_exit",
-           "wait_until"]
+__all__ = ["DEADLINE", "Daemon", "HttpConnection", "WireClient", "free_port", "start_daemon",
+           "until", "wait_exit", "wait_until"]

@@ -14,6 +14,14 @@ from .wait import DEADLINE
 
 LMSTFY = ("--lmstfy-http-address=127.0.0.1:0", "--lmstfy-admin-http-address=127.0.0.1:0")
 EXPECT = ("TCP", "HTTP", "LMSTFY", "LMSTFY_ADMIN")
+#: nsqd's three storage modes, by name: lmstfy's semantics must be the same in each.
+MODES: dict[str, tuple[str, ...]] = {
+    "default": (),
+    "mem-queue-size=0": ("--mem-queue-size=0",),
+    "sync-every=1": ("--sync-every=1",),
+}
+#: The modes in which a ``kill -9`` loses nothing that was answered (201, 204).
+DURABLE_MODES = ("sync-every=1",)
 
 
 class Lmstfy:
@@ -56,3 +64,23 @@ class Lmstfy:
 
     def consume(self, queue: str = "q", **params: Any) -> httpx.Response:
         return self.api("GET", f"/{queue}", params=params)
+
+    def size(self, queue: str = "q") -> int:
+        r = self.api("GET", f"/{queue}/size")
+        assert r.status_code == 200, r.text
+        size: int = r.json()["size"]
+        return size
+
+    def dead_size(self, queue: str = "q") -> int:
+        r = self.api("GET", f"/{queue}/deadletter/size")
+        assert r.status_code == 200, r.text
+        size: int = r.json()["size"]
+        return size
+
+    def channel_stats(self, queue: str = "q") -> dict[str, Any]:
+        """nsqd's ``/stats`` of the queue's channel (its topic ``lmstfy.ns.<queue>``)."""
+        r = httpx.get(f"http://{self.nsqd.http_address}/stats", timeout=DEADLINE,
+                      params={"format": "json", "topic": f"lmstfy.ns.{queue}"})
+        (topic,) = r.json()["topics"]
+        (channel,) = topic["channels"]
+        return cast("dict[str, Any]", channel)

@@ -294,7 +294,7 @@ class DataApi:
     async def peek(self, request: Request) -> Response:
         namespace, queue, _ = self._queue(request)
         self._token(request, namespace)
-        head = self.queues.peek(namespace, queue)
+        head = await self.queues.peek(namespace, queue)
         if head is None:
             raise refuse(404, "the queue is empty")
         msg, stale = head
@@ -321,7 +321,7 @@ class DataApi:
         self._token(request, namespace)
         q = query_params(request)
         if request.method == "GET":
-            size, head = self.queues.dead_letter_head(namespace, queue)
+            size, head = await self.queues.dead_letter_head(namespace, queue)
             head_id = "" if head is None else job_json(namespace, queue, head, 0)["job_id"]
             return answer(200, {"namespace": namespace, "queue": queue,
                                 "deadletter_size": size, "deadletter_head": head_id})
@@ -340,7 +340,7 @@ class DataApi:
     async def dead_letter_size(self, request: Request) -> Response:
         namespace, queue, _ = self._queue(request)
         self._token(request, namespace, check=False)
-        size, _ = self.queues.dead_letter_head(namespace, queue)
+        size = self.queues.dead_letter_size(namespace, queue)
         return answer(200, {"namespace": namespace, "queue": queue, "size": size})
 
 

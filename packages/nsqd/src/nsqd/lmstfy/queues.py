@@ -133,10 +133,13 @@ class JobQueues:
             await self.broker.flush_cursor(channel)
 
     # -- looking ------------------------------------------------------------------------------
-    def peek(self, namespace: str, queue: str) -> tuple[QueuedMessage, bool] | None:
+    async def peek(self, namespace: str, queue: str) -> tuple[QueuedMessage, bool] | None:
         """The head of the ready list, and whether it is stale (deleted or expired)."""
         channel = self.channel(namespace, queue)
-        return channel.peek_head() if channel is not None else None
+        if channel is None:
+            return None
+        await channel.fetch()
+        return channel.peek_head()
 
     async def find(self, namespace: str, queue: str, job_id: str) -> QueuedMessage | None:
         """The job wherever it is (delayed, waiting, in flight, dead), unless it expired or
@@ -154,8 +157,7 @@ class JobQueues:
     @staticmethod
     def is_dead(channel: Channel, msg: QueuedMessage) -> bool:
         """Whether ``msg`` is one of the channel's dead letters (they never expire)."""
-        dead = channel.dead_letters_if_any
-        return dead is not None and any(m.id == msg.id for m in dead.peek(len(dead)))
+        return channel.is_dead_letter(msg.id)
 
     def size(self, namespace: str, queue: str) -> int:
         """lmstfy's size: the ready list's length, stale entries included."""
@@ -174,11 +176,17 @@ class JobQueues:
             await self.state.save()
 
     # -- dead letters -------------------------------------------------------------------------
-    def dead_letter_head(self, namespace: str, queue: str) -> tuple[int, QueuedMessage | None]:
+    def dead_letter_size(self, namespace: str, queue: str) -> int:
+        channel = self.channel(namespace, queue)
+        return channel.dead_letter_count if channel is not None else 0
+
+    async def dead_letter_head(self, namespace: str, queue: str
+                               ) -> tuple[int, QueuedMessage | None]:
+        """How many dead letters, and the oldest."""
         channel = self.channel(namespace, queue)
         if channel is None or not channel.dead_letter_count:
             return 0, None
-        head = channel.dead_letters.peek(1)
+        head = await channel.peek_dead(1)
         return channel.dead_letter_count, head[0] if head else None
 
     async def respawn(self, namespace: str, queue: str, limit: int, ttl: int) -> int:
@@ -194,7 +202,7 @@ class JobQueues:
         if channel is None or not channel.dead_letter_count:
             return 0
         await self.broker.store_dead_letters(channel)
-        return len(channel.dead_letters.take(limit))
+        return await channel.drop_dead(limit)
 
 
 async def _first(event: trio.Event, scope: trio.CancelScope) -> None:
