@@ -101,8 +101,7 @@ def test_a_read_stopped_early_gives_its_messages_back(shared_nsqd):
     create_channel(shared_nsqd, "spark-early", "batch")
     publish(shared_nsqd, "spark-early", [b"e%d" % i for i in range(CHUNK + 100)])
     reader = BatchReader(parsing.parse({"nsqd": shared_nsqd.tcp_address, "topic": "spark-early",
-                                        "channel": "batch", "maxMessages": str(CHUNK + 100)},
-                                       reading=True))
+                                        "channel": "batch", "maxMessages": str(CHUNK + 100)}))
     [share] = reader.partitions()
     assert share == NsqdShare(shared_nsqd.tcp_address, CHUNK + 100)
     batches = reader.read(share)
