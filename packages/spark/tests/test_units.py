@@ -268,3 +268,51 @@ def test_committed_end_reads_sparks_own_logs(tmp_path):
     (tmp_path / "commits" / "1").write_text("v1\n{}\n")
     assert committed_end(str(tmp_path), "clicks", "spark") == 900
     assert committed_end(str(tmp_path), "clicks", "elsewhere") is None
+
+
+class FakeTime:
+    """A clock that moves only when slept on."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.pauses: list[float] = []
+
+    def sleep(self, seconds: float) -> None:
+        self.pauses.append(seconds)
+        self.now += seconds
+
+
+def test_a_call_rides_out_failures_with_a_growing_pause(caplog):
+    import httpx
+    from nsq_spark.retry import retrying
+
+    clock, failures = FakeTime(), [httpx.ConnectError("refused")] * 5
+
+    def attempt() -> str:
+        if failures:
+            raise failures.pop()
+        return "answer"
+
+    assert retrying(attempt, "nsqd a:1 (GET /x)", 30.0, sleep=clock.sleep,
+                    clock=lambda: clock.now) == "answer"
+    assert clock.pauses == [0.1, 0.2, 0.4, 0.8, 1.6]
+    logged = [r.getMessage() for r in caplog.records]
+    assert any("retrying for up to 30 s" in m for m in logged)
+    assert any("answering again after 3.1 s" in m for m in logged)
+
+
+def test_a_call_failing_past_the_timeout_names_the_address():
+    import httpx
+    from nsq_spark.errors import UnreachableError
+    from nsq_spark.retry import retrying
+
+    clock = FakeTime()
+
+    def attempt() -> str:
+        raise httpx.ConnectError("refused")
+
+    with pytest.raises(UnreachableError, match=r"nsqd a:1 \(GET /x\): no answer for 5 s .*"
+                                               "ConnectError: refused") as info:
+        retrying(attempt, "nsqd a:1 (GET /x)", 5.0, sleep=clock.sleep, clock=lambda: clock.now)
+    assert isinstance(info.value, ConnectionError) and isinstance(info.value, NSQSparkError)
+    assert clock.pauses == pytest.approx([0.1, 0.2, 0.4, 0.8, 1.6, 1.9])  # up to the timeout

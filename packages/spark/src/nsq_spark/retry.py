@@ -65,8 +65,9 @@ class _Failed(Exception):
     """One attempt failed in a way worth trying again."""
 
 
-def retrying(attempt: Callable[[], T], what: str, timeout: float,
-             sleep: Callable[[float], None] = time.sleep) -> T:
+def retrying(attempt: Callable[[], T], what: str, timeout: float, *,
+             sleep: Callable[[float], None] = time.sleep,
+             clock: Callable[[], float] = time.monotonic) -> T:
     """``attempt()`` until it returns, while it raises :class:`httpx.TransportError` or
     answers 5xx (:func:`call` turns those into a retry), for ``timeout`` seconds.
 
@@ -79,7 +80,7 @@ def retrying(attempt: Callable[[], T], what: str, timeout: float,
         try:
             result = attempt()
         except (_Failed, httpx.TransportError) as exc:
-            now = time.monotonic()
+            now = clock()
             if started is None:
                 started = now
                 log.warning("nsq_spark: %s: %s; retrying for up to %g s", what, _say(exc),
@@ -91,8 +92,7 @@ def retrying(attempt: Callable[[], T], what: str, timeout: float,
             pause = min(pause * 2, MAX_PAUSE)
             continue
         if started is not None:
-            log.warning("nsq_spark: %s: answering again after %.1f s", what,
-                        time.monotonic() - started)
+            log.warning("nsq_spark: %s: answering again after %.1f s", what, clock() - started)
         return result
 
 
