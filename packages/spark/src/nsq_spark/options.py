@@ -352,8 +352,8 @@ def parse(options: Mapping[str, str]) -> Options:
     chosen = [k for k in ("topic", "topics", "topicpattern") if opts.get(k, "").strip()]
     if len(chosen) > 1:
         raise OptionError("only one of the options topic, topics and topicPattern can be given")
-    topics = tuple(_topic(t, _name(chosen[0])) for t in _addresses(
-        opts.get("topics", "") or topic))
+    topics = ((_topic(topic, "topic"),) if topic else
+              tuple(_topic(t, "topics") for t in _addresses(opts.get("topics", ""))))
     pattern = opts.get("topicpattern", "").strip() or None
     if pattern is not None:
         try:
@@ -432,9 +432,6 @@ def parse(options: Mapping[str, str]) -> Options:
         batch_size=_int(opts, "batchsize") or 500,
         given=given,
     )
-    if channel is not None and len(topics) > 1:
-        raise OptionError("a channel read reads one topic: option topics (or topicPattern) is "
-                          "for reads by offset")
     try:
         parsed.client_config()
     except ValueError as exc:
