@@ -140,8 +140,7 @@ def test_ranges_of_a_batch():
                    min_partitions=4)
     assert [(p.nsqd, p.start, p.end) for p in split] == [
         ("x", 0, 33), ("x", 33, 66), ("x", 66, 100), ("y", 0, 10)]
-    reset = ranges({("t", "x"): 50}, {("t", "x"): 20}, {})  # the log started again at 0
-    assert [(p.start, p.end, p.from_earliest) for p in reset] == [(0, 20, False)]
+    assert ranges({("t", "x"): 50}, {("t", "x"): 20}, {}) == []  # the log went back
 
 
 def entry(n: int, nsqd: str = "127.0.0.1:4150") -> Entry:
@@ -316,3 +315,57 @@ def test_a_call_failing_past_the_timeout_names_the_address():
         retrying(attempt, "nsqd a:1 (GET /x)", 5.0, sleep=clock.sleep, clock=lambda: clock.now)
     assert isinstance(info.value, ConnectionError) and isinstance(info.value, NSQSparkError)
     assert clock.pauses == pytest.approx([0.1, 0.2, 0.4, 0.8, 1.6, 1.9])  # up to the timeout
+
+
+def planner(monkeypatch, bounds, **options):
+    """An offset stream whose nsqd bounds are ``bounds`` (the planning alone: the reads
+    against a real nsqd are tests/integration/test_spark_stream.py's)."""
+    from nsq_spark import offset_source
+    from nsq_spark.logread import Bounds
+
+    monkeypatch.setattr(offset_source, "current",
+                        lambda _: {key: Bounds(*b) for key, b in bounds.items()})
+    return offset_source.OffsetStreamReader(parse({"nsqdHttp": "n:1", "topic": "t", **options}))
+
+
+def test_planning_a_stream_by_offset(monkeypatch):
+    from nsq_spark import offset_source
+    from nsq_spark.logread import Bounds
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
+
+    reader = planner(monkeypatch, {("t", "a"): (0, 900), ("t", "b"): (0, 100)})
+    assert reader.initialOffset() == {"t": {"a": LATEST, "b": LATEST}}  # Kafka's default
+    # the first batch of a read from the latest ends where the latest is, and reads nothing
+    first = reader.latestOffset({"t": {"a": LATEST, "b": LATEST}}, ReadAllAvailable())
+    assert first == {"t": {"a": 900, "b": 100}}
+    assert reader.partitions({"t": {"a": LATEST, "b": LATEST}}, first) == []
+    capped = reader.latestOffset({"t": {"a": 0, "b": 0}}, ReadMaxRows(100))
+    assert capped == {"t": {"a": 90, "b": 10}}
+    report = reader.reportLatestOffset()
+    assert report == {"t": {"a": 900, "b": 100}, "minOffsetsBehindLatest": 90,
+                      "avgOffsetsBehindLatest": 450.0, "maxOffsetsBehindLatest": 810}
+    reader.prepareForTriggerAvailableNow()
+    monkeypatch.setattr(offset_source, "current", lambda _: {
+        ("t", "a"): Bounds(0, 5000), ("t", "b"): Bounds(0, 100), ("t", "new"): Bounds(0, 10)})
+    # what came after AvailableNow began is not read, nor a partition new since
+    assert reader.latestOffset({"t": {"a": 0, "b": 0}}, ReadAllAvailable()) == {
+        "t": {"a": 900, "b": 100}}
+    assert reader.latestOffset({"t": {"a": 900, "b": 100}}, ReadAllAvailable()) == {
+        "t": {"a": 900, "b": 100}}  # the same as its start: the query ends
+    waiting = planner(monkeypatch, {("t", "a"): (0, 10)}, minOffsetsPerTrigger="50",
+                      maxTriggerDelay="1h")
+    assert waiting.latestOffset({"t": {"a": 0}}, ReadMinRows(50)) == {"t": {"a": 10}}  # first
+    assert waiting.latestOffset({"t": {"a": 10}}, ReadMinRows(50)) == {"t": {"a": 10}}  # waits
+
+
+def test_a_log_that_went_back_is_data_loss(monkeypatch):
+    from nsq_spark.errors import DataLossError
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    reader = planner(monkeypatch, {("t", "a"): (0, 20)})
+    with pytest.raises(DataLossError, match="now ends at 19, before offset 50"):
+        reader.latestOffset({"t": {"a": 50}}, ReadAllAvailable())
+    lenient = planner(monkeypatch, {("t", "a"): (0, 20)}, failOnDataLoss="false")
+    end = lenient.latestOffset({"t": {"a": 50}}, ReadAllAvailable())
+    assert end == {"t": {"a": 20}}  # on from where the log ends now, as Kafka's source
+    assert lenient.partitions({"t": {"a": 50}}, end) == []

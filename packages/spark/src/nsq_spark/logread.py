@@ -10,7 +10,7 @@ offset to read: a range ``[start, end)``.
 * :func:`offset_at`: the first offset published at or after a time (``startingTimestamp``).
 * :func:`read_range`: the messages of a range as Arrow record batches (an executor's task).
   What the range needs and the log no longer holds (removed by retention, never stored
-  because no channel held it, or a log that started again at 0) is data loss: an error
+  because no channel held it, or the end of a log nsqd lost in a crash) is data loss: an error
   (:class:`.DataLossError`) with ``failOnDataLoss`` true (the default), else a warning and
   the rest of the range.
 """
@@ -145,7 +145,7 @@ def read_range(options: Options, part: LogRange) -> Iterator[pa.RecordBatch]:
             _lost(options, part, at, found, why)
         first = False
         if not messages:
-            if found <= at:  # the log ends before the range does: it started again at 0
+            if found <= at:  # the log ends before the range does (nsqd lost its end)
                 _lost(options, part, at, part.end, f"the log ends at {doc['latest_offset']}")
                 return
             at = found

@@ -91,11 +91,17 @@ def starting_offsets(options: Options, position: Position, now: dict[Key, Bounds
     elif position.kind == "timestamp":
         assert position.timestamp is not None
         for key in now:
-            out[key] = _at_time(options, key, position.timestamp, starting=True) or 0
+            out[key] = _starting_at(options, key, position.timestamp)
     elif position.kind == "timestamps":
         for key, ms in _named(position, now, options, "startingOffsetsByTimestamp").items():
-            out[key] = _at_time(options, key, ms, starting=True) or 0
+            out[key] = _starting_at(options, key, ms)
     return out
+
+
+def _starting_at(options: Options, key: Key, ms: int) -> int:
+    found = _at_time(options, key, ms, starting=True)
+    assert found is not None  # a start finds an offset, LATEST, or raises
+    return found
 
 
 def ending_offsets(options: Options, position: Position, now: dict[Key, Bounds]) -> Flat:
@@ -174,10 +180,13 @@ class OffsetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for key, b in now.items():
             s = begin.get(key)
             if s is not None and s > b.end:
-                _data_loss(options, f"the log of topic {key[0]} on nsqd {key[1]} ends at "
-                           f"{b.end - 1}, before offset {s} where the query is (the topic was "
-                           "deleted and made again?)")
-                begin[key] = 0  # read the new log from its start
+                # nsqd lost the end of its log (killed with messages only in memory, whose
+                # offsets it gives again), or the topic was deleted and made again: as Kafka,
+                # go on from where the log ends now (this batch reads nothing of it).
+                _data_loss(options, f"the log of topic {key[0]} on nsqd {key[1]} now ends at "
+                           f"{b.end - 1}, before offset {s} where the query was: offsets "
+                           f"{b.end} to {s - 1} were lost, or the topic was made again")
+                begin[key] = b.end
         ends = latest
         if self._target is not None:  # AvailableNow: nothing past what was there at its start
             ends = {key: min(e, self._target[key]) for key, e in latest.items()

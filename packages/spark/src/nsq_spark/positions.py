@@ -85,8 +85,8 @@ def ranges(start: Mapping[Key, int], end: Mapping[Key, int], earliest: Mapping[K
            min_partitions: int | None = None, max_records: int | None = None
            ) -> list[LogRange]:
     """The tasks reading ``start`` to ``end``: a partition missing from ``start`` or at
-    EARLIEST is read from its earliest (``earliest``, its bound when planned; a start past
-    the end, a log started again at 0, from 0); one at LATEST is empty in this batch.
+    EARLIEST is read from its earliest (``earliest``, its bound when planned); one at LATEST,
+    or past its end (its log went back), is empty in this batch.
     Each range is cut into pieces of at most ``max_records`` (default
     :data:`DEFAULT_RECORDS_PER_PARTITION`), and further, the largest first, until there are
     ``min_partitions``."""
@@ -97,9 +97,7 @@ def ranges(start: Mapping[Key, int], end: Mapping[Key, int], earliest: Mapping[K
             continue
         if s is None or s == EARLIEST:
             first, from_earliest = earliest.get(key, 0), True
-        elif s > e:
-            first, from_earliest = 0, False
-        else:
+        else:  # a start past the end (the log went back, see offset_source): nothing
             first, from_earliest = s, False
         if e > first:
             wanted.append((key, first, e, from_earliest))
