@@ -299,3 +299,19 @@ def test_lmstfy_scenario_across_a_restart(run_daemon, stop):
         assert service.api("GET", path).json()["size"] == 0
     assert service.consume("waiting").json()["job_id"] == waiting
     assert service.consume("later", timeout="10").json()["job_id"] == delayed
+
+
+def test_a_respawned_job_goes_behind_the_ready_ones(lmstfy):
+    """As lmstfy's respawn pushes dead jobs onto the back of the ready list."""
+    dead = lmstfy.publish(body=b"dead", tries="1")
+    assert lmstfy.consume(ttr="1").json()["job_id"] == dead
+
+    def dead_lettered():
+        return lmstfy.api("GET", "/q/deadletter").json()["deadletter_size"] == 1
+
+    wait_until(dead_lettered, what="the job to become a dead letter")
+    first, second = lmstfy.publish(body=b"b"), lmstfy.publish(body=b"c")
+    assert lmstfy.api("PUT", "/q/deadletter").json() == {"msg": "respawned", "count": 1}
+    later = lmstfy.publish(body=b"after the respawn")
+    got = [lmstfy.consume(timeout="5").json()["job_id"] for _ in range(4)]
+    assert got == [first, second, dead, later]

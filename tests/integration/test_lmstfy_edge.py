@@ -9,6 +9,7 @@ import socket
 
 import httpx
 import pytest
+from nsq_testing import DEADLINE
 from nsq_testing.lmstfy import Lmstfy
 
 
@@ -117,3 +118,19 @@ def test_a_wait_abandoned_by_its_client_takes_nothing(lmstfy):
                   timeout=0.5)
     lmstfy.publish(tries="1")
     assert lmstfy.consume().status_code == 200  # not taken (and dead) for the gone client
+
+
+def test_info_says_where_lmstfy_listens_and_config_hides_its_accounts(run_daemon):
+    """/info names the addresses lmstfy's listeners bound (a port 0 too), only when served;
+    /config never shows the admin accounts' passwords."""
+    service = Lmstfy(run_daemon, "--lmstfy-admin-account=ops:s3cret",
+                     auth=("ops", "s3cret"))
+    info = httpx.get(f"http://{service.nsqd.http_address}/info", timeout=DEADLINE).json()
+    assert f"http://{info['lmstfy_http_address']}" == service.data_url
+    assert f"http://{info['lmstfy_admin_http_address']}" == service.admin_url
+    r = httpx.get(f"http://{service.nsqd.http_address}/config/lmstfy_admin_accounts",
+                  timeout=DEADLINE)
+    assert r.status_code == 400 and "s3cret" not in r.text
+    plain = run_daemon("nsqd")
+    info = httpx.get(f"http://{plain.http_address}/info", timeout=DEADLINE).json()
+    assert not any(key.startswith("lmstfy") for key in info)

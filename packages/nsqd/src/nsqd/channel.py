@@ -148,11 +148,17 @@ class Channel:
         # message in order, the offset the cursor must reach before it goes out again.
         self.requeue_behind = False
         self._requeued_after: deque[int] = deque()
+        self._own_after = 0  # the same for what was last respawned into the own queue
         # Offsets of messages deleted while waiting (lmstfy's DELETE): they keep their place
         # until reached, as lmstfy's stale ready-list entries do (``size`` counts them, a
         # consume that meets one finds nothing), then are done with.
         self.tombstones: set[int] = set()
         self.stale_popped = False  # the last take with ``stop_at_stale`` stopped at one
+        # A rewind while messages of the log are in flight: their offsets (to their ids). A
+        # record read again while its message is still in flight is passed over (its one
+        # copy is the one in flight, which its FIN acknowledges or its timeout requeues); one
+        # coming back before the cursor reads it again is dropped (the log delivers it).
+        self._rewound: dict[int, bytes] = {}
         self.in_flight = InFlightQueue()
         self.deferred = DeferredQueue()
         self.clients: dict[int, Consumer] = {}
@@ -245,13 +251,34 @@ class Channel:
                 runs = _cut(runs, end)
                 stop = end
             cursor.read = stop
+            if self._rewound:
+                runs = self._without_in_flight(runs)
             acked = cursor.acked
             if not cursor.ahead and not (acked and acked.count_in(read, stop)):
-                return runs
+                if runs:
+                    return runs
+                continue
             runs = _without_acked(runs, cursor)
             cursor.passed(stop)
             if runs:
                 return runs
+
+    def _without_in_flight(self, runs: list[Run]) -> list[Run]:
+        """``runs`` without the records whose messages are still in flight from before a
+        rewind (see ``_rewound``)."""
+        rewound = self._rewound
+        out: list[Run] = []
+        for first, records, plain in runs:
+            start = 0
+            for i in range(len(records)):
+                message_id = rewound.pop(first + i, None)
+                if message_id is not None and message_id in self.in_flight:
+                    if i > start:
+                        out.append((first + start, records[start:i], plain))
+                    start = i + 1
+            if start < len(records):
+                out.append((first + start, records[start:] if start else records, plain))
+        return out
 
     def _take(self, n: int, *, stop_at_stale: bool = False) -> list[QueuedMessage]:
         """Up to ``n`` messages to deliver now, each with its verdict acted on (deferred,
@@ -272,14 +299,15 @@ class Channel:
                 while requeued and len(batch) < want and after[0] <= self.cursor.read:
                     batch.append(requeued.popleft())
                     after.popleft()
-            elif self.own is not None and self.own.has_ready():
-                batch = self.own.take(want)
+            elif self._own_ready():
+                batch = self.own.take(want)  # type: ignore[union-attr]
             else:
                 runs = self._read_log(min(want, READ_BATCH))
                 if not runs:
-                    if runs is not None and self.requeued:
+                    if runs is not None and (self.requeued or self._own_after):
                         self._requeued_after = deque([0] * len(self.requeued))
-                        continue  # the log is read to its end: the requeued ones now
+                        self._own_after = 0
+                        continue  # the log is read to its end: those held back now
                     break
                 batch = self._decoded(runs)
             for msg in batch:
@@ -292,6 +320,18 @@ class Channel:
                         self.stale_popped = True
                         return out
         return out
+
+    def _room(self) -> int:
+        """How far the log may be read before a held-back requeued or respawned message's
+        turn comes."""
+        turns = [self._requeued_after[0]] if self.requeued else []
+        if self.own is not None and self.own.has_ready():
+            turns.append(self._own_after)
+        return min(turns) - self.cursor.read if turns else READ_BATCH
+
+    def _own_ready(self) -> bool:
+        own = self.own
+        return own is not None and own.has_ready() and self._own_after <= self.cursor.read
 
     def _requeued_ready(self) -> bool:
         return self._requeued_after[0] <= self.cursor.read
@@ -360,9 +400,7 @@ class Channel:
             slots = [c.ready_slots() for c in ready]
             want = sum(slots)
             if self._records_fit():
-                # not past a requeued message's turn
-                room = self._requeued_after[0] - self.cursor.read if self.requeued else want
-                runs = self._read_log(min(want, READ_BATCH, room))
+                runs = self._read_log(min(want, READ_BATCH, self._room()))
                 if not runs:
                     return  # nothing more, or being read from disk (the log wakes us)
                 if all(plain or all(map(is_plain, records)) for _, records, plain in runs):
@@ -397,9 +435,8 @@ class Channel:
         """The next messages can go out as the log's records: nothing requeued or of the
         own queue comes first, and nothing needs a look at each (an attempt limit, state
         the cursor kept for them)."""
-        own = self.own
         return ((not self.requeued or not self._requeued_ready())
-                and (own is None or not own.has_ready())
+                and not self._own_ready()
                 and not self.max_attempts and not self.default_max_attempts
                 and not self.cursor.extras and not self.tombstones)
 
@@ -544,6 +581,8 @@ class Channel:
             raise
         for msg in msgs:
             dead.backlog.ack(msg.id)
+        if self.requeue_behind:  # lmstfy: respawned jobs go behind what is ready now
+            self._own_after = self.topic.visible_end
         self.changed()
         return len(msgs)
 
@@ -898,6 +937,9 @@ class Channel:
 
     def _requeue(self, msgs: list[QueuedMessage]) -> None:
         """WAITING again: REQ, a timeout, a consumer gone, a deferral due."""
+        if self._rewound:  # the log delivers these again anyway (see ``_rewound``)
+            read, rewound = self.cursor.read, self._rewound
+            msgs = [m for m in msgs if m.offset < read or rewound.pop(m.offset, None) is None]
         self.requeued.extend(msgs)
         end = self.topic.visible_end
         behind = end if self.requeue_behind else min(end, self.cursor.read + self.mem_queue_size)
@@ -982,10 +1024,13 @@ class Channel:
         own = [m for m in held if m.offset == OWN]
         if own and self.own is not None:
             self.own.put_back(own)
-        self.cursor.move_to(max(offset, self.log.start))
+        offset = max(offset, self.log.start)
+        self._rewound = {o: i for o, i in self.in_flight.ids_by_offset() if o >= offset}
+        self.cursor.move_to(offset)
         self.changed()
 
     def _forget_held(self) -> None:
+        self._rewound.clear()
         self.requeued.clear()
         self._requeued_after.clear()
         self.tombstones.clear()

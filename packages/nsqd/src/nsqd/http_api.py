@@ -215,7 +215,7 @@ class HttpApi:
 
     async def info(self, request: Request) -> Response:
         o = self.opts
-        return _json({
+        doc = {
             "version": self.broker.features.version,
             "broadcast_address": o.broadcast_address,
             "hostname": _hostname(),
@@ -226,7 +226,13 @@ class HttpApi:
             "max_output_buffer_size": o.max_output_buffer_size,
             "max_output_buffer_timeout": int(o.max_output_buffer_timeout * 1e9),
             "max_deflate_level": o.max_deflate_level,
-        })
+        }
+        # beyond NSQ, only when served: where lmstfy's APIs listen (bound, so :0 is known)
+        for key, address in zip(("lmstfy_http_address", "lmstfy_admin_http_address"),
+                                self.broker.lmstfy_addresses, strict=False):
+            if address:
+                doc[key] = address
+        return _json(doc)
 
     def _new(self, bodies: list[bytes], defer: float = 0.0, ttl: int = 0
              ) -> list[QueuedMessage] | Records:
@@ -614,8 +620,10 @@ class HttpApi:
         logging.getLogger("nsqd").setLevel(PYTHON_LOG_LEVELS[level])
 
 
-#: What /config/<key> shows: every option but the command line's own.
-_CONFIG_KEYS = frozenset(Options.keys()) - {"config", "version", "verbose"}
+#: What /config/<key> shows: every option but the command line's own, and not the lmstfy
+#: admin accounts' passwords.
+_CONFIG_KEYS = frozenset(Options.keys()) - {"config", "version", "verbose",
+                                            "lmstfy_admin_accounts"}
 _SETTINGS_KEYS = frozenset(Settings.keys())
 
 

@@ -169,7 +169,9 @@ def document() -> dict[str, Any]:
         "openapi": "3.1.0",
         "info": {"title": "nsqd HTTP API", "version": NSQ_VERSION,
                  "description": "NSQ's nsqd HTTP API, with the job features beyond NSQ "
-                                "(docs/jobs.md). Errors are {\"message\": \"<TEXT>\"}."},
+                                "(docs/jobs.md). Errors are {\"message\": \"<TEXT>\"}. "
+                                "lmstfy's APIs, when this nsqd serves them, are described at "
+                                "its --lmstfy-admin-http-address's /openapi.json."},
         "paths": paths,
         "components": {"schemas": {
             "Error": {"type": "object", "required": ["message"],

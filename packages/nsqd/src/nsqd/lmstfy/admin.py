@@ -1,4 +1,6 @@
-"""lmstfy's admin API: tokens, rate limits, the queue list, version and metrics.
+"""lmstfy's admin API: tokens, rate limits, the queue list, version and metrics; and (beyond
+lmstfy) ``/peek/:namespace/:queue``, the jobs of a queue for nsqadmin's Jobs pages, and
+``/openapi.json``, the description of both lmstfy APIs (``openapi``).
 
 Basic auth (``--lmstfy-admin-account user:password``) guards what lmstfy guards when accounts
 are configured: the token and limit routes and ``POST /accesslog``.
@@ -10,7 +12,7 @@ import base64
 import binascii
 import hmac
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -22,14 +24,16 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from starlette.requests import Request
 from starlette.responses import Response
 
-from . import ids, names
+from ..message import Job, QueuedMessage
+from . import ids, names, openapi
 from .api import answer, gin_conventions, log_bug, query_params, refuse, translate
 from .limiter_json import decode_limiter
-from .queues import JobQueues
+from .queues import JobQueues, job_json
 from .state import Limit, State
 from .throttle import Throttle
 
 MIN_USER_TOKEN = 20
+PEEK_DEFAULT, PEEK_MOST = 10, 100  # jobs of each kind /peek shows
 
 
 class Admin:
@@ -145,6 +149,42 @@ class Admin:
         return answer(200, [{"namespace": ns, "token": token, "limiter": limit.to_json()}
                             for (ns, token), limit in self.state.limits.items()])
 
+    # -- a look at a queue's jobs (beyond lmstfy: nsqadmin's Jobs pages) --------------------
+    async def peek(self, request: Request) -> Response:
+        """``GET /peek/:namespace/:queue?count=``: up to ``count`` (10; 1 to 100) jobs ready,
+        delayed and dead, each as the data API's peek answers a job (plus its ``delay``),
+        taken by no one and changing nothing. Guarded as the token routes are: it shows job
+        data, which the data API shows only for a token."""
+        self._authorized(request)
+        namespace, queue = request.path_params["namespace"], request.path_params["queue"]
+        problem = names.name_error(namespace, queue)
+        if problem:
+            raise refuse(400, problem)
+        text = query_params(request).get("count", str(PEEK_DEFAULT))
+        if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= PEEK_MOST:
+            raise refuse(400, "invalid count")
+        count = int(text)
+        ready: list[QueuedMessage] = []
+        delayed: list[QueuedMessage] = []
+        dead: list[QueuedMessage] = []
+        clock = self.queues.broker.clock
+        now_ns = clock.wall_ns()
+        channel = self.queues.channel(namespace, queue)
+        if channel is not None:
+            ready = channel.peek(count, clock.now())
+            delayed = sorted((m for m in channel.deferred if m.due > now_ns),
+                             key=lambda m: m.due)[:count]  # (delayed jobs wait there)
+            if channel.dead_letter_count:
+                dead = channel.dead_letters.peek(count)
+
+        def jobs(msgs: Sequence[QueuedMessage], *, is_dead: bool = False
+                 ) -> list[dict[str, object]]:
+            return [{**job_json(namespace, queue, m, now_ns, dead=is_dead),
+                     "delay": m.delay if isinstance(m, Job) else 0} for m in msgs]
+
+        return answer(200, {"namespace": namespace, "queue": queue, "ready": jobs(ready),
+                            "delayed": jobs(delayed), "deadletter": jobs(dead, is_dead=True)})
+
     # -- the rest ----------------------------------------------------------------------------
     async def info(self, request: Request) -> Response:
         pool = query_params(request).get("pool", "")
@@ -217,10 +257,16 @@ def build_admin_app(queues: JobQueues, state: State, throttle: Throttle,
     admin = Admin(queues, state, throttle, accounts)
     router = Router(gin_conventions(HttpError(404, body=b"404 page not found")),
                     error_log=log_bug, translate=translate)
+    description = json.dumps(openapi.document()).encode()
+
+    async def openapi_json(request: Request) -> Response:
+        return Response(description, 200, media_type="application/json")
+
     for method, path, endpoint in (
+        ("GET", "/openapi.json", openapi_json),
         ("GET", "/info", admin.info), ("GET", "/version", admin.version),
         ("GET", "/metrics", admin.metrics), ("GET", "/pools", admin.pools),
-        ("GET", "/limits", admin.limits),
+        ("GET", "/limits", admin.limits), ("GET", "/peek/:namespace/:queue", admin.peek),
         ("GET", "/accesslog", admin.access_log_state),
         ("POST", "/accesslog", admin.access_log_state),
         ("GET", "/token/:namespace", admin.tokens), ("POST", "/token/:namespace", admin.tokens),
