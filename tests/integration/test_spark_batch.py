@@ -220,3 +220,17 @@ def test_bad_options_fail_when_the_dataframe_is_defined(spark, stream):
     with pytest.raises(Exception, match="can't be latest for batch reads"):
         (spark.read.format("nsq").option("nsqdHttp", "127.0.0.1:1").option("topic", "t")
          .option("startingOffsets", "latest").load().collect())
+
+
+def test_a_range_is_read_from_an_nsqd_that_allows_fewer_per_request(run_daemon):
+    """No Spark: an executor's read of a range, from an nsqd whose --max-rdy-count (100) is
+    below the 2,500 a request asks for: it asks for fewer and reads the whole range."""
+    from nsq_spark.logread import LogRange, read_range
+    from nsq_spark.options import parse
+
+    nsqd = run_daemon("nsqd", "--max-rdy-count=100")
+    publish_log(nsqd, "small-reads", [b"s%d" % i for i in range(300)])
+    options = parse({"nsqdHttp": nsqd.http_address, "topic": "small-reads"})
+    batches = list(read_range(options, LogRange("small-reads", nsqd.http_address, 10, 290)))
+    assert [o for b in batches for o in b.column("offset").to_pylist()] == list(range(10, 290))
+    assert max(b.num_rows for b in batches) <= 100

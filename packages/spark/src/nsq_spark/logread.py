@@ -38,7 +38,7 @@ from .rows import messages_batch
 log = logging.getLogger("nsq_spark")
 
 #: Messages per request: nsqd's default --max-rdy-count caps ``n`` (a lower one is met by
-#: asking for fewer, see :func:`_read`).
+#: asking for fewer, see :func:`read_range`).
 READ_N = 2500
 #: An offset past any log's end: asked from there, nsqd answers the bounds and no message.
 PAST_THE_END = (1 << 63) - 2
@@ -48,6 +48,14 @@ PAST_THE_END = (1 << 63) - 2
 class Bounds:
     earliest: int  # the first offset still stored (``end`` when none is)
     end: int  # the next offset to be given: latest_offset + 1
+
+
+class _Refused(NSQSparkError):
+    """nsqd answered a request with an error; ``message`` is nsqd's (``INVALID_N``)."""
+
+    def __init__(self, text: str, message: str) -> None:
+        super().__init__(text)
+        self.message = message
 
 
 def _get(options: Options, nsqd: str, topic: str, params: dict[str, str]) -> dict[str, Any] | None:
@@ -64,8 +72,8 @@ def _get(options: Options, nsqd: str, topic: str, params: dict[str, str]) -> dic
         raise NSQSparkError(f"nsqd {nsqd} has no GET /topic/read (answered 404 {message}): "
                             "only this project's nsqd is read by offset; read Go's nsqd through "
                             "a channel (option channel)")
-    raise NSQSparkError(f"nsqd {nsqd}: GET /topic/read?topic={topic} answered "
-                        f"{response.status_code} {message}")
+    raise _Refused(f"nsqd {nsqd}: GET /topic/read?topic={topic} answered "
+                   f"{response.status_code} {message}", message)
 
 
 def _message(content: bytes) -> str:
@@ -127,8 +135,8 @@ def read_range(options: Options, part: LogRange) -> Iterator[pa.RecordBatch]:
         try:
             doc = _get(options, part.nsqd, part.topic,
                        {"offset": str(at), "n": str(min(n, part.end - at))})
-        except NSQSparkError as exc:
-            if "INVALID_N" in str(exc) and n > 1:  # an nsqd with a lower --max-rdy-count
+        except _Refused as exc:
+            if exc.message == "INVALID_N" and n > 1:  # an nsqd with a lower --max-rdy-count
                 n = max(1, n // 4)
                 continue
             raise

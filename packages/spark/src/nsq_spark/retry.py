@@ -14,6 +14,7 @@ than a request).
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import time
@@ -50,9 +51,17 @@ def client(options: Options) -> httpx.Client:
     key = (os.getpid(), verify, cert, timeout)  # a forked worker makes its own
     found = _clients.get(key)
     if found is None:
+        if not _clients:
+            atexit.register(_close_all)
         found = _clients[key] = httpx.Client(timeout=timeout, verify=verify, cert=cert,
                                              trust_env=False)
     return found
+
+
+def _close_all() -> None:
+    """At exit: the connections closed rather than left to the garbage collector."""
+    for key in [k for k in _clients if k[0] == os.getpid()]:
+        _clients.pop(key).close()
 
 
 def url(address: str, path: str) -> str:
