@@ -10,9 +10,11 @@ and cached before anything is timed, and one small untimed write starts Spark's 
 
 Each run times ``df.write.format("nsq").save()`` from its call to its return (every MPUB
 answered), checks through ``/stats`` that the topic gained exactly ``--rows`` messages, and
-empties the topic. Printed: each run's rows/s and MB/s of bodies, and the median; then the same
-for Spark's ``noop`` sink on the same DataFrame, which is what Spark itself costs without
-Python or NSQ. Wall times: a busy machine makes every figure worse.
+empties the topic; Spark's ``noop`` sink on the same DataFrame is timed between the runs
+(what Spark itself costs without Python or NSQ, at that moment). Printed: each run's rows/s
+and MB/s of bodies, and the median, for both, and the nsq sink's median as a ratio to noop's.
+Wall times: a busy machine makes every figure worse, the ratio less so.
+``python -m bench.spark_source --sink`` runs this after the source, in the same session.
 """
 
 from __future__ import annotations
@@ -65,12 +67,41 @@ def _timed(action: Any) -> float:
     return time.perf_counter() - start
 
 
-def _report(name: str, seconds: list[float], rows: int, size: int) -> None:
+def _report(name: str, seconds: list[float], rows: int, size: int) -> float:
     rates = [rows / s for s in seconds]
     runs = "  ".join(f"{r:,.0f}" for r in rates)
     median = statistics.median(rates)
     print(f"{name:<10} rows/s: median {median:>10,.0f}  ({median * size / 1e6:.1f} MB/s of bodies)"
           f"  runs: {runs}")
+    return median
+
+
+def measure(spark: Any, nsqd: Nsqd, *, rows: int, size: int, partitions: int, runs: int,
+            batch_size: int, cores: int) -> None:
+    """The sink's runs and noop's, alternated, printed (see the module docstring)."""
+    df = _frame(spark, rows, size, partitions)
+
+    def write(frame: Any) -> None:
+        (frame.write.format("nsq").option("nsqd", nsqd.tcp_address).option("topic", TOPIC)
+         .option("batchSize", str(batch_size)).mode("append").save())
+
+    write(_frame(spark, 1000, size, partitions))  # start the Python workers
+    nsqd.delete_topic(TOPIC)
+    seconds, noop = [], []
+    for _ in range(runs):
+        noop.append(_timed(lambda: df.write.format("noop").mode("overwrite").save()))
+        before = _published(nsqd)
+        seconds.append(_timed(lambda: write(df)))
+        gained = _published(nsqd) - before
+        if gained != rows:
+            raise SystemExit(f"the topic gained {gained} messages, not {rows}")
+        nsqd.delete_topic(TOPIC)
+    df.unpersist()
+    print(f"sink: {rows:,} rows x {size} B, {partitions} partitions, local[{cores}],"
+          f" {batch_size} rows per MPUB")
+    ours = _report("nsq", seconds, rows, size)
+    baseline = _report("noop", noop, rows, size)
+    print(f"{'':<10} nsq = {ours / baseline:.4f} of noop")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -81,27 +112,8 @@ def main(argv: list[str] | None = None) -> None:
     spark: Any = None
     try:
         spark = nsq_spark.local_session("bench-spark-sink", cores=args.cores)
-        df = _frame(spark, args.rows, args.size, args.partitions)
-
-        def write(frame: Any) -> None:
-            (frame.write.format("nsq").option("nsqd", nsqd.tcp_address).option("topic", TOPIC)
-             .option("batchSize", str(args.batch_size)).mode("append").save())
-
-        write(_frame(spark, 1000, args.size, args.partitions))  # start the Python workers
-        seconds = []
-        for _ in range(args.runs):
-            before = _published(nsqd)
-            seconds.append(_timed(lambda: write(df)))
-            gained = _published(nsqd) - before
-            if gained != args.rows:
-                raise SystemExit(f"the topic gained {gained} messages, not {args.rows}")
-            nsqd.delete_topic(TOPIC)
-        noop = [_timed(lambda: df.write.format("noop").mode("overwrite").save())
-                for _ in range(args.runs)]
-        print(f"{args.rows:,} rows x {args.size} B, {args.partitions} partitions, local[{args.cores}],"
-              f" {args.batch_size} rows per MPUB")
-        _report("nsq", seconds, args.rows, args.size)
-        _report("noop", noop, args.rows, args.size)
+        measure(spark, nsqd, rows=args.rows, size=args.size, partitions=args.partitions,
+                runs=args.runs, batch_size=args.batch_size, cores=args.cores)
     finally:
         if spark is not None:
             spark.stop()

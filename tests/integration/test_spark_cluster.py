@@ -54,6 +54,8 @@ def spark(cluster: SparkCluster) -> Iterator[SparkSession]:
                .config("spark.executor.memory", "512m")
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.sql.session.timeZone", "UTC")
+               # as nsq_spark.local_session: Python workers may be slow to connect back here
+               .config("spark.python.authenticate.socketTimeout", "120s")
                .getOrCreate())
     try:
         nsq_spark.register(session)
@@ -234,6 +236,31 @@ def test_executors_pull_over_http_on_the_cluster(spark, cluster, nsqd, http, tmp
     stats = wait_until(drained(http, nsqd, "cluster_http", "spark"), timeout=SPARK_DEADLINE,
                        what="channel depth 0, in_flight 0")
     assert stats["timeout_count"] == 0 and stats["requeue_count"] == 0
+
+
+def test_a_read_by_offset_is_split_over_both_executors(spark, cluster, nsqd, http, tmp_path):
+    """By offset: the driver plans ranges of the topic's log (minPartitions 2: the one nsqd's
+    range in two), each executor reads its range over HTTP, the writer alone has a
+    checkpoint, and nothing is consumed: the topic's channel still holds every message."""
+    bodies = publish(http, nsqd, "cluster_offsets", "untouched")
+    checkpoint, out = tmp_path / "checkpoint", tmp_path / "out"
+    query = (spark.readStream.format("nsq").option("nsqdHttp", nsqd.http_address)
+             .option("topic", "cluster_offsets").option("startingOffsets", "earliest")
+             .option("minPartitions", "2").load()
+             .select("offset", "body", "nsqd", where().alias("place"))
+             .writeStream.format("parquet").option("path", str(out))
+             .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+    finished = query.awaitTermination(SPARK_DEADLINE)
+    if not finished:
+        query.stop()
+    assert finished and query.exception() is None
+    got = spark.read.parquet(str(out)).collect()
+    assert sorted(r.offset for r in got) == list(range(COUNT))
+    assert sorted(bytes(r.body) for r in got) == sorted(bodies)
+    assert {r.nsqd for r in got} == {nsqd.http_address}
+    assert len(executors(cluster, [r.place for r in got])) >= 2
+    assert not (checkpoint / "sources" / "nsq").exists()
+    assert channel_stats(http, nsqd, "cluster_offsets", "untouched")["depth"] == COUNT
 
 
 def consume(nsqd: Daemon, topic: str, channel: str, count: int) -> list[bytes]:

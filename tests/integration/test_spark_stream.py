@@ -1,5 +1,10 @@
-"""The nsq streaming source in a real local Spark, against a real nsqd: every message once,
-FINished only after Spark commits, replayed from the checkpoint after the driver is killed."""
+"""The nsq streaming source in a real local Spark, against a real nsqd.
+
+Reads by offset: Spark's offsets, exactly once into an idempotent sink across a driver
+killed at five points of a batch and across an nsqd restart, the starting positions,
+AvailableNow stopping at its start's offsets, the progress metrics, failures that surface.
+Channel reads: every message once, FINished only after Spark commits, replayed from the
+reader's checkpoint after the driver is killed."""
 
 from __future__ import annotations
 
@@ -208,17 +213,15 @@ def test_touching_many_messages_at_once(nsqd):
     assert channel_stats(nsqd, topic)["timeout_count"] == 0
 
 
-def test_options_are_checked(spark):
-    with pytest.raises(Exception, match="invalid topic name"):
-        (spark.readStream.format("nsq").option("nsqd", "127.0.0.1:1").option("topic", "bad topic!")
-         .option("channel", "c").load())
-    with pytest.raises(Exception, match=r'"lookupd" .* or "nsqd"'):
-        spark.readStream.format("nsq").option("topic", "t").load()
-    query = (spark.readStream.format("nsq").option("nsqd", "127.0.0.1:1").option("topic", "t")
-             .load().writeStream.format("memory").queryName("no_channel").start())
+def test_a_stream_refused_at_start_says_why(spark):
+    """endingOffsets is for batch reads: a stream can tell only once it runs (Spark makes its
+    reader then), and the query ends with the connector's error, not PySpark's own."""
+    query = (spark.readStream.format("nsq").option("nsqdHttp", "127.0.0.1:1").option("topic", "t")
+             .option("endingOffsets", "latest").load()
+             .writeStream.format("memory").queryName("refused").start())
     wait_progressing(lambda: not query.isActive, lambda: query.status["message"],
                      "the query's end")
-    with pytest.raises(Exception, match='option "channel" is required'):
+    with pytest.raises(Exception, match="OptionError: option endingOffsets is for batch reads"):
         query.awaitTermination()
 
 
@@ -226,14 +229,14 @@ class Driver:
     """``_spark_query.py`` run as its own driver process, its output in a file (a pipe
     nobody reads while it runs would fill with Spark's log and stop the driver)."""
 
-    def __init__(self, nsqd, mode, topic, checkpoint: Path, out: Path, expected: int, *extra: str
-                 ) -> None:
+    def __init__(self, source: tuple[str, str], topic, checkpoint: Path, out: Path, expected: int,
+                 *extra: str) -> None:
         self.checkpoint, self.out = checkpoint, out
         self.log = out.parent / f"driver-{len(list(out.parent.glob('driver-*.log')))}.log"
         with self.log.open("wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, str(QUERY_SCRIPT), *where(nsqd, mode), topic, str(checkpoint),
-                 str(out), str(expected), "--msg-timeout", "5s", *extra],
+                [sys.executable, str(QUERY_SCRIPT), *source, topic, str(checkpoint),
+                 str(out), str(expected), *extra],
                 start_new_session=True, stdout=subprocess.DEVNULL, stderr=log)
 
     def output(self) -> str:
@@ -278,7 +281,8 @@ def test_driver_killed_mid_batch_replays_it_from_the_checkpoint(spark, nsqd, tmp
     bodies = publish(nsqd, topic, 3000)
     checkpoint, out = tmp_path / "checkpoint", tmp_path / "out"
     out.mkdir()
-    first = Driver(nsqd, mode, topic, checkpoint, out, 3000, "--stall-at", "2")
+    channel = ("--channel", "spark", "--msg-timeout", "5s")
+    first = Driver(where(nsqd, mode), topic, checkpoint, out, 3000, *channel, "--stall-at", "2")
     try:
         stalled_file = first.wait_for(lambda: next(out.glob("stalled-*.json"), None),
                                       "batch 2 stalled in the first driver")
@@ -287,7 +291,7 @@ def test_driver_killed_mid_batch_replays_it_from_the_checkpoint(spark, nsqd, tmp
     stalled = set(json.loads(stalled_file.read_text()))
     assert stalled, "the cut batch had messages"
 
-    second = Driver(nsqd, mode, topic, checkpoint, out, 3000)
+    second = Driver(where(nsqd, mode), topic, checkpoint, out, 3000, *channel)
     try:
         assert second.finish() == 0, second.output()
     finally:
@@ -315,3 +319,261 @@ def test_driver_killed_mid_batch_replays_it_from_the_checkpoint(spark, nsqd, tmp
     query.awaitTermination()
     assert more == []
     wait_until(lambda: drained(nsqd, topic), what="channel depth 0, in_flight 0")
+
+
+# -- reads by offset ------------------------------------------------------------------------------
+
+def publish_log(nsqd, topic: str, bodies: list[bytes]) -> None:
+    """Publish to a topic with no channel: nsqd holds its messages (for the first channel to
+    come), so a read by offset finds them all."""
+    with httpx.Client(base_url=f"http://{nsqd.http_address}", timeout=DEADLINE) as client:
+        for i in range(0, len(bodies), 1000):
+            r = client.post("/mpub", params={"topic": topic}, content=b"\n".join(bodies[i:i + 1000]))
+            assert r.status_code == 200, r.text
+
+
+def log_bounds(nsqd, topic: str) -> tuple[int, int]:
+    """The earliest offset of the topic's log on this nsqd, and the next."""
+    doc = httpx.get(f"http://{nsqd.http_address}/topic/read", timeout=DEADLINE,
+                    params={"topic": topic, "offset": str(1 << 62), "n": "1"}).json()
+    return doc["earliest_offset"], doc["latest_offset"] + 1
+
+
+def exactly_once(rows, bodies: list[bytes]) -> None:
+    """Each offset once, and the bodies are those published."""
+    counts = collections.Counter((r.nsqd, r.offset) for r in rows)
+    repeated = {key: n for key, n in counts.items() if n > 1}
+    assert not repeated, f"{len(repeated)} offsets read more than once: {sorted(repeated)[:5]}"
+    got = collections.Counter(bytes(r.body) for r in rows)
+    missing = collections.Counter(bodies) - got
+    assert not missing, f"{sum(missing.values())} messages missing"
+    assert got == collections.Counter(bodies)
+
+
+KILL_POINTS = ("planned", "reading", "written", "before-commit", "after-commit")
+
+
+def killed_at(point: str, batch: int, checkpoint: Path, out: Path) -> str | None:
+    """What the checkpoint and the sink must show after a kill at ``point`` of ``batch``;
+    None when they show it."""
+    offsets = (checkpoint / "offsets" / str(batch)).exists()
+    committed = (checkpoint / "commits" / str(batch)).is_file()
+    written = (out / f"batch={batch}" / "_SUCCESS").exists()
+    expected = {"planned": (True, False, False), "reading": (True, False, False),
+                "written": (True, False, True), "before-commit": (True, False, True),
+                "after-commit": (True, True, True)}[point]
+    found = (offsets, committed, written)
+    return None if found == expected else f"(offsets, commit, sink) {found}, not {expected}"
+
+
+def test_driver_killed_at_five_points_of_a_batch_loses_and_repeats_nothing(spark, nsqd, tmp_path):
+    """A read by offset, the checkpoint on the writer only, into a sink idempotent by batch
+    id: the driver is SIGKILLed (JVM and all) at each of five points of a batch, one run
+    after another on the same checkpoint, and the last run finishes the topic. Every message
+    is in the sink exactly once."""
+    topic = "killed_offsets"
+    bodies = [f"{topic}-{i}".encode() for i in range(4000)]
+    publish_log(nsqd, topic, bodies)
+    checkpoint, out = tmp_path / "checkpoint", tmp_path / "out"
+    out.mkdir()
+    source = ("nsqdHttp", nsqd.http_address)
+    for batch, point in enumerate(KILL_POINTS, start=1):
+        driver = Driver(source, topic, checkpoint, out, len(bodies), "--kill-at", point,
+                        "--kill-batch", str(batch))
+        try:
+            if point == "before-commit":
+                driver.wait_for(lambda: (out / "commit-failed").exists(),
+                                f"Spark failing to commit batch {batch}")
+            else:
+                driver.wait_for(lambda d=driver: d.proc.poll() is not None,
+                                f"the kill at {point} of batch {batch}", exiting=True)
+        finally:
+            driver.kill()
+        if point == "before-commit":  # what a crash there leaves: no commit file
+            (checkpoint / "commits" / str(batch)).rmdir()
+            (out / "commit-failed").unlink()
+        assert killed_at(point, batch, checkpoint, out) is None, (
+            f"{point} of batch {batch}: {killed_at(point, batch, checkpoint, out)}\n"
+            f"{driver.output()}")
+    last = Driver(source, topic, checkpoint, out, len(bodies))
+    try:
+        assert last.finish() == 0, last.output()
+    finally:
+        last.kill()
+    assert not (checkpoint / "sources" / "nsq").exists()  # the reader kept no file
+    exactly_once(spark.read.parquet(str(out)).collect(), bodies)
+
+
+@pytest.mark.parametrize("mode", ["offset", "tcp", "http"])
+def test_an_nsqd_restart_mid_stream_loses_nothing(spark, tmp_path, mode, record_property):
+    """nsqd stopped (SIGTERM) and started again on its ports in the middle of a stream: the
+    query goes on by itself (a read by offset retries its calls, a channel's consumers
+    reconnect) and every message arrives; by offset each exactly once. A channel's messages
+    in flight at the restart come again from nsqd (at least once)."""
+    from nsq_testing import free_port
+
+    args = [f"--tcp-address=127.0.0.1:{free_port()}", f"--http-address=127.0.0.1:{free_port()}",
+            "--https-address=127.0.0.1:0", f"--data-path={tmp_path}"]
+    nsqd = start_daemon("nsqd", args)
+    topic = f"restarted_{mode}"
+    first = [b"before-%d" % i for i in range(2000)]
+    second = [b"after-%d" % i for i in range(2000)]
+    if mode == "offset":
+        publish_log(nsqd, topic, first)
+        reader = (spark.readStream.format("nsq").option("nsqdHttp", nsqd.http_address)
+                  .option("topic", topic).option("startingOffsets", "earliest"))
+    else:
+        publish(nsqd, topic, 0)  # the channel, before the messages
+        publish_log(nsqd, topic, first)
+        reader = (spark.readStream.format("nsq").option(*where(nsqd, mode))
+                  .option("topic", topic).option("channel", "spark")
+                  .option("checkpointLocation", str(tmp_path / "checkpoint")))
+    rows: list = []
+    query = (reader.option("maxOffsetsPerTrigger", "300").load()
+             .writeStream.foreachBatch(lambda batch, _: rows.extend(batch.collect()))
+             .option("checkpointLocation", str(tmp_path / "checkpoint"))
+             .trigger(processingTime="200 milliseconds").start())
+    try:
+        wait_progressing(lambda: rows, lambda: len(query.recentProgress), "a first batch")
+        assert len(rows) < len(first)  # the restart comes mid-stream
+        nsqd.stop()  # SIGTERM: nsqd saves its log and exits
+        nsqd = start_daemon("nsqd", args)
+        publish_log(nsqd, topic, second)
+        wait_progressing(lambda: {bytes(r.body) for r in rows} >= set(first + second),
+                         lambda: (len(rows), query.status["message"]), "every message",
+                         details=lambda: str(query.exception()))
+        assert query.isActive and query.exception() is None
+    finally:
+        query.stop()
+        nsqd.stop()
+    if mode == "offset":
+        exactly_once(rows, first + second)
+    else:
+        counts = collections.Counter(bytes(r.body) for r in rows)
+        record_property("duplicates", sum(n - 1 for n in counts.values()))
+        assert set(counts) == set(first + second)
+
+
+def test_starting_offsets_earliest_json_and_timestamp(spark, nsqd, tmp_path):
+    topic = "starting"
+    first, second = [b"a%d" % i for i in range(300)], [b"b%d" % i for i in range(200)]
+    publish_log(nsqd, topic, first)
+    last_of_first = httpx.get(f"http://{nsqd.http_address}/topic/read", timeout=DEADLINE, params={
+        "topic": topic, "offset": "299", "n": "1"}).json()["messages"][0]["timestamp"]
+    ms = last_of_first // 1_000_000 + 1  # the first millisecond after the first set
+    wait_until(lambda: time.time_ns() > (ms + 1) * 1_000_000, what="the clock past it")
+    publish_log(nsqd, topic, second)
+
+    def read(name: str, **options: str) -> list:
+        reader = (spark.readStream.format("nsq").option("nsqdHttp", nsqd.http_address)
+                  .option("topic", topic).option("maxOffsetsPerTrigger", "150"))
+        for key, value in options.items():
+            reader = reader.option(key, value)
+        query = (reader.load().writeStream.format("memory").queryName(name)
+                 .option("checkpointLocation", str(tmp_path / name))
+                 .trigger(availableNow=True).start())
+        query.awaitTermination()
+        assert query.exception() is None
+        return spark.sql(f"SELECT * FROM {name}").collect()
+
+    earliest = read("from_earliest", startingOffsets="earliest")
+    exactly_once(earliest, first + second)
+    assert sorted(r.offset for r in earliest) == list(range(500))
+    assert {(r.topic, r.nsqd, r.channel) for r in earliest} == {(topic, nsqd.http_address, None)}
+    assert all(r.value == r.body for r in earliest)
+    json_start = read("from_json", startingOffsets=json.dumps({topic: {nsqd.http_address: 250}}))
+    assert sorted(r.offset for r in json_start) == list(range(250, 500))
+    exactly_once(read("from_time", startingTimestamp=str(ms)), second)
+    assert read("from_latest", startingOffsets="latest") == []
+
+
+def test_starting_at_the_latest_reads_what_comes_next(spark, nsqd, tmp_path):
+    topic = "latest_only"
+    publish_log(nsqd, topic, [b"old-%d" % i for i in range(100)])
+    rows: list = []
+    query = (spark.readStream.format("nsq").option("nsqdHttp", nsqd.http_address)
+             .option("topic", topic).load()  # startingOffsets latest: Kafka's default
+             .writeStream.foreachBatch(lambda batch, _: rows.extend(batch.collect()))
+             .option("checkpointLocation", str(tmp_path / "checkpoint"))
+             .trigger(processingTime="200 milliseconds").start())
+    try:
+        wait_progressing(lambda: query.recentProgress, lambda: query.status["message"],
+                         "a first batch (where the latest was)")
+        new = [b"new-%d" % i for i in range(150)]
+        publish_log(nsqd, topic, new)
+        wait_progressing(lambda: len(rows) >= len(new), lambda: len(query.recentProgress),
+                         "the new messages")
+    finally:
+        query.stop()
+    exactly_once(rows, new)
+
+
+def test_available_now_stops_at_the_offsets_of_its_start(spark, nsqd, tmp_path):
+    """A publisher keeps publishing while the query runs: the query reads exactly the
+    offsets there were when it started (somewhere between before and after its start) and
+    ends, and reports how far behind the latest each batch ended."""
+    import threading
+
+    topic = "available_now"
+    publish_log(nsqd, topic, [b"x%d" % i for i in range(3000)])
+    before = log_bounds(nsqd, topic)[1]
+    stop = threading.Event()
+
+    def keep_publishing() -> None:
+        n = 0
+        while not stop.is_set():
+            publish_log(nsqd, topic, [b"y%d-%d" % (n, i) for i in range(50)])
+            n += 1
+            stop.wait(0.05)
+
+    publisher = threading.Thread(target=keep_publishing)
+    publisher.start()
+    try:
+        query = (spark.readStream.format("nsq").option("nsqdHttp", nsqd.http_address)
+                 .option("topic", topic).option("startingOffsets", "earliest")
+                 .option("maxOffsetsPerTrigger", "1000").load()
+                 .writeStream.format("memory").queryName(topic)
+                 .option("checkpointLocation", str(tmp_path / "checkpoint"))
+                 .trigger(availableNow=True).start())
+        query.awaitTermination()
+        after = log_bounds(nsqd, topic)[1]
+    finally:
+        stop.set()
+        publisher.join()
+    assert query.exception() is None
+    offsets = sorted(r.offset for r in spark.sql(f"SELECT offset FROM {topic}").collect())
+    assert offsets == list(range(len(offsets)))  # each once, from the first, no gap
+    assert before <= len(offsets) < after  # what was there at its start, not what came later
+    progress = [p for p in query.recentProgress if p["numInputRows"]]
+    assert len(progress) >= 3 and max(p["numInputRows"] for p in progress) <= 1000
+    latest = json.loads(progress[0]["sources"][0]["latestOffset"])
+    assert latest[topic][nsqd.http_address] >= before
+    assert latest["maxOffsetsBehindLatest"] >= latest["minOffsetsBehindLatest"] >= 0
+    assert latest["avgOffsetsBehindLatest"] >= 0
+    assert json.loads(progress[-1]["sources"][0]["endOffset"]) == {
+        topic: {nsqd.http_address: len(offsets)}}
+
+
+def test_unreachable_nsqd_or_lookupd_fails_the_query_naming_it(spark, tmp_path):
+    """Nothing listens on these ports: the query ends with UnreachableError naming the
+    address once the timeout option has passed, rather than staying active and empty."""
+    from nsq_testing import free_port
+
+    cases = [("nsqdHttp", f"127.0.0.1:{free_port()}", {}, "nsqd"),
+             ("lookupd", f"127.0.0.1:{free_port()}", {}, "nsqlookupd"),
+             ("nsqd", f"127.0.0.1:{free_port()}", {"channel": "c"}, "nsqd")]
+    for option, address, extra, who in cases:
+        reader = (spark.readStream.format("nsq").option(option, address).option("topic", "t")
+                  .option("timeout", "2s"))
+        for key, value in extra.items():
+            reader = reader.option(key, value)
+        query = (reader.load().writeStream.format("noop")
+                 .option("checkpointLocation", str(tmp_path / option))
+                 .trigger(processingTime="200 milliseconds").start())
+        try:
+            wait_progressing(lambda q=query: not q.isActive, lambda q=query: q.status["message"],
+                             f"the query's end ({option})")
+        finally:
+            query.stop()
+        error = str(query.exception())
+        assert "UnreachableError" in error and f"{who} {address}" in error, error

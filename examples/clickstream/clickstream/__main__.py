@@ -45,8 +45,10 @@ def session(name: str) -> SparkSession:
 def _job_config(args: argparse.Namespace, **overrides: object) -> job.JobConfig:
     fields: dict[str, object] = {
         "out": args.out, "checkpoint": args.checkpoint or f"{args.out.rstrip('/')}/_checkpoint",
-        "lookupd": args.lookupd, "nsqd": args.nsqd, "channel": args.channel,
-        "threshold": args.threshold, "watermark": args.watermark,
+        "lookupd": args.lookupd, "nsqd_http": args.nsqd_http, "nsqd": args.nsqd,
+        "channel": args.channel, "starting_offsets": args.starting_offsets,
+        "factor": args.factor, "baseline_minutes": args.baseline_minutes,
+        "min_views": args.min_views, "watermark": args.watermark,
         "trigger": None if args.available_now else args.trigger,
         "max_per_trigger": args.max_per_trigger, "echo": args.echo,
     }
@@ -96,11 +98,17 @@ def cmd_demo(args: argparse.Namespace) -> None:
     out = Path(args.out)
     archive = out / "archive"
     archive.mkdir(parents=True, exist_ok=True)
-    # The job's channel exists before the first event: a topic gives a channel only what is
-    # published after the channel is made, and nsq_to_file's channel would otherwise be alone.
-    for path, params in (("/topic/create", {"topic": events.TOPIC}),
-                         ("/channel/create", {"topic": events.TOPIC, "channel": args.channel})):
-        httpx.post(f"http://{args.nsqd_http}{path}", params=params, timeout=30.0).raise_for_status()
+    # The topic keeps what every channel has read for an hour: the job reads it by offset
+    # (it is no channel), and nsq_to_file's channel alone would otherwise let nsqd drop each
+    # message once archived. A --channel job needs its channel before the first event (a
+    # channel gets only what is published after it exists).
+    http = f"http://{args.nsqd_http}"
+    httpx.post(f"{http}/topic/create", params={"topic": events.TOPIC, "retention": "1h"},
+               timeout=30.0).raise_for_status()
+    if args.channel:
+        httpx.post(f"{http}/channel/create", params={"topic": events.TOPIC,
+                                                     "channel": args.channel},
+                   timeout=30.0).raise_for_status()
     archiver = subprocess.Popen([sys.executable, "-m", "nsq_client.tools.nsq_to_file",
                                  "--topic", events.TOPIC, "--channel", "archive",
                                  "--lookupd-http-address", args.lookupd, "--gzip",
@@ -137,23 +145,29 @@ def main(argv: list[str] | None = None) -> None:
                            ("demo", "live generator + nsq_to_file + the job (make pipeline)")):
         p = sub.add_parser(name, help=helptext)
         p.add_argument("--lookupd", default="127.0.0.1:4161",
-                       help="nsqlookupd HTTP addresses, comma-separated ('' to use --nsqd)")
+                       help="nsqlookupd HTTP addresses, comma-separated ('' to use --nsqd-http)")
+        p.add_argument("--nsqd-http", default="127.0.0.1:4151",
+                       help="nsqd HTTP addresses: read from these when --lookupd is ''")
         p.add_argument("--nsqd", default="127.0.0.1:4150",
-                       help="nsqd TCP addresses: alerts are published here (and read from "
-                            "here when --lookupd is '')")
-        p.add_argument("--channel", default="clickstream")
+                       help="nsqd TCP addresses: alerts are published here")
+        p.add_argument("--channel", default="",
+                       help="read this channel instead of the topic by offset")
+        p.add_argument("--starting-offsets", default="earliest",
+                       help="where a new query starts: earliest, latest, or Kafka's JSON")
         p.add_argument("--out", default="data/clickstream", help="output directory or URI")
         p.add_argument("--checkpoint", default="", help="default: <out>/_checkpoint")
-        p.add_argument("--threshold", type=int, default=events.DEFAULT_THRESHOLD)
+        p.add_argument("--factor", type=float, default=events.FACTOR,
+                       help="alert on more than this many times a page's usual views a minute")
+        p.add_argument("--baseline-minutes", type=int, default=events.BASELINE_MINUTES)
+        p.add_argument("--min-views", type=int, default=events.MIN_VIEWS)
         p.add_argument("--watermark", default="30 seconds")
         p.add_argument("--trigger", default="10 seconds", help="processing-time interval")
         p.add_argument("--available-now", action="store_true",
-                       help="read what is queued, then stop")
+                       help="read what the topic holds now, then stop")
         p.add_argument("--max-per-trigger", type=int, default=None)
         p.add_argument("--echo", action="store_true", default=name == "demo",
                        help="print each batch's windows and alerts")
         if name == "demo":
-            p.add_argument("--nsqd-http", default="127.0.0.1:4151")
             p.add_argument("--rate", type=float, default=20.0)
         p.set_defaults(func=cmd_demo if name == "demo" else cmd_job)
 

@@ -40,7 +40,7 @@ def live(nsqd_http: str, *, rate: float = 20.0, seed: int | None = None, users: 
          skew_ms: int = 2000, topic: str = TOPIC, stop: threading.Event | None = None) -> None:
     """Publish about ``rate`` events a second, dated now (up to ``skew_ms`` earlier), until
     ``stop`` is set. Every fifth minute (minute 2 of each 5 on the clock) is a flash sale
-    whose ``/sale`` views go over the default threshold at 20 events/s or more."""
+    whose ``/sale`` views rise to about 13 times their usual rate (an alert)."""
     rng = random.Random(seed)
     stop = stop or threading.Event()
     with httpx.Client(timeout=30.0) as http:

@@ -3,9 +3,9 @@ and alerts -> the ``pageview_alerts`` topic.
 
 Exactly once per window, from three parts:
 
-* the ``nsq`` source FINishes a micro-batch's messages only after Spark commits the batch, and
-  replays the same messages for the same batch id after a restart (its batch log lives under
-  the query's checkpoint, which is why the reader gets ``checkpointLocation`` too);
+* the ``nsq`` source reads the topic by offset, and Spark keeps the offsets in the query's
+  checkpoint (the writer's ``checkpointLocation``, the only one): after a crash, batch N is
+  read again from the same offsets, so it holds the same events;
 * the watermark and append mode emit each window once, when the watermark passes its end,
   with its final counts (a restarted query recomputes the same batch from the same state);
 * :class:`BatchWriter` writes batch N to ``<out>/views/batch_id=N`` in overwrite mode, so
@@ -13,6 +13,11 @@ Exactly once per window, from three parts:
 
 Alerts go to NSQ with the ``nsq`` sink after the Parquet write: at least once, as NSQ itself
 delivers, each with an ``id`` that is the same on a repeat (see :func:`.transform.alerts`).
+A window's page is compared with its own recent minutes: those written by earlier batches
+(read back from ``<out>/views``) and those of the same batch.
+
+With ``channel`` set the job reads that channel instead (NSQ's competing consumers): the
+source then logs each batch under the checkpoint, which the reader gets too.
 """
 
 from __future__ import annotations
@@ -20,10 +25,12 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
-from .events import ALERTS_TOPIC, DEFAULT_THRESHOLD, TOPIC
+from .events import ALERTS_TOPIC, BASELINE_MINUTES, FACTOR, MIN_HISTORY, MIN_VIEWS, TOPIC
 from .transform import alerts, parse, per_minute
 
 log = logging.getLogger("clickstream")
@@ -32,28 +39,39 @@ log = logging.getLogger("clickstream")
 @dataclass(frozen=True)
 class JobConfig:
     out: str  # views under <out>/views/batch_id=<N>
-    checkpoint: str  # the query's checkpoint, given to the nsq reader as well
-    lookupd: str = ""  # nsqlookupd HTTP addresses to find the topic's nsqd (or nsqd below)
-    nsqd: str = ""  # nsqd TCP addresses: read from these when no lookupd; alerts go here
+    checkpoint: str  # the query's checkpoint
+    lookupd: str = ""  # nsqlookupd HTTP addresses to find the topic's nsqd (or the next two)
+    nsqd_http: str = ""  # nsqd HTTP addresses: read from these when no lookupd
+    nsqd: str = ""  # nsqd TCP addresses: alerts go here (and a channel is read from here)
     topic: str = TOPIC
-    channel: str = "clickstream"
+    channel: str = ""  # read this channel instead of the topic's log by offset
+    starting_offsets: str = "earliest"  # where a new query starts reading the topic
     alerts_topic: str = ALERTS_TOPIC
-    threshold: int = DEFAULT_THRESHOLD
+    factor: float = FACTOR
+    baseline_minutes: int = BASELINE_MINUTES
+    min_history: int = MIN_HISTORY
+    min_views: int = MIN_VIEWS
     watermark: str = "30 seconds"  # how late an event may be and still count
     trigger: str | None = None  # a processing-time interval ("10 seconds"); None: AvailableNow
     max_per_trigger: int | None = None
-    idle_timeout: str = "2s"  # AvailableNow: done after this long with nothing new
+    idle_timeout: str = "2s"  # a channel under AvailableNow: done after this long with nothing new
     echo: bool = False  # print each batch's windows and alerts (the laptop demo)
 
     def source_options(self) -> dict[str, str]:
-        opts = {"topic": self.topic, "channel": self.channel,
-                "checkpointLocation": self.checkpoint, "idleTimeout": self.idle_timeout}
+        opts = {"topic": self.topic}
         if self.lookupd:
             opts["lookupd"] = self.lookupd
-        else:
+        elif self.channel and self.nsqd:
             opts["nsqd"] = self.nsqd
+        else:
+            opts["nsqdHttp"] = self.nsqd_http
+        if self.channel:
+            opts.update(channel=self.channel, checkpointLocation=self.checkpoint,
+                        idleTimeout=self.idle_timeout)
+        else:
+            opts["startingOffsets"] = self.starting_offsets
         if self.max_per_trigger:
-            opts["maxMessagesPerTrigger"] = str(self.max_per_trigger)
+            opts["maxOffsetsPerTrigger"] = str(self.max_per_trigger)
         return opts
 
     def alert_options(self) -> dict[str, str]:
@@ -72,18 +90,29 @@ class BatchWriter:
     def views_path(self, batch_id: int) -> str:
         return f"{self.config.out.rstrip('/')}/views/batch_id={batch_id}"
 
+    def history(self, windows: DataFrame, batch_id: int) -> DataFrame:
+        """The windows earlier batches wrote (the same whenever batch N runs again)."""
+        try:
+            written = windows.sparkSession.read.parquet(f"{self.config.out.rstrip('/')}/views")
+        except AnalysisException:  # nothing written yet
+            return windows.limit(0)
+        return written.where(F.col("batch_id") < batch_id).drop("batch_id")
+
     def __call__(self, windows: DataFrame, batch_id: int) -> None:
-        windows = windows.persist()  # written and filtered for alerts: computed once
+        config = self.config
+        windows = windows.persist()  # written and compared for alerts: computed once
         try:
             if windows.isEmpty():  # most batches: no window closed
                 return
             windows.write.mode("overwrite").parquet(self.views_path(batch_id))
-            hot = alerts(windows, self.config.threshold).persist()
+            hot = alerts(windows, self.history(windows, batch_id), factor=config.factor,
+                         baseline_minutes=config.baseline_minutes,
+                         min_history=config.min_history, min_views=config.min_views).persist()
             try:
                 if not hot.isEmpty():
                     (hot.write.format("nsq").mode("append")
-                     .options(**self.config.alert_options()).save())
-                if self.config.echo:
+                     .options(**config.alert_options()).save())
+                if config.echo:
                     windows.orderBy("window_start", "page").show(100, truncate=False)
                     for row in hot.collect():
                         print(f"ALERT {row.body}", flush=True)
@@ -101,7 +130,8 @@ def build(spark: SparkSession, config: JobConfig) -> DataFrame:
 
 
 def start(spark: SparkSession, config: JobConfig) -> StreamingQuery:
-    """Start the query: ``Trigger.AvailableNow`` (ends once idle) without ``config.trigger``."""
+    """Start the query: ``Trigger.AvailableNow`` (what the topic holds at the start, then it
+    ends) without ``config.trigger``."""
     writer = (build(spark, config).writeStream.queryName("clickstream").outputMode("append")
               .foreachBatch(BatchWriter(config))
               .option("checkpointLocation", config.checkpoint))

@@ -44,17 +44,35 @@ def per_minute(events: DataFrame) -> DataFrame:
                     "page", "views", "unique_users"))
 
 
-def alerts(windows: DataFrame, threshold: int) -> DataFrame:
-    """One JSON ``body`` per window whose page had more than ``threshold`` views. ``id`` (page
-    and window start) is the same whenever the alert is sent again, so a consumer can drop a
-    repeat: NSQ delivers at least once, and a replayed batch publishes its alerts again."""
+def alerts(windows: DataFrame, history: DataFrame, *, factor: float, baseline_minutes: int,
+           min_history: int, min_views: int) -> DataFrame:
+    """One JSON ``body`` per window of ``windows`` whose page had more than ``factor`` times
+    its baseline: the median of the page's views in the windows (of ``history`` and
+    ``windows`` both) of the ``baseline_minutes`` before it, given ``min_history`` of them
+    and at least ``min_views`` views (the rule of :mod:`.events`).
+
+    ``id`` (page and window start) is the same whenever the alert is sent again, so a consumer
+    can drop a repeat: NSQ delivers at least once, and a replayed batch publishes its alerts
+    again."""
+    now = windows.select("window_start", "window_end", "page", "views", "unique_users").alias("w")
+    known = (history.select("window_start", "page", "views")
+             .unionByName(windows.select("window_start", "page", "views")).alias("k"))
+    earlier = ((F.col("k.page") == F.col("w.page"))
+               & (F.col("k.window_start") < F.col("w.window_start"))
+               & (F.col("k.window_start") >= F.col("w.window_start")
+                  - F.make_interval(mins=F.lit(baseline_minutes))))
+    rated = (now.join(known, earlier)
+             .groupBy("w.window_start", "w.window_end", "w.page", "w.views", "w.unique_users")
+             .agg(F.median("k.views").alias("baseline"), F.count(F.lit(1)).alias("history")))
     start_ms = F.unix_millis("window_start")
-    return (windows.where(F.col("views") > threshold)
+    return (rated.where((F.col("history") >= min_history) & (F.col("views") >= min_views)
+                        & (F.col("views") > F.col("baseline") * factor))
             .select(F.to_json(F.struct(
                 F.concat_ws("@", "page", start_ms.cast("string")).alias("id"),
                 "page",
                 start_ms.alias("window_start"),
                 F.unix_millis("window_end").alias("window_end"),
                 "views", "unique_users",
-                F.lit(threshold).alias("threshold"),
+                F.col("baseline").cast("double").alias("baseline"),
+                F.lit(factor).alias("factor"),
             )).alias("body")))

@@ -11,7 +11,7 @@ from pyspark.sql.types import BinaryType, IntegerType, StringType, StructField, 
 
 
 def opts(**extra: str) -> parsing.Options:
-    return parsing.parse({"nsqd": "127.0.0.1:4150", **extra}, reading=False)
+    return parsing.parse({"nsqd": "127.0.0.1:4150", **extra})
 
 
 def schema(*fields: tuple[str, object]) -> StructType:

@@ -133,6 +133,20 @@ def _size(q: dict[str, str], key: str, error: str) -> int | None:
     return int(text)
 
 
+def _timestamp_ns(q: dict[str, str]) -> int:
+    """``timestamp``, unix seconds (a fraction allowed), in ns."""
+    text = q.get("timestamp")
+    if text is None:
+        raise ApiError(400, "MISSING_ARG_TIMESTAMP")
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise ApiError(400, "INVALID_TIMESTAMP") from None
+    if not 0 <= seconds < 1e11:  # NaN fails this too
+        raise ApiError(400, "INVALID_TIMESTAMP")
+    return int(seconds * 1e9)
+
+
 def _duration_ns(q: dict[str, str], key: str, error: str) -> int | None:
     """A Go duration (``24h``, ``90m``; a bare number is seconds) in ns, or None."""
     text = q.get(key)
@@ -320,13 +334,16 @@ class HttpApi:
         return _empty()
 
     async def topic_read(self, request: Request) -> Response:
-        """Beyond NSQ: up to ``n`` messages of a topic's log from ``offset``, touching no
-        channel (replay, Spark's offset-based source)."""
+        """Beyond NSQ: up to ``n`` messages of a topic's log from ``offset`` (or from the
+        first published at or after ``timestamp``), touching no channel (replay, Spark's
+        offset-based source)."""
         q = _query(request)
         topic = self._existing_topic(q)
         offset = _size(q, "offset", "INVALID_OFFSET")
         n = self._count(q)
         log_ = topic.log
+        if offset is None and "timestamp" in q:  # from the first published at or after it
+            offset = await log_.find_time(_timestamp_ns(q))
         start = log_.start
         first = max(offset if offset is not None else start, start)
         runs = await log_.read_at(first, n) if first < log_.end else []
@@ -378,16 +395,7 @@ class HttpApi:
         channel = self._existing_channel(q)[1]
         offset = _size(q, "offset", "INVALID_OFFSET")
         if offset is None:
-            text = q.get("timestamp")
-            if text is None:
-                raise ApiError(400, "MISSING_ARG_TIMESTAMP")
-            try:
-                seconds = float(text)
-            except ValueError:
-                raise ApiError(400, "INVALID_TIMESTAMP") from None
-            if not 0 <= seconds < 1e11:  # NaN fails this too
-                raise ApiError(400, "INVALID_TIMESTAMP")
-            offset = await channel.log.find_time(int(seconds * 1e9))
+            offset = await channel.log.find_time(_timestamp_ns(q))
         await self.broker.rewind_channel(channel, offset)
         return _json({"offset": channel.cursor.read})
 

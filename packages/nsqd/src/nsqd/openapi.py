@@ -97,7 +97,10 @@ def document() -> dict[str, Any]:
         "/topic/read": {"get": _op("messages of a topic's log from an offset, touching no "
                                    "channel (beyond NSQ)", [_TOPIC, _N, _query(
                                        "offset", {"type": "integer", "minimum": 0},
-                                       "the first offset (default: the earliest stored)")],
+                                       "the first offset (default: the earliest stored)"),
+                                       _query("timestamp", {"type": "number", "minimum": 0},
+                                              "without offset: from the first message "
+                                              "published at or after this (unix seconds)")],
                                    _JSON)},
         "/topic/delete": _post("delete a topic", [_TOPIC]),
         "/topic/empty": _post("drop a topic's queued messages", [_TOPIC]),

@@ -5,11 +5,14 @@
     import nsq_spark
     nsq_spark.register(spark)          # the one line: spark.dataSource.register(NSQDataSource)
 
-    events = (spark.readStream.format("nsq")
+    events = (spark.readStream.format("nsq")          # the topic's log, by offset, as Kafka's
               .option("lookupd", "127.0.0.1:4161")
-              .option("topic", "clicks").option("channel", "spark")
-              .load())                 # id, body, timestamp, attempts, nsqd, topic, channel
+              .option("topic", "clicks").option("startingOffsets", "earliest")
+              .load())       # id, body, value, timestamp, attempts, nsqd, topic, offset, channel
     events.writeStream.format("nsq").option("nsqd", "127.0.0.1:4150").option("topic", "copy")
+
+A ``channel`` option reads that channel instead (NSQ's competing consumers, each micro-batch
+FINished once Spark commits it). docs/spark.md says which to choose.
 
 Spark starts Python workers with ``PYSPARK_PYTHON`` (else ``python3`` on the PATH), which must
 be an interpreter that has this package. Imported in a program that starts Spark itself (not
@@ -27,10 +30,12 @@ from .datasource import NSQDataSource
 from .errors import (
     BatchLogError,
     ConsumerError,
+    DataLossError,
     NSQSparkError,
     OptionError,
     PublishError,
     SchemaError,
+    UnreachableError,
 )
 from .rows import SCHEMA
 
@@ -44,11 +49,13 @@ __all__ = [
     "SCHEMA",
     "BatchLogError",
     "ConsumerError",
+    "DataLossError",
     "NSQDataSource",
     "NSQSparkError",
     "OptionError",
     "PublishError",
     "SchemaError",
+    "UnreachableError",
     "local_session",
     "register",
 ]

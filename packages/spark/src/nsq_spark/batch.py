@@ -1,4 +1,6 @@
-"""Batch reads: ``spark.read.format("nsq")`` takes what a channel holds now, as a DataFrame.
+"""Channel batch reads: ``spark.read.format("nsq")`` with a ``channel`` takes what the channel
+holds now, as a DataFrame (without a channel the log is read by offset, repeatably:
+:mod:`.offset_source`).
 
 ::
 
@@ -46,6 +48,7 @@ from nsq_client import Consumer, Message
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from .discovery import topic_nsqd
+from .errors import UnreachableError
 from .options import MAX_RDY, Options
 from .rows import record_batch
 
@@ -158,7 +161,7 @@ class _Taker:
         """The messages as they arrive.
 
         Raises:
-            ConnectionError: the nsqd could not be reached; or what the loop raised.
+            UnreachableError: the nsqd could not be reached; or what the loop raised.
         """
         while True:
             item = self._items.get()
@@ -183,8 +186,8 @@ class _Taker:
             async with Consumer(options.topic, options.channel or "", config=config,
                                 nsqd_tcp_addresses=[share.address]) as consumer:
                 if not consumer.connections:
-                    raise ConnectionError(f"could not subscribe to {options.topic}/"
-                                          f"{options.channel} on nsqd {share.address}")
+                    raise UnreachableError(f"nsqd {share.address}: could not subscribe to "
+                                           f"{options.topic}/{options.channel}")
                 held = await self._take(consumer)
                 self._items.put(None)
                 await trio.to_thread.run_sync(self._closing.wait)

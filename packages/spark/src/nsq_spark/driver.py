@@ -24,10 +24,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 from pyspark.sql.datasource import InputPartition
 
-from . import pull
+from . import pull, retry
 from .batchlog import Batch, BatchLog, Key, Messages, Part
 from .discovery import consumes_over_http, topic_nsqd_http
 from .errors import BatchLogError, OptionError
@@ -40,7 +39,11 @@ log = logging.getLogger("nsq_spark")
 POLL_WAIT = 0.5  # seconds latestOffset waits for a first message before saying "nothing new"
 PARTITION_SIZE = 2000  # messages per input partition (over TCP)
 MAX_PARTITIONS = 64
-KEEP_COMMITTED = 10  # batches whose ids are remembered after their commit
+#: Ids of committed messages remembered (to drop their late redeliveries), the newest
+#: batches' first: over TCP every committed id (a FIN has no answer), over HTTP only those
+#: whose FIN nsqd did not confirm (none, unless nsqd restarted or a timeout passed), which
+#: may come back many batches later.
+KEEP_COMMITTED_KEYS = 100_000
 COMMIT_POLL = 0.25  # seconds between looks at Spark's commit log
 DEFAULT_MSG_TIMEOUT = 60.0  # asked of nsqd when the msgTimeout option does not say
 DISCOVER_EVERY = 5.0  # seconds between asking (over HTTP) which nsqd have the topic
@@ -60,13 +63,13 @@ class MessagesPartition(InputPartition):
 
 
 def open_driver(options: Options) -> Driver:
-    """The driver side for these options: over HTTP when it can (``mode`` auto or http)."""
-    if options.mode != "tcp":
+    """The driver side for these options: over HTTP when it can (``transport`` auto or http)."""
+    if options.transport != "tcp":
         reason = HttpDriver.unusable(options)
         if reason is None:
             return HttpDriver(options)
-        if options.mode == "http":
-            raise OptionError(f"mode http: {reason}")
+        if options.transport == "http":
+            raise OptionError(f"transport http: {reason}")
         log.info("nsq_spark: %s/%s read through TCP consumers on the driver: %s",
                  options.topic, options.channel, reason)
     return TcpDriver(options)
@@ -87,6 +90,7 @@ class Driver:
         self.pending: dict[Key, int] = {}  # key -> end of its uncommitted batch
         self.committed_keys: set[Key] = set()
         self.committed_batches: deque[list[Key]] = deque()
+        self.remembered = 0  # keys in committed_batches
         self.committed = 0
         if self.log is not None:
             # Spark's commit log may be ahead of ours: the driver died before telling us.
@@ -204,8 +208,11 @@ class Driver:
     def _committed_keys(self, keys: list[Key]) -> None:
         self.committed_batches.append(keys)
         self.committed_keys.update(keys)
-        if len(self.committed_batches) > KEEP_COMMITTED:
-            self.committed_keys.difference_update(self.committed_batches.popleft())
+        self.remembered += len(keys)
+        while self.remembered > KEEP_COMMITTED_KEYS and len(self.committed_batches) > 1:
+            old = self.committed_batches.popleft()
+            self.remembered -= len(old)
+            self.committed_keys.difference_update(old)
 
     def _forget(self, batch: Batch) -> None:
         self.batches.pop(batch.end, None)
@@ -318,7 +325,7 @@ class HttpDriver(Driver):
         nodes = topic_nsqd_http(options)
         if not nodes:
             return "no nsqd has the topic yet"
-        without = [http for http, _ in nodes if not consumes_over_http(http)]
+        without = [http for http, _ in nodes if not consumes_over_http(options, http)]
         if without:
             return f"nsqd {', '.join(without)} do not offer HTTP consumption"
         return None
@@ -326,7 +333,7 @@ class HttpDriver(Driver):
     def __init__(self, options: Options) -> None:
         super().__init__(options)
         assert self.log is not None
-        self.http = httpx.Client(timeout=pull.HTTP_TIMEOUT)
+        self.http = retry.client(options)
         self.nodes: list[tuple[str, str]] = []
         self.discovered = 0.0
         self.pulled: dict[tuple[int, int], Messages] = {}  # (end, part) -> logged messages
@@ -346,7 +353,7 @@ class HttpDriver(Driver):
         known = set(self.nodes)
         for http, tcp in nodes:
             if (http, tcp) not in known:
-                pull.create_channel(self.http, http, self.options.topic, self.channel)
+                pull.create_channel(self.options, http, self.options.topic, self.channel)
         self.nodes = nodes
 
     def _next_batch(self, start: int, at_most: float, available_now: bool) -> Batch | None:
@@ -355,7 +362,7 @@ class HttpDriver(Driver):
         waited = 0.0
         while True:
             self._discover()
-            depths = [(http, tcp, pull.depth(self.http, http, self.options.topic, self.channel))
+            depths = [(http, tcp, pull.depth(self.options, http, self.options.topic, self.channel))
                       for http, tcp in self.nodes]
             total = sum(d for _, _, d in depths)
             if total or waited >= idle:
@@ -407,7 +414,7 @@ class HttpDriver(Driver):
         unconfirmed: list[Key] = []
         for batch in batches:
             for part, messages in self._logged(batch):
-                missed = pull.finish(self.http, part.nsqd_http, self.options.topic,
+                missed = pull.finish(self.options, part.nsqd_http, self.options.topic,
                                      self.channel, messages.id_list())
                 keys.extend(messages.key_list())
                 unconfirmed.extend((part.nsqd, id) for id in missed)
@@ -437,7 +444,7 @@ class HttpDriver(Driver):
                 log.exception("nsq_spark: touching messages in flight failed")
 
     def _close(self) -> None:
-        self.http.close()
+        pass  # the HTTP client is the process's (retry.client)
 
 
 def _ids_by_nsqd(keys: Iterable[Key]) -> dict[str, bytes]:

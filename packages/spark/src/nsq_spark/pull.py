@@ -20,22 +20,21 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from binascii import a2b_base64
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-import httpx
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
+from . import retry
 from .batchlog import ID_SIZE, BatchLog, Messages, Part
-from .discovery import nsqd_url
+from .errors import NSQSparkError
+from .options import Options
 from .rows import messages_batch
 
 log = logging.getLogger("nsq_spark")
 
-HTTP_TIMEOUT = 30.0
 MAX_PULL = 2500  # messages per /channel/consume: nsqd's default --max-rdy-count
 FIN_CHUNK = 5000  # ids per /message/fin body
 
@@ -63,34 +62,38 @@ class PullPartition(InputPartition):
                 f"{self.part.count} from {self.part.nsqd_http})")
 
 
-def read_part(partition: PullPartition) -> Iterator[pa.RecordBatch]:
+def read_part(options: Options, partition: PullPartition) -> Iterator[pa.RecordBatch]:
     """The executor's side; see the module docstring."""
     batch_log = BatchLog(partition.log_dir)
     messages = batch_log.read_part(partition.end, partition.index)
     if messages is None:
-        messages = _pull(partition)
+        messages = _pull(options, partition)
         batch_log.write_part(partition.end, partition.index, messages)
     if len(messages):
         yield messages_batch(messages, partition.topic, partition.channel)
 
 
-_shared: tuple[int, httpx.Client] | None = None
+def _post(options: Options, nsqd_http: str, path: str, params: dict[str, str],
+          content: bytes | None = None) -> bytes:
+    """A POST to nsqd (retried as :mod:`.retry` says); its body, for 200.
 
-
-def _client() -> httpx.Client:
-    """This process's client, kept for the tasks it runs after (Spark reuses its Python
-    workers): making one (an SSL context, certificates read) costs more than a pull."""
-    global _shared
-    if _shared is None or _shared[0] != os.getpid():  # not one inherited through a fork
-        _shared = (os.getpid(), httpx.Client(timeout=HTTP_TIMEOUT))
-    return _shared[1]
+    Raises:
+        UnreachableError: no answer within the timeout option.
+        NSQSparkError: an answer other than 200 (404 is the caller's: returned as None).
+    """
+    response = retry.call(retry.client(options), "POST", nsqd_http, path, who="nsqd",
+                          timeout=options.timeout, params=params, content=content)
+    if response.status_code != 200:
+        raise NSQSparkError(f"nsqd {nsqd_http}: POST {path} answered {response.status_code} "
+                            f"{response.text.strip()[:200]}")
+    return response.content
 
 
 def id_set(ids: bytes) -> set[bytes]:
     return {ids[i:i + ID_SIZE] for i in range(0, len(ids), ID_SIZE)}
 
 
-def _pull(p: PullPartition) -> Messages:
+def _pull(options: Options, p: PullPartition) -> Messages:
     part = p.part
     committed, pending = id_set(p.committed), id_set(p.pending)
     ids: list[bytes] = []
@@ -99,13 +102,10 @@ def _pull(p: PullPartition) -> Messages:
     bodies: list[bytes] = []
     late: list[bytes] = []
     remaining = part.count
-    client = _client()
     while remaining > 0:
-        response = client.post(nsqd_url(part.nsqd_http, "/channel/consume"), params={
+        messages = json.loads(_post(options, part.nsqd_http, "/channel/consume", {
             "topic": p.topic, "channel": p.channel, "n": str(min(remaining, MAX_PULL)),
-            "ttr": f"{p.ttr:g}"})
-        response.raise_for_status()
-        messages = json.loads(response.content)["messages"]
+            "ttr": f"{p.ttr:g}"}))["messages"]
         if not messages:
             break  # others took the rest
         remaining -= len(messages)
@@ -123,37 +123,45 @@ def _pull(p: PullPartition) -> Messages:
         timestamps += [m["timestamp"] for m in messages]
         bodies += [a2b_base64(m["body"]) for m in messages]
     if late:
-        finish(client, part.nsqd_http, p.topic, p.channel, late)
+        finish(options, part.nsqd_http, p.topic, p.channel, late)
     return Messages.build(part.nsqd, ids, attempts, timestamps, bodies)
 
 
 # -- the driver's calls -----------------------------------------------------------------------------
 
-def finish(client: httpx.Client, nsqd_http: str, topic: str, channel: str,
+def finish(options: Options, nsqd_http: str, topic: str, channel: str,
            ids: Iterable[bytes]) -> list[bytes]:
     """FIN the ids; those nsqd did not confirm, returned: some of them were no longer in
-    flight (their timeout passed: nsqd delivers them again, to be dropped then as committed)."""
+    flight (their timeout passed: nsqd delivers them again, to be dropped then as committed).
+
+    Raises:
+        UnreachableError: the nsqd did not answer within the timeout option.
+    """
     batch = list(ids)
     missed: list[bytes] = []
     for i in range(0, len(batch), FIN_CHUNK):
         chunk = batch[i:i + FIN_CHUNK]
-        response = client.post(nsqd_url(nsqd_http, "/message/fin"),
-                               params={"topic": topic, "channel": channel},
-                               content=b"\n".join(chunk))
+        response = retry.call(retry.client(options), "POST", nsqd_http, "/message/fin",
+                              who="nsqd", timeout=options.timeout,
+                              params={"topic": topic, "channel": channel},
+                              content=b"\n".join(chunk))
         if response.status_code == 404:
             log.warning("nsq_spark: some of %d messages of %s/%s were no longer in flight on %s",
                         len(chunk), topic, channel, nsqd_http)
             missed += chunk
-        else:
-            response.raise_for_status()
+        elif response.status_code != 200:
+            raise NSQSparkError(f"nsqd {nsqd_http}: POST /message/fin answered "
+                                f"{response.status_code} {response.text.strip()[:200]}")
     return missed
 
 
-def depth(client: httpx.Client, nsqd_http: str, topic: str, channel: str) -> int:
+def depth(options: Options, nsqd_http: str, topic: str, channel: str) -> int:
     """Messages the channel holds on this nsqd, neither in flight nor deferred."""
-    response = client.get(nsqd_url(nsqd_http, "/stats"),
+    response = retry.call(retry.client(options), "GET", nsqd_http, "/stats", who="nsqd",
+                          timeout=options.timeout,
                           params={"format": "json", "topic": topic, "channel": channel})
-    response.raise_for_status()
+    if response.status_code != 200:
+        raise NSQSparkError(f"nsqd {nsqd_http}: GET /stats answered {response.status_code}")
     for t in response.json().get("topics") or []:
         for c in t.get("channels") or []:
             if c.get("channel_name") == channel:
@@ -161,8 +169,7 @@ def depth(client: httpx.Client, nsqd_http: str, topic: str, channel: str) -> int
     return 0
 
 
-def create_channel(client: httpx.Client, nsqd_http: str, topic: str, channel: str) -> None:
+def create_channel(options: Options, nsqd_http: str, topic: str, channel: str) -> None:
     """As a TCP SUB would: the channel exists, and keeps every message from now on."""
-    client.post(nsqd_url(nsqd_http, "/topic/create"), params={"topic": topic}).raise_for_status()
-    client.post(nsqd_url(nsqd_http, "/channel/create"),
-                params={"topic": topic, "channel": channel}).raise_for_status()
+    _post(options, nsqd_http, "/topic/create", {"topic": topic})
+    _post(options, nsqd_http, "/channel/create", {"topic": topic, "channel": channel})

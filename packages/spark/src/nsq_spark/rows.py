@@ -1,6 +1,21 @@
 """The rows the source yields: one per message, in the columns of :data:`SCHEMA`, handed to
 Spark as Arrow record batches built column by column (no tuple per row for Spark to convert).
 
+==========  =========  ===================================================================
+column      type
+==========  =========  ===================================================================
+id          string     NSQ's message id
+body        binary     the message
+value       binary     the same bytes, under Kafka's name
+timestamp   timestamp  when nsqd received it
+attempts    int        deliveries so far
+nsqd        string     where it was read: the nsqd's HTTP address for reads by offset (the
+                       key of the offsets), its TCP address for channel reads
+topic       string
+offset      long       its offset in the topic's log on that nsqd (null for channel reads)
+channel     string     the channel read (null for reads by offset)
+==========  =========  ===================================================================
+
 :func:`messages_batch` makes Arrow arrays of :class:`.batchlog.Messages`' columns without
 copying them one value at a time: the ids, bodies, timestamps and attempts already lie in
 memory as Arrow wants them (native byte order, fixed widths, bodies back to back).
@@ -18,6 +33,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     BinaryType,
     IntegerType,
+    LongType,
     StringType,
     StructField,
     StructType,
@@ -30,11 +46,13 @@ if TYPE_CHECKING:
 SCHEMA = StructType([
     StructField("id", StringType(), nullable=False),
     StructField("body", BinaryType(), nullable=False),
+    StructField("value", BinaryType(), nullable=False),
     StructField("timestamp", TimestampType(), nullable=False),
     StructField("attempts", IntegerType(), nullable=False),
     StructField("nsqd", StringType(), nullable=False),
     StructField("topic", StringType(), nullable=False),
-    StructField("channel", StringType(), nullable=False),
+    StructField("offset", LongType(), nullable=True),
+    StructField("channel", StringType(), nullable=True),
 ])
 
 ARROW_SCHEMA = to_arrow_schema(SCHEMA, timezone="UTC")
@@ -65,13 +83,16 @@ def record_batch(ids: Sequence[str | bytes], bodies: Sequence[bytes], timestamps
     ``nsqd`` one address for all rows or one per row."""
     n = len(ids)
     id_type = pa.binary() if n and isinstance(ids[0], bytes) else pa.string()
+    body = pa.array(bodies, pa.binary())
     columns = [
         pa.array(ids, id_type).cast(pa.string()),
-        pa.array(bodies, pa.binary()),
+        body,
+        body,
         pa.array([t // 1000 for t in timestamps], pa.int64()).cast(_TIMESTAMP),
         pa.array(attempts, pa.int32()),
         _same(nsqd, n) if isinstance(nsqd, str) else pa.array(nsqd, pa.string()),
         _same(topic, n),
+        pa.nulls(n, pa.int64()),
         _same(channel, n),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
@@ -82,11 +103,13 @@ def _column(type: pa.DataType, n: int, data: object) -> pa.Array:
     return pa.Array.from_buffers(type, n, [None, pa.py_buffer(data)])
 
 
-def messages_batch(messages: Messages, topic: str, channel: str) -> pa.RecordBatch:
-    """Rows of :data:`SCHEMA` from a batch's columns, with no Python work per message."""
+def messages_batch(messages: Messages, topic: str, channel: str | None,
+                   offsets: array[int] | None = None) -> pa.RecordBatch:
+    """Rows of :data:`SCHEMA` from a batch's columns, with no Python work per message: a
+    channel's (``offsets`` None), or the log's (``channel`` None, an offset per message)."""
     n = len(messages)
-    offsets = array("i", accumulate(messages.sizes, initial=0))  # OverflowError past 2 GiB
-    bodies = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets),
+    sizes = accumulate(messages.sizes, initial=0)
+    bodies = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(array("i", sizes)),
                                                     pa.py_buffer(messages.bodies)])
     ids = _column(pa.binary(16), n, messages.ids).cast(pa.string())  # checks UTF-8
     # ns to _TIMESTAMP's microseconds by a cast that truncates (no Python scalar to divide by)
@@ -95,7 +118,9 @@ def messages_batch(messages: Messages, topic: str, channel: str) -> pa.RecordBat
         nsqd = _same(messages.addresses[0], n)
     else:
         nsqd = _strings(messages.addresses).take(_column(pa.uint16(), n, messages.nsqd))
-    columns = [ids, bodies, timestamps.cast(_TIMESTAMP, safe=False),
+    columns = [ids, bodies, bodies, timestamps.cast(_TIMESTAMP, safe=False),
                _column(pa.uint16(), n, messages.attempts).cast(pa.int32()),
-               nsqd, _same(topic, n), _same(channel, n)]
+               nsqd, _same(topic, n),
+               pa.nulls(n, pa.int64()) if offsets is None else _column(pa.int64(), n, offsets),
+               pa.nulls(n, pa.string()) if channel is None else _same(channel, n)]
     return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)

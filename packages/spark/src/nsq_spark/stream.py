@@ -1,4 +1,5 @@
-"""The streaming source: micro-batches of a channel, FINished only once Spark commits them.
+"""The channel stream (option ``channel``): micro-batches of a channel, FINished only once Spark
+commits them. (Without a channel the topic is read by offset: :mod:`.offset_source`.)
 
 An offset is ``{"offset": n, "topic": t, "channel": c}``: n messages have been planned into
 batches by this query so far, and the batch from offset a to b holds the (b - a) messages planned by the
@@ -67,7 +68,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._offset(0)
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        limit = self.options.max_messages_per_trigger
+        limit = self.options.max_per_trigger
         return ReadMaxRows(limit) if limit else ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
@@ -93,6 +94,6 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- executors ---------------------------------------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, PullPartition):
-            return read_part(partition)
+            return read_part(self.options, partition)
         assert isinstance(partition, MessagesPartition)
         return iter([messages_batch(partition.messages, partition.topic, partition.channel)])

@@ -12,6 +12,13 @@ that runs longer than nsqd's ``--msg-timeout`` is not delivered to anyone else m
 
 The consumer's ``max_in_flight`` bounds what is held plus what is buffered: nsqd sends no
 more than that before some are finished.
+
+A lost connection is tried again every 2 s (the client library's ``lookupd_poll_interval``,
+60 s by default, unless the options set it) and logged by the client library. While the
+consumers hold no connection at all, and the nsqd are named (``nsqd``) or nsqlookupd names
+some for the topic, the loop fails after the ``timeout`` option with
+:class:`.UnreachableError` naming them, which the planning thread raises; a topic no nsqd has
+yet is waited for.
 """
 
 from __future__ import annotations
@@ -27,14 +34,16 @@ from typing import Any, TypeVar
 import trio
 from nsq_client import Consumer, Message
 
-from .discovery import tcp_addresses_of
-from .errors import ConsumerError
+from .discovery import tcp_addresses_of, topic_nsqd
+from .errors import ConsumerError, NSQSparkError, UnreachableError
 from .options import MAX_RDY, Options
 
 log = logging.getLogger("nsq_spark")
 
 
 DRAIN_TIMEOUT = 5.0  # seconds closing waits for the answers to leave
+RECONNECT_EVERY = 2.0  # seconds between tries of a lost nsqd (unless lookupdPollInterval says)
+WATCH_EVERY = 0.5  # seconds between looks at whether any connection is up
 
 T = TypeVar("T")
 
@@ -114,7 +123,9 @@ class TcpConsumers:
             max_in_flight=math.ceil(options.max_in_flight / count),
             max_attempts=0,  # Spark's query decides, never the client
             # Asked for explicitly, so the TOUCH interval fits whatever nsqd's default is.
-            msg_timeout=self._msg_timeout)
+            msg_timeout=self._msg_timeout,
+            **({} if any(name == "lookupd_poll_interval" for name, _ in options.config)
+               else {"lookupd_poll_interval": RECONNECT_EVERY}))
         self._token = trio.lowlevel.current_trio_token()
         self._stop = trio.Event()
         self._arrived = trio.Event()
@@ -130,6 +141,7 @@ class TcpConsumers:
                 await stack.enter_async_context(consumer)
                 nursery.start_soon(self._pump, consumer)
             nursery.start_soon(self._touch_loop)
+            nursery.start_soon(self._watch, consumers, nsqd)
             started.set()
             await self._stop.wait()
             nursery.cancel_scope.cancel()
@@ -149,6 +161,39 @@ class TcpConsumers:
             self._buffer.append(message)
             self._arrived.set()
 
+    async def _watch(self, consumers: list[Consumer], nsqd: list[str]) -> None:
+        """Fail with UnreachableError once no consumer has had a connection for the timeout
+        while there are nsqd to connect to (see the module docstring)."""
+        options = self._options
+        down_since: float | None = None
+        while True:
+            await trio.sleep(WATCH_EVERY)
+            if any(consumer.connections for consumer in consumers):
+                down_since = None
+                continue
+            now = trio.current_time()
+            if down_since is None:
+                down_since = now
+            if now - down_since < options.timeout:
+                continue
+            try:
+                where = nsqd or await trio.to_thread.run_sync(topic_nsqd, options)
+            except NSQSparkError as exc:  # no nsqlookupd answers
+                self._error = exc
+            else:
+                if not where:  # nsqlookupd answers, and no nsqd has the topic yet: wait
+                    down_since = None
+                    continue
+                self._error = UnreachableError(
+                    f"nsqd {', '.join(where)}: no connection to consume {options.what} for "
+                    f"{now - down_since:.0f} s (option timeout is {options.timeout:g} s)")
+            # Reported by the planning thread's next call (and the one waiting now): the
+            # loop itself goes on, so that closing stays orderly.
+            log.error("nsq_spark: %s", self._error)
+            if self._arrived is not None:
+                self._arrived.set()
+            return
+
     async def _touch_loop(self) -> None:
         interval = self._msg_timeout / 3
         while True:
@@ -166,6 +211,7 @@ class TcpConsumers:
                 while not buffer:
                     self._arrived = trio.Event()
                     await self._arrived.wait()
+                    self._raise()
                 while buffer and len(taken) < at_most:
                     message = buffer.popleft()
                     self._held.add(message)
@@ -199,5 +245,10 @@ class TcpConsumers:
         return trio.from_thread.run_sync(fn, *args, trio_token=self._token)
 
     def _raise(self) -> None:
+        error = self._error
+        while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+            error = error.exceptions[0]
+        if isinstance(error, NSQSparkError):
+            raise error
         if self._error is not None:
             raise ConsumerError(f"the NSQ consumers stopped: {self._error!r}") from self._error
