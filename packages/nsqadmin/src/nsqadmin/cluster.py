@@ -463,6 +463,8 @@ class ClusterInfo:
         params = {"topic": topic, "channel": channel, **target.params}
 
         async def rewind(producer: Node) -> int | None:
+            if target.offset:
+                await self._check_offset(producer, topic, channel, target.offset)
             try:
                 body = await self.upstream.post_json(producer.address, "/channel/rewind",
                                                      params)
@@ -485,6 +487,19 @@ class ClusterInfo:
                    + ".") if offsets else ""
         return ActionResult("rewind_channel", tuple(a for a, _ in offsets),
                             (*errors, *failed), outcome, offsets)
+
+    async def _check_offset(self, producer: Node, topic: str, channel: str, offset: int
+                            ) -> None:
+        """Refuse an offset past the end of ``producer``'s log: nsqd would move the cursor
+        there, and the messages published up to it would never be delivered."""
+        body = await self.upstream.get_json(producer.address, "/stats", {
+            "format": "json", "topic": topic, "channel": channel, "include_clients": "false",
+            "include_mem": "false", "include_offsets": "true"})
+        for raw in body.get("topics") or ():
+            latest = raw.get("latest_offset") if isinstance(raw, dict) else None
+            if isinstance(latest, int) and offset > latest + 1:
+                raise UpstreamError(producer.address, f"offset {offset:,} is past the end of "
+                                    f"its log: the next message published gets {latest + 1:,}")
 
     async def tombstone_topic_producer(self, topic: str, node: str) -> ActionResult:
         """Tombstone ``node`` for ``topic`` on every lookupd, then delete the topic there."""
