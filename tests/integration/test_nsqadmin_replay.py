@@ -151,6 +151,11 @@ async def test_retention_and_start_from_the_forms_and_the_log_on_the_pages(admin
         assert (topic["retention"], topic["retention_bytes"]) == (7200 * 10**9, 5000000)
     assert "Updated topic rp (retention 2h0m0s, retention 5,000,000 bytes) on 2 daemons." in (
         await admin.get("/topics/rp")).text
+    await nsqd_call(b, "POST", "/topic/create", topic="rp", retention="30m")
+    page = (await admin.get("/topics/rp")).text
+    assert (f'<strong data-setting="retention">2h (2h0m0s)</strong> <small class="muted">'
+            f'(differs by nsqd: 127.0.0.1:{a.http_port} 2h (2h0m0s), ') in page
+    assert "30m (30m0s))</small>" in page
     await admin.post("/topics/rp", data={"action": "settings", "retention": "0",
                                          "retention_bytes": "0"})
     for daemon in nsqds:
