@@ -182,7 +182,7 @@ async def test_rewind_from_the_page_and_the_api_delivers_again(make_admin, nsqds
     first = {d.http_port: await consume_all(d, "rw", "c") for d in nsqds}
     assert sorted(map(len, first.values())) == [2, 3]
     page = (await admin.get("/topics/rw/c")).text
-    assert "Rewind to…" in page and 'name="time" step="1" value="' in page
+    assert "Rewind to…" in page and '<small>(now: 20' in page and 'name="time" step="1">' in page
     assert "hx-confirm=\"Rewind channel c?" in page
 
     # a plain form asks first, then rewinds every nsqd and reports where the channel is now

@@ -27,10 +27,17 @@ def test_rewind_targets_from_the_form_and_json():
     assert parse_rewind({"timestamp": 1700000000.25}).params == {"timestamp": "1700000000.25"}
     assert parse_rewind({"offset": 7}).offset == 7
     assert parse_rewind({"time": "2026-05-01T12:30:00Z"}).timestamp == 1777638600.0
+    # a form whose radio button stayed at "a time" while only the offset was filled, and the
+    # other way round: the field filled decides
+    assert parse_rewind({"to": "time", "time": "", "offset": "5"}).offset == 5
+    assert parse_rewind({"to": "offset", "time": "2026-05-01T12:30", "offset": ""}).timestamp \
+        == 1777638600.0
+    assert parse_rewind({"to": "time", "time": "2026-05-01T12:30", "offset": "5"}).offset is None
 
 
 @pytest.mark.parametrize("fields", [
     {}, {"to": "tomorrow"}, {"timestamp": 1, "offset": 2}, {"to": "time"},
+    {"to": "time", "time": "", "offset": ""},
     {"to": "time", "time": "yesterday"}, {"to": "time", "timestamp": "-5"},
     {"to": "time", "timestamp": "nan"}, {"to": "time", "timestamp": True},
     {"to": "time", "timestamp": "1e12"}, {"to": "offset"}, {"to": "offset", "offset": "-1"},

@@ -16,8 +16,9 @@ The channel delivers again everything its topic's log still holds from that poin
 ======================  ==================================  ==============================
 
 Offsets are each nsqd's own: with more than one nsqd, name the ``node`` for an offset.
-The JSON API may leave ``to`` out when it gives just one of ``timestamp``, ``time`` and
-``offset``.
+``to`` may be left out when just one of ``timestamp``, ``time`` and ``offset`` is given; a
+``time`` or ``offset`` target whose field is empty while the other one is filled is taken as
+that other one (a form whose radio button was left at its default).
 """
 
 from __future__ import annotations
@@ -69,7 +70,9 @@ def parse(fields: Mapping[str, Any]) -> RewindTarget:
     Raises:
         RewindError: no target, or a bad one.
     """
-    to = fields.get("to") or _implied(fields)
+    to = fields.get("to") or ""
+    if not to or (to in ("time", "offset") and not _names_one(fields, to)):
+        to = _implied(fields) or to
     if to not in TARGETS:
         raise RewindError("Rewind to a time, the earliest message kept or an offset.")
     if to == "earliest":
@@ -81,9 +84,20 @@ def parse(fields: Mapping[str, Any]) -> RewindTarget:
     return RewindTarget(timestamp=_time(fields.get("time")))
 
 
+def _filled(fields: Mapping[str, Any], name: str) -> bool:
+    return fields.get(name) not in (None, "")
+
+
+def _names_one(fields: Mapping[str, Any], to: str) -> bool:
+    """Whether the field ``to`` needs is filled."""
+    if to == "offset":
+        return _filled(fields, "offset")
+    return _filled(fields, "time") or _filled(fields, "timestamp")
+
+
 def _implied(fields: Mapping[str, Any]) -> str:
-    given = [name for name in ("timestamp", "time", "offset")
-             if fields.get(name) not in (None, "")]
+    """The target the one field given names, if just one is."""
+    given = [name for name in ("timestamp", "time", "offset") if _filled(fields, name)]
     if len(given) != 1:
         return ""
     return "offset" if given == ["offset"] else "time"

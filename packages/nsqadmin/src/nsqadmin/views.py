@@ -150,7 +150,7 @@ async def load_channel(request: Request) -> Context:
 
 
 def rewind_default(now: float | None = None) -> str:
-    """The rewind form's time to start from: now, in UTC (as the pages show times)."""
+    """Now, in UTC as the rewind form's time input takes it (and as the pages show times)."""
     moment = datetime.datetime.fromtimestamp(time.time() if now is None else now, datetime.UTC)
     return moment.strftime("%Y-%m-%dT%H:%M:%S")
 
