@@ -178,7 +178,7 @@ async def create_topic(request: Request) -> Any:
         raise ApiError(400, "INVALID_TOPIC")
     if channel_name and not is_valid_channel_name(channel_name):
         raise ApiError(400, "INVALID_CHANNEL")
-    try:  # beyond NSQ: message_ttl, max_attempts, dead_letter_expired, paused
+    try:  # beyond NSQ: nsqadmin.settings (a TTL, a retention, max_attempts, start, ...)
         settings = parse_settings(body)
     except SettingError as exc:
         raise ApiError(400, str(exc)) from None
