@@ -314,3 +314,27 @@ def test_new_records_are_the_header_the_hex_id_and_the_body(first, bodies, times
     assert new_records(bodies, first, timestamp) == expected
     percent = int.from_bytes(b"%%%%%%%%")  # a timestamp of '%' bytes is no format to them
     assert new_records([b"%s"], first, percent) == [b"%%%%%%%%\0\0" + b"%016x%%s" % first]
+
+
+async def test_a_rewind_never_puts_one_message_in_flight_twice(world):
+    # Rewound while messages are in flight: a record read again while its message is in
+    # flight is passed over (FIN of the one copy acknowledges it); one that comes back
+    # (timeout, REQ) before the cursor reaches it again is delivered once, from the log.
+    a = make_client(1, 10, msg_timeout=5.0)
+    ch = await channel_with(world, a, queued=4)
+    ids = [b"%016x" % i for i in range(4)]
+    assert [i for i, _, _ in frames_of(a)] == ids
+    ch.finish(a, ids[0])
+    ch.rewind(0)
+    ch.requeue(a, ids[1], 0.0, now=1.0)  # comes back before the cursor reaches it again
+    a.rdy = 3  # room for one more beside the two in flight
+    ch.pump(1.0)
+    assert frames_of(a)[-1][0] == ids[0]  # replay: the finished one again
+    ch.finish(a, ids[0])
+    ch.pump(1.0)
+    assert frames_of(a)[-1][0] == ids[1]  # once, from the log (the requeued copy dropped)
+    ch.finish(a, ids[1])
+    ch.pump(1.0)
+    assert frames_of(a) == []  # 2 and 3 are still in flight: not read again
+    ch.finish_many(a, [ids[2], ids[3]])
+    assert ch.depth == 0 and len(ch.in_flight) == 0 and ch.cursor.mark_delete == 4

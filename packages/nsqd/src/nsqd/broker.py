@@ -15,6 +15,8 @@ due times) and writes what the logs hold in memory, for the next start.
 from __future__ import annotations
 
 import logging
+import os
+import re
 import ssl
 import time
 from collections.abc import Awaitable, Callable
@@ -59,6 +61,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("nsqd")
 
+#: A file of a queue in Go's layout (no ``#``: not an own queue nor dead letters), or an import
+#: under way (``goimport``).
+_OLD_QUEUE_FILE = re.compile(r"[^#]+\.(?:diskqueue\.(?:meta|\d{6,})|deferred)\.dat|goimport\.json")
 #: A channel's own queue (respawned dead letters, messages brought from Go's files).
 OWN_SUFFIX = "#own"
 TOPICS_DIR = "topics"
@@ -144,6 +149,7 @@ class Broker:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
+                await self._bring_in_old_queues()
                 self._load()
                 for channel in self.iter_channels():  # before any client comes
                     await channel.restore_deferred()
@@ -157,6 +163,18 @@ class Broker:
         finally:
             with trio.CancelScope(shield=True):
                 await self.close()
+
+    async def _bring_in_old_queues(self) -> None:
+        """Queues in Go's layout (Go's nsqd, an earlier version of ours) into the logs before
+        anything is loaded (``goimport``: loaded only when the data path has such files)."""
+        try:
+            names = os.listdir(self.opts.data_path or ".")
+        except OSError:
+            return
+        if any(_OLD_QUEUE_FILE.fullmatch(name) for name in names):
+            from .goimport import bring_in
+
+            await bring_in(self.opts, log)
 
     def _load(self) -> None:
         """Topics, channels and their positions from what the last run left; nothing is
@@ -277,6 +295,9 @@ class Broker:
         if state is not None:
             topic.log.resume_at(state.mark_delete)
             cursor.restore(state, topic.log.start)
+        hole = topic.log.hole
+        if hole is not None and cursor.read < hole[1]:
+            cursor.skip(*hole)  # offsets no message has: done with
         return cursor
 
     def _spawn_once(self, work: Awaitable[None]) -> None:

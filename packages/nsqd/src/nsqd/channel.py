@@ -154,6 +154,11 @@ class Channel:
         # consume that meets one finds nothing), then are done with.
         self.tombstones: set[int] = set()
         self.stale_popped = False  # the last take with ``stop_at_stale`` stopped at one
+        # A rewind while messages of the log are in flight: their offsets (to their ids). A
+        # record read again while its message is still in flight is passed over (its one
+        # copy is the one in flight, which its FIN acknowledges or its timeout requeues); one
+        # coming back before the cursor reads it again is dropped (the log delivers it).
+        self._rewound: dict[int, bytes] = {}
         self.in_flight = InFlightQueue()
         self.deferred = DeferredQueue()
         self.clients: dict[int, Consumer] = {}
@@ -201,7 +206,11 @@ class Channel:
                     msg.deadline = now + max(msg.due - wall, 0) / 1e9
                     self.deferred.add(msg)
                     self.cursor.ahead.add(msg.offset)
-        self.changed()
+        # The pump only for a channel with subscribers (one that has none does nothing
+        # there, and a RDY wakes it): a publisher's round trip then needs no task switch.
+        if self.clients:
+            self.owner.mark_dirty(self)
+        self.wake_pullers()
 
     # -- depths --------------------------------------------------------------------------
     @property
@@ -245,14 +254,37 @@ class Channel:
             if stop > end:  # never past where the topic was paused
                 runs = _cut(runs, end)
                 stop = end
+            if runs[0][0] > read or len(runs) > 1:
+                _pass_gaps(runs, read, cursor)
             cursor.read = stop
+            if self._rewound:
+                runs = self._without_in_flight(runs)
             acked = cursor.acked
             if not cursor.ahead and not (acked and acked.count_in(read, stop)):
-                return runs
+                if runs:
+                    return runs
+                continue
             runs = _without_acked(runs, cursor)
             cursor.passed(stop)
             if runs:
                 return runs
+
+    def _without_in_flight(self, runs: list[Run]) -> list[Run]:
+        """``runs`` without the records whose messages are still in flight from before a
+        rewind (see ``_rewound``)."""
+        rewound = self._rewound
+        out: list[Run] = []
+        for first, records, plain in runs:
+            start = 0
+            for i in range(len(records)):
+                message_id = rewound.pop(first + i, None)
+                if message_id is not None and message_id in self.in_flight:
+                    if i > start:
+                        out.append((first + start, records[start:i], plain))
+                    start = i + 1
+            if start < len(records):
+                out.append((first + start, records[start:] if start else records, plain))
+        return out
 
     def _take(self, n: int, *, stop_at_stale: bool = False) -> list[QueuedMessage]:
         """Up to ``n`` messages to deliver now, each with its verdict acted on (deferred,
@@ -911,6 +943,9 @@ class Channel:
 
     def _requeue(self, msgs: list[QueuedMessage]) -> None:
         """WAITING again: REQ, a timeout, a consumer gone, a deferral due."""
+        if self._rewound:  # the log delivers these again anyway (see ``_rewound``)
+            read, rewound = self.cursor.read, self._rewound
+            msgs = [m for m in msgs if m.offset < read or rewound.pop(m.offset, None) is None]
         self.requeued.extend(msgs)
         end = self.topic.visible_end
         behind = end if self.requeue_behind else min(end, self.cursor.read + self.mem_queue_size)
@@ -995,10 +1030,13 @@ class Channel:
         own = [m for m in held if m.offset == OWN]
         if own and self.own is not None:
             self.own.put_back(own)
-        self.cursor.move_to(max(offset, self.log.start))
+        offset = max(offset, self.log.start)
+        self._rewound = {o: i for o, i in self.in_flight.ids_by_offset() if o >= offset}
+        self.cursor.move_to(offset)
         self.changed()
 
     def _forget_held(self) -> None:
+        self._rewound.clear()
         self.requeued.clear()
         self._requeued_after.clear()
         self.tombstones.clear()
@@ -1063,6 +1101,16 @@ def _cut(runs: list[Run], end: int) -> list[Run]:
             records = records[:end - first]
         out.append((first, records, plain))
     return out
+
+
+def _pass_gaps(runs: list[Run], read: int, cursor: Cursor) -> None:
+    """Offsets between ``read`` and the runs, or between two runs, hold no message (never
+    stored: reserved offsets a crash left unused, a torn write): done with, so that the
+    mark-delete position moves on over them."""
+    for first, records, _ in runs:
+        if first > read:
+            cursor.skip(read, first)
+        read = first + len(records)
 
 
 def _without_acked(runs: list[Run], cursor: Cursor) -> list[Run]:

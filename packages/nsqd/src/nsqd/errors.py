@@ -15,7 +15,8 @@
     │   └── SegmentError       a segment of a topic's log is damaged (a wrong magic, a bad
     │                          crc in a batch read, damage inside a closed segment)
     ├── AuthError              the auth servers could not be asked, or answered nonsense
-    └── StartError             nsqd cannot start (a port taken, the data path locked, ...)
+    ├── StartError             nsqd cannot start (a port taken, the data path locked, ...)
+    └── ExportError            --export-go-data-path cannot be made (a directory not empty, ...)
 
 The broker, channels, disk queues and auth raise these; each boundary translates them once
 and only there:
@@ -109,3 +110,7 @@ class AuthError(NsqdError):
 
 class StartError(NsqdError):
     """nsqd cannot start; the text is Go's: ``failed to instantiate nsqd - <why>``."""
+
+
+class ExportError(NsqdError):
+    """``--export-go-data-path`` cannot be made (the text says why)."""

@@ -225,6 +225,16 @@ class InFlightQueue:
             self._tail = float("-inf")
         return msgs
 
+    def ids_by_offset(self) -> Iterator[tuple[int, bytes]]:
+        """(offset, id) of every message of the log in flight."""
+        for message_id, entry in self._ordered.items():
+            offset = entry[2] if isinstance(entry, tuple) else entry.offset
+            if offset >= 0:
+                yield offset, message_id
+        for msg in self._in_heap.values():
+            if msg.offset >= 0:
+                yield msg.offset, msg.id
+
     def attempts_by_offset(self) -> Iterator[tuple[int, int]]:
         """(offset, attempts) of every message in flight, none made into a message."""
         for entry in self._ordered.values():
