@@ -185,6 +185,30 @@ async def test_settings_reach_the_producers(admin, cluster, lookupd_cluster):
     assert 'Max attempts: <strong data-setting="max_attempts">3</strong>' in page
 
 
+async def test_positions_and_rewind_on_the_producers(admin, cluster, lookupd_cluster):
+    """lookupd mode: a channel's page shows its position on each producer, and a rewind from
+    it reaches every producer that has the channel."""
+    _, nsqds, _ = lookupd_cluster
+    await seed(nsqds, "lkp_rewind")
+    await cluster("lkp_rewind")
+    made = await admin.post("/", data={"action": "create", "topic": "lkp_rewind",
+                                       "channel": "c", "start": "latest", "retention": "1h"})
+    assert made.status_code == 303
+    page = (await admin.get("/topics/lkp_rewind/c")).text
+    assert "Position in the log" in page and "Rewind to…" in page
+    rewound = await admin.post("/api/topics/lkp_rewind/c", json={"action": "rewind",
+                                                                "to": "earliest"})
+    offsets = rewound.json()["offsets"]
+    assert sorted(offsets) == sorted(f"127.0.0.1:{d.http_port}" for d in nsqds)
+    assert set(offsets.values()) == {0}
+    for daemon in nsqds:
+        (topic,) = (await get(daemon, "/stats", format="json", topic="lkp_rewind")).json()[
+            "topics"]
+        assert topic["retention"] == 3600 * 10**9
+        # everything the topic ever had is the channel's again
+        assert topic["channels"][0]["depth"] == topic["message_count"] > 0
+
+
 async def test_tombstone_a_producer(admin, cluster, lookupd_cluster):
     lookupd, nsqds, _ = lookupd_cluster
     await seed(nsqds, "lkp_tomb")

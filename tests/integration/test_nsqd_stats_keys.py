@@ -81,3 +81,54 @@ async def test_nsq_features_only_give_go_keys_and_the_job_features_add_theirs(ru
     assert totals([doc], "plain", "worker").dead_letter_count is None
     assert totals([doc], "jobs", "c").dead_letter_count == 1
     assert totals([doc], "plain", "paused").depth == paused["depth"]
+
+
+async def test_offsets_when_asked_for_or_while_a_retention_and_the_retention_while_set(
+        run_daemon):
+    """The log's offsets and the channels' cursors: with include_offsets=true, and on a topic
+    with a retention unless include_offsets=false; a retention's keys while it is set."""
+    nsqd = run_daemon("nsqd")
+    post(nsqd, "/topic/create", topic="plain")
+    post(nsqd, "/channel/create", topic="plain", channel="c")
+    post(nsqd, "/mpub", b"a\nb\nc", topic="plain")
+    async with await WireClient.connect(nsqd.tcp_address) as client:
+        await client.subscribe("plain", "c", rdy=1)
+        msg = await client.message()
+        await client.send(commands.fin(msg.id))
+        wait_until(lambda: get_stats(nsqd)["topics"][0]["channels"][0]["in_flight_count"] == 1,
+                   what="the next message in flight")
+        (plain,) = get_stats(nsqd)["topics"]
+        assert list(plain) == GO_TOPIC and list(plain["channels"][0]) == GO_CHANNEL
+        (plain,) = get_stats(nsqd, include_offsets="true")["topics"]
+        assert list(plain) == [*GO_TOPIC, "earliest_offset", "latest_offset"]
+        assert (plain["earliest_offset"], plain["latest_offset"]) == (0, 2)
+        (c,) = plain["channels"]
+        assert list(c) == [*GO_CHANNEL, "mark_delete_offset", "read_offset"]
+        # offset 0 finished, 1 in flight (read), 2 waiting
+        assert (c["mark_delete_offset"], c["read_offset"]) == (1, 2)
+
+    post(nsqd, "/topic/create", topic="kept", retention="24h", retention_bytes="1000000")
+    (kept,) = get_stats(nsqd, topic="kept")["topics"]
+    assert list(kept) == [*GO_TOPIC, "retention", "retention_bytes", "earliest_offset",
+                          "latest_offset"]
+    assert (kept["retention"], kept["retention_bytes"]) == (86400 * 10**9, 1000000)
+    assert (kept["earliest_offset"], kept["latest_offset"]) == (0, -1)  # nothing yet
+    post(nsqd, "/channel/create", topic="kept", channel="c")
+    (c,) = get_stats(nsqd, topic="kept")["topics"][0]["channels"]
+    assert list(c) == [*GO_CHANNEL, "mark_delete_offset", "read_offset"]
+    (kept,) = get_stats(nsqd, topic="kept", include_offsets="false")["topics"]
+    assert list(kept) == [*GO_TOPIC, "retention", "retention_bytes"]
+    assert list(kept["channels"][0]) == GO_CHANNEL
+    text = httpx.get(f"http://{nsqd.http_address}/stats", timeout=DEADLINE,
+                     params={"topic": "kept"}).text
+    assert ("e2e%:  retention: 24h0m0s retention-bytes: 1000000 earliest-offset: 0 "
+            "latest-offset: -1\n") in text
+    assert "e2e%:  mark-delete: 0 read: 0\n" in text
+    post(nsqd, "/topic/create", topic="kept", retention="0", retention_bytes="0")
+    (kept,) = get_stats(nsqd, topic="kept")["topics"]
+    assert list(kept) == GO_TOPIC  # a retention unset: NSQ's document again
+
+    # nsq_stat's sums take the cursor keys as they take any other
+    doc = get_stats(nsqd, include_offsets="true")
+    (c,) = next(t for t in doc["topics"] if t["topic_name"] == "plain")["channels"]
+    assert totals([doc], "plain", "c").depth == c["depth"] == 2  # the one in flight is back

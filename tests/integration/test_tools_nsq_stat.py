@@ -21,9 +21,9 @@ def nsq_stat(*args: str) -> subprocess.CompletedProcess[bytes]:
                           capture_output=True, timeout=30, check=False)
 
 
-def prepare(nsqd: Daemon, count: int) -> None:
+def prepare(nsqd: Daemon, count: int, **settings: str) -> None:
     base = f"http://{nsqd.http_address}"
-    httpx.post(f"{base}/topic/create", params={"topic": "stats"}).raise_for_status()
+    httpx.post(f"{base}/topic/create", params={"topic": "stats", **settings}).raise_for_status()
     httpx.post(f"{base}/channel/create", params={"topic": "stats", "channel": "ch"}).raise_for_status()
     httpx.post(f"{base}/mpub", params={"topic": "stats"},
                content=b"\n".join(b"m" for _ in range(count))).raise_for_status()
@@ -32,7 +32,10 @@ def prepare(nsqd: Daemon, count: int) -> None:
 def test_reports_the_channel_summed_over_nsqd(run_daemon: Callable[..., Daemon]) -> None:
     first, second = run_daemon("nsqd"), run_daemon("nsqd")
     prepare(first, 3)
-    prepare(second, 4)
+    prepare(second, 4, retention="1h")  # its /stats has our keys: offsets, the retention
+    offsets = httpx.get(f"http://{second.http_address}/stats",
+                        params={"format": "json", "topic": "stats"}).json()["topics"][0]
+    assert offsets["latest_offset"] == 3 and "read_offset" in offsets["channels"][0]
     result = nsq_stat("--topic=stats", "--channel=ch", "--interval=200ms", "--count=2",
                       f"--nsqd-http-address={first.http_address}",
                       f"--nsqd-http-address={second.http_address}")

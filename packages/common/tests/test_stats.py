@@ -126,3 +126,39 @@ def test_the_job_features_keys_in_use_on_some_nodes():
     zero = aggregate_channel("t", "c", [ChannelStats.parse(
         {**channel("c", 1, []), "expired_count": 0}, "py:1", "b", "t")])
     assert zero.to_json()["expired_count"] == 0 and "dead_letter_count" not in zero.to_json()
+
+
+def test_the_logs_offsets_stay_per_node_and_the_lag_sums():
+    """Two of our nsqd gave their offsets (include_offsets), a Go nsqd none: each node keeps
+    its own offsets and a channel's lag (latest + 1 - mark-delete); the sums keep only the
+    lag, and the retention the largest, all after Go's keys."""
+    go = TopicStats.parse(topic("t", 0, 0, 5, [channel("c", 1, [])]), "go:1", "a")
+    one = TopicStats.parse({**topic("t", 0, 0, 5, [{**channel("c", 1, []),
+                                                    "mark_delete_offset": 7, "read_offset": 9}]),
+                            "retention": 3600 * 10**9, "earliest_offset": 2,
+                            "latest_offset": 9}, "py:1", "b")
+    two = TopicStats.parse({**topic("t", 0, 0, 5, [{**channel("c", 1, []),
+                                                    "mark_delete_offset": 0, "read_offset": 0}]),
+                            "earliest_offset": 0, "latest_offset": -1}, "py:2", "c")
+    assert (go.earliest_offset, go.channels[0].mark_delete_offset, go.channels[0].lag) == (
+        None, None, None)
+    assert (one.earliest_offset, one.latest_offset, one.retention) == (2, 9, 3600 * 10**9)
+    assert (one.channels[0].mark_delete_offset, one.channels[0].read_offset) == (7, 9)
+    assert (one.channels[0].lag, two.channels[0].lag) == (3, 0)
+    total = aggregate_topic("t", [go, one, two])
+    (c,) = total.channels
+    assert (c.lag, c.mark_delete_offset, c.read_offset) == (3, None, None)
+    assert (total.earliest_offset, total.latest_offset, total.retention) == (None, None,
+                                                                             3600 * 10**9)
+    raw = total.to_json()
+    assert list(raw)[-2:] == ["e2e_processing_latency", "retention"]
+    assert list(raw["channels"][0])[-2:] == ["e2e_processing_latency", "lag"]
+    per_node = {n["node"]: n for n in raw["nodes"]}
+    assert list(per_node["py:1"])[-3:] == ["retention", "earliest_offset", "latest_offset"]
+    assert "earliest_offset" not in per_node["go:1"]
+    nodes = {n["node"]: n for n in raw["channels"][0]["nodes"]}
+    assert list(nodes["py:1"])[-3:] == ["mark_delete_offset", "read_offset", "lag"]
+    assert "lag" not in nodes["go:1"]
+    # nsq_stat reads a channel alone: its cursor, but no topic to measure a lag against
+    alone = ChannelStats.parse({**channel("c", 1, []), "mark_delete_offset": 7}, "", "", "t")
+    assert (alone.mark_delete_offset, alone.lag) == (7, None)

@@ -18,9 +18,10 @@ A field's type says how it is written and read:
 
 
 A field tagged ``omitempty`` is left out while it is its zero value (None for ``| None``), as
-Go's ``omitempty`` leaves out a zero value or a nil pointer. The job features' keys (beyond NSQ)
-are all such fields, after Go's keys: a daemon whose users use only NSQ's features writes
-exactly Go's document, and the tools that read it take a missing key as "not in use".
+Go's ``omitempty`` leaves out a zero value or a nil pointer. Our keys (beyond NSQ: the job
+features', a topic's retention, the log's offsets) are all such fields, after Go's keys: a
+daemon whose users use only NSQ's features writes exactly Go's document, and the tools that
+read it take a missing key as "not in use".
 
 ::
 
@@ -28,8 +29,12 @@ exactly Go's document, and the tools that read it take a missing key as "not in 
      "topics": [                                   null when the topic asked for is unknown
        {"topic_name": "t", "channels": [           [] when it has none
           {"channel_name": "c", ..., "clients": [...],     null without include_clients
-           "dead_letter_count": 2}],               a job feature's key, once it is in use
-        "depth": 3, ..., "message_ttl": 60}],      (message_ttl only when the topic has one)
+           "dead_letter_count": 2,                 a job feature's key, once it is in use
+           "mark_delete_offset": 7,                the channel's cursor, with the offsets
+           "read_offset": 9}],
+        "depth": 3, ..., "message_ttl": 60,        (message_ttl only when the topic has one)
+        "retention": 86400000000000,               (ns; only while the topic has one)
+        "earliest_offset": 0, "latest_offset": 9}],   include_offsets, or while a retention
      "memory": {"heap_objects": ..., ...},         left out with include_mem=false
      "producers": [{client, with "pub_counts"}]}   null when there are none
 """
@@ -217,6 +222,10 @@ class ChannelStats(_GoStruct):
                                                 kw_only=True)
     max_attempts: int = attrs.field(default=0, metadata=_OMITEMPTY, kw_only=True)
     dead_letter_expired: bool = attrs.field(default=False, metadata=_OMITEMPTY, kw_only=True)
+    # the channel's cursor in its topic's log: with the topic's offsets (see TopicStats)
+    mark_delete_offset: int | None = attrs.field(default=None, metadata=_OMITEMPTY,
+                                                 kw_only=True)
+    read_offset: int | None = attrs.field(default=None, metadata=_OMITEMPTY, kw_only=True)
 
 
 @attrs.frozen
@@ -231,8 +240,13 @@ class TopicStats(_GoStruct):
     message_bytes: int
     paused: bool
     e2e_processing_latency: Any
-    # beyond NSQ, after Go's keys, only when set
+    # beyond NSQ, after Go's keys: the settings only when set, the offsets when asked for
+    # (``include_offsets``) or while the topic has a retention (nsqd's stats module decides)
     message_ttl: int = attrs.field(default=0, metadata=_OMITEMPTY, kw_only=True)  # seconds
+    retention: int = attrs.field(default=0, metadata=_OMITEMPTY, kw_only=True)  # ns
+    retention_bytes: int = attrs.field(default=0, metadata=_OMITEMPTY, kw_only=True)
+    earliest_offset: int | None = attrs.field(default=None, metadata=_OMITEMPTY, kw_only=True)
+    latest_offset: int | None = attrs.field(default=None, metadata=_OMITEMPTY, kw_only=True)
 
 
 @attrs.frozen

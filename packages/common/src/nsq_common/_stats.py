@@ -10,11 +10,16 @@ derives it. The ``aggregate_*`` functions sum values across nodes into one whose
 ``*`` and whose ``nodes`` lists the per-node parts (clusterinfo's ``Add``). ``to_json`` writes
 nsqadmin's JSON API field order.
 
-The job features (beyond NSQ) follow nsqd's rule: a key missing from a reply (Go's nsqd, or
-ours while nobody uses the feature) is "not in use": the counts are then None (``0`` would
-claim a dead-letter queue that is not there), the settings 0 or false. Summed over nodes, a
-count is None only when no node has it; ``to_json`` writes these keys after Go's, and only the
-ones in use, as nsqd does::
+Our keys (beyond NSQ) follow nsqd's rule: a key missing from a reply (Go's nsqd, or ours
+while nobody uses the feature) is "not in use": the counts are then None (``0`` would claim a
+dead-letter queue that is not there), the settings 0 or false. Summed over nodes, a count is
+None only when no node has it; ``to_json`` writes these keys after Go's, and only the ones in
+use, as nsqd does.
+
+The log's offsets (``include_offsets``) are each nsqd's own: a topic's ``earliest_offset`` and
+``latest_offset`` and a channel's ``mark_delete_offset`` and ``read_offset`` are kept per node
+and are None once summed; what sums is a channel's ``lag``, derived per node as its topic's
+``latest_offset + 1 - mark_delete_offset`` (messages published it has not got past)::
 
     {"topics": [{"topic_name": "t", "depth": 3, "backend_depth": 1, "message_count": 9,
                  "paused": false, "e2e_processing_latency": {"count": 0, "percentiles": null},
@@ -188,6 +193,10 @@ class ChannelStats:
     dead_letter_count: int | None = None
     max_attempts: int = 0
     dead_letter_expired: bool = False
+    # the log's offsets (see the module's docstring): None without them, and once summed
+    mark_delete_offset: int | None = None
+    read_offset: int | None = None
+    lag: int | None = None  # summed over nodes
 
     @classmethod
     def parse(cls, raw: dict[str, Any], node: str, hostname: str, topic: str,
@@ -196,14 +205,18 @@ class ChannelStats:
 
     @classmethod
     def from_nsqd(cls, channel: nsqd.ChannelStats, node: str, hostname: str, topic: str,
-                  now: float | None = None) -> ChannelStats:
+                  now: float | None = None, topic_end: int | None = None) -> ChannelStats:
+        """``topic_end``: its topic's ``latest_offset + 1`` on that node, for ``lag``."""
         clients = channel.clients
+        mark_delete = channel.mark_delete_offset
         return _from_nsqd(
             cls, channel, node=node, hostname=hostname, topic_name=topic,
             memory_depth=channel.depth - channel.backend_depth,
             clients=None if clients is None else tuple(
                 ClientStats.from_nsqd(c, node, now) for c in clients),
-            e2e_processing_latency=Latency.parse(channel.e2e_processing_latency))
+            e2e_processing_latency=Latency.parse(channel.e2e_processing_latency),
+            lag=None if mark_delete is None or topic_end is None
+            else max(topic_end - mark_delete, 0))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -221,6 +234,8 @@ class ChannelStats:
                        "dead_letter_count": self.dead_letter_count},
                       {"max_attempts": self.max_attempts,
                        "dead_letter_expired": self.dead_letter_expired}),
+            **_in_use({"mark_delete_offset": self.mark_delete_offset,
+                       "read_offset": self.read_offset, "lag": self.lag}, {}),
         }
 
 
@@ -244,6 +259,7 @@ def aggregate_channel(topic: str, channel: str, parts: Sequence[ChannelStats]) -
         dead_letter_count=_sum_in_use(parts, "dead_letter_count"),
         max_attempts=max((p.max_attempts for p in parts), default=0),
         dead_letter_expired=any(p.dead_letter_expired for p in parts),
+        lag=_sum_in_use(parts, "lag"),
     )
 
 
@@ -262,16 +278,22 @@ class TopicStats:
     channels: tuple[ChannelStats, ...] | None = None
     paused: bool = False
     e2e_processing_latency: Latency | None = None
-    message_ttl: int = 0  # seconds; beyond NSQ (0: none)
+    # beyond NSQ: settings (0: none), and the log's offsets (None: not given, or summed)
+    message_ttl: int = 0  # seconds
+    retention: int = 0  # ns
+    retention_bytes: int = 0
+    earliest_offset: int | None = None
+    latest_offset: int | None = None
 
     @classmethod
     def parse(cls, raw: dict[str, Any], node: str, hostname: str,
               now: float | None = None) -> TopicStats:
         topic = nsqd.TopicStats.from_json(raw)
+        end = None if topic.latest_offset is None else topic.latest_offset + 1
         return _from_nsqd(
             cls, topic, node=node, hostname=hostname,
             memory_depth=topic.depth - topic.backend_depth,
-            channels=tuple(ChannelStats.from_nsqd(c, node, hostname, topic.topic_name, now)
+            channels=tuple(ChannelStats.from_nsqd(c, node, hostname, topic.topic_name, now, end)
                            for c in topic.channels),
             e2e_processing_latency=Latency.parse(topic.e2e_processing_latency))
 
@@ -292,7 +314,10 @@ class TopicStats:
             "channels": None if self.channels is None else [c.to_json() for c in self.channels],
             "paused": self.paused,
             "e2e_processing_latency": None if latency is None else latency.to_json(),
-            **_in_use({}, {"message_ttl": self.message_ttl}),
+            **_in_use({}, {"message_ttl": self.message_ttl, "retention": self.retention,
+                           "retention_bytes": self.retention_bytes}),
+            **_in_use({"earliest_offset": self.earliest_offset,
+                       "latest_offset": self.latest_offset}, {}),
         }
 
 
@@ -315,4 +340,6 @@ def aggregate_topic(topic: str, parts: Sequence[TopicStats]) -> TopicStats:
         message_count=_sum(parts, "message_count"), nodes=_by_host(parts), channels=channels,
         paused=any(p.paused for p in parts), e2e_processing_latency=latency,
         message_ttl=max(p.message_ttl for p in parts),
+        retention=max(p.retention for p in parts),
+        retention_bytes=max(p.retention_bytes for p in parts),
     )

@@ -2,8 +2,10 @@
 
 A form POSTs ``action`` (and ``topic``/``channel``/``node`` where the URL does not say them)
 to the page it sits on; ``create`` and ``settings`` also take the settings of
-``nsqadmin.settings`` (a topic's TTL, a channel's attempt limit and what its expired messages
-become: beyond NSQ). Destructive actions (empty, delete, tombstone) need ``confirm=yes``:
+``nsqadmin.settings`` (a topic's TTL and retention, a channel's attempt limit, what its expired
+messages become and where a new one starts: beyond NSQ); ``rewind`` (a channel's, beyond NSQ)
+takes a target of ``nsqadmin.rewind`` and optionally the one ``node`` to rewind on.
+Destructive actions (empty, delete, tombstone) and rewind need ``confirm=yes``:
 with htmx the browser asks first (``hx-confirm``) and sends it; without JavaScript the server
 answers with a confirmation page whose button sends it.
 
@@ -35,6 +37,8 @@ from .cluster import ActionResult
 from .formatting import path_segment
 from .pages import Warnings, page_path, render, render_error
 from .report import Report, set_flash
+from .rewind import RewindError, RewindTarget
+from .rewind import parse as parse_rewind
 from .settings import SettingError, Settings
 from .settings import parse as parse_settings
 from .state import Admin, admin_of
@@ -42,7 +46,7 @@ from .upstream import ClusterError
 from .web import is_htmx, same_origin
 
 MAX_FORM = 16 * 1024
-DESTRUCTIVE = {"empty", "delete", "tombstone", "empty_dead_letters"}
+DESTRUCTIVE = {"empty", "delete", "tombstone", "empty_dead_letters", "rewind"}
 DEAD_LETTER_VERBS = {"respawn_dead_letters", "empty_dead_letters"}  # beyond NSQ
 
 
@@ -58,16 +62,21 @@ async def read_form(request: Request) -> dict[str, str]:
 
 @attrs.frozen
 class Plan:
-    verb: str  # create, settings, pause, unpause, empty, delete, tombstone, a DEAD_LETTER_VERB
+    verb: str  # create, settings, pause, unpause, empty, delete, tombstone, rewind, a
+    #            DEAD_LETTER_VERB
     topic: str
     channel: str = ""
     node: str = ""
     landing: str = ""
     settings: Settings = attrs.field(factory=Settings)  # create, settings: beyond NSQ
+    target: RewindTarget | None = None  # rewind: beyond NSQ
 
     @property
     def subject(self) -> str:
         name = f"{self.topic}/{self.channel}" if self.channel else self.topic
+        if self.target is not None:
+            where = f" on {self.node}" if self.node else ""
+            return f"{name} {self.target.describe()}{where}"
         if self.verb in DEAD_LETTER_VERBS:
             return f"the dead letters of {name}"
         described = self.settings.describe()
@@ -100,6 +109,10 @@ class Plan:
             return f"Empty {what}? Every message queued in it is lost."
         if self.verb == "empty_dead_letters":
             return f"Delete every dead letter of {what}? They are lost."
+        if self.target is not None:
+            return (f"Rewind {what} {self.target.describe()}? Every message kept from there "
+                    "on is delivered again (a point past the channel's position skips the "
+                    "messages between).")
         return f"Delete {what} on every node? Its messages are lost."
 
 
@@ -112,7 +125,7 @@ def plan_action(admin: Admin, page: str, params: dict[str, str], form: dict[str,
     here = admin.path(page_path(page, params))
     allowed = {"topics": {"create"}, "lookup": {"create", "delete"},
                "topic": {"pause", "unpause", "empty", "delete", "tombstone", "settings"},
-               "channel": {"pause", "unpause", "empty", "delete", "settings",
+               "channel": {"pause", "unpause", "empty", "delete", "settings", "rewind",
                            *DEAD_LETTER_VERBS},
                "node": {"tombstone"}}
     if verb not in allowed.get(page, set()):
@@ -121,9 +134,16 @@ def plan_action(admin: Admin, page: str, params: dict[str, str], form: dict[str,
         return f"Invalid topic name {topic!r}." if topic else "A topic name is required."
     if channel and not is_valid_channel_name(channel):
         return f"Invalid channel name {channel!r}."
-    node = params.get("node") or form.get("node", "") if verb == "tombstone" else ""
+    node = params.get("node") or form.get("node", "") if verb in ("tombstone", "rewind") \
+        else ""
     if verb == "tombstone" and not node:
         return "Which node to tombstone is missing."
+    target = None
+    if verb == "rewind":
+        try:
+            target = parse_rewind(form)
+        except RewindError as exc:
+            return str(exc)
     landing = here
     if verb == "delete" and page in ("topic", "channel"):
         landing = admin.path(f"/topics/{path_segment(topic)}" if channel else "/")
@@ -139,17 +159,15 @@ def plan_action(admin: Admin, page: str, params: dict[str, str], form: dict[str,
             settings = _settings_of(settings, channel)
             if settings == Settings():
                 return "Nothing to change."
-        elif not channel and settings.channel_params:
-            return "Max attempts and expired messages are a channel's: name the channel."
-    return Plan(verb, topic, channel, node, landing, settings)
+        elif not channel and settings.create_channel_params:
+            return ("Max attempts, expired messages and where it starts are a channel's: "
+                    "name the channel.")
+    return Plan(verb, topic, channel, node, landing, settings, target)
 
 
 def _settings_of(settings: Settings, channel: str) -> Settings:
-    """What a settings form may change: a channel's own, or a topic's TTL."""
-    if channel:
-        return Settings(max_attempts=settings.max_attempts,
-                        dead_letter_expired=settings.dead_letter_expired)
-    return Settings(message_ttl=settings.message_ttl)
+    """What a settings form may change: a channel's own, or a topic's."""
+    return settings.channel_only if channel else settings.topic_only
 
 
 async def perform(admin: Admin, plan: Plan, request: Request) -> ActionResult:
@@ -173,6 +191,9 @@ async def perform(admin: Admin, plan: Plan, request: Request) -> ActionResult:
     elif plan.verb in DEAD_LETTER_VERBS:
         result = await cluster.dead_letter_action(plan.verb.split("_", 1)[0], topic, channel)
         notify(result.action, topic, channel, "", request)
+    elif plan.target is not None:
+        result = await cluster.rewind_channel(topic, channel, plan.target, plan.node)
+        notify(result.action, topic, channel, plan.node, request)
     else:
         result = await cluster.topic_action(plan.verb, topic, channel)
         notify(result.action, topic, channel, "", request)

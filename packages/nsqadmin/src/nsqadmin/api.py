@@ -28,6 +28,8 @@ from starlette.routing import Route
 
 from .cluster import ActionResult
 from .options import LOG_LEVELS, Options
+from .rewind import RewindError
+from .rewind import parse as parse_rewind
 from .settings import SettingError
 from .settings import parse as parse_settings
 from .state import admin_of as _admin
@@ -104,7 +106,8 @@ async def topic(request: Request) -> Any:
     cluster = _admin(request).cluster
     name = request.path_params["topic"]
     producers = await cluster.topic_producers(name)
-    stats = await cluster.stats(producers.value, topic=name, include_clients=False)
+    stats = await cluster.stats(producers.value, topic=name, include_clients=False,
+                                include_offsets=True)
     total = aggregate_topic(name, stats.value.topics)
     return {**total.to_json(), "message": _warn([*producers.errors, *stats.errors])}
 
@@ -113,7 +116,8 @@ async def channel(request: Request) -> Any:
     cluster = _admin(request).cluster
     name, channel_name = request.path_params["topic"], request.path_params["channel"]
     producers = await cluster.topic_producers(name)
-    stats = await cluster.stats(producers.value, topic=name, channel=channel_name)
+    stats = await cluster.stats(producers.value, topic=name, channel=channel_name,
+                                include_offsets=True)
     message = _warn([*producers.errors, *stats.errors])
     found = stats.value.channels.get(channel_name)
     if found is None:
@@ -174,7 +178,7 @@ async def create_topic(request: Request) -> Any:
         raise ApiError(400, "INVALID_TOPIC")
     if channel_name and not is_valid_channel_name(channel_name):
         raise ApiError(400, "INVALID_CHANNEL")
-    try:  # beyond NSQ: message_ttl, max_attempts, dead_letter_expired, paused
+    try:  # beyond NSQ: nsqadmin.settings (a TTL, a retention, max_attempts, start, ...)
         settings = parse_settings(body)
     except SettingError as exc:
         raise ApiError(400, str(exc)) from None
@@ -190,11 +194,14 @@ async def topic_action(request: Request) -> Any:
     _require_admin(request)
     body = await _json_body(request)
     verb = body.get("action")
-    if verb not in ("pause", "unpause", "empty", "update"):
-        raise ApiError(400, "INVALID_ACTION")
     admin = _admin(request)
     topic_name = request.path_params["topic"]
     channel_name = request.path_params.get("channel", "")
+    if verb not in ("pause", "unpause", "empty", "update") and not (
+            verb == "rewind" and channel_name):
+        raise ApiError(400, "INVALID_ACTION")
+    if verb == "rewind":  # beyond NSQ: {"action": "rewind", "timestamp": 1700000000, ...}
+        return await _rewind(request, body, topic_name, channel_name)
     if verb == "update":  # beyond NSQ: {"action": "update", "max_attempts": 5, ...}
         try:
             settings = parse_settings(body)
@@ -206,6 +213,20 @@ async def topic_action(request: Request) -> Any:
     result = await admin.cluster.topic_action(verb, topic_name, channel_name)
     admin.notifier.notify(result.action, topic_name, channel_name, "", request)
     return _done(result)
+
+
+async def _rewind(request: Request, body: dict[str, Any], topic_name: str, channel_name: str
+                  ) -> dict[str, Any]:
+    """``{"message": ..., "offsets": {nsqd: offset}}``: where the channel is on each nsqd."""
+    try:
+        target = parse_rewind(body)
+    except RewindError as exc:
+        raise ApiError(400, f"INVALID_REWIND: {exc}") from None
+    node = str(body.get("node") or "")
+    admin = _admin(request)
+    result = await admin.cluster.rewind_channel(topic_name, channel_name, target, node)
+    admin.notifier.notify(result.action, topic_name, channel_name, node, request)
+    return {**_done(result), "offsets": dict(result.offsets)}
 
 
 async def delete(request: Request) -> Any:

@@ -23,6 +23,7 @@ import attrs
 import trio
 from nsq_common import ChannelStats, TopicStats, aggregate_channel
 
+from .rewind import RewindTarget
 from .settings import Settings
 from .stats import Node, NodeTopic, PeekedMessage, mark_out_of_date
 from .upstream import ClusterError, Partial, Upstream, UpstreamError
@@ -76,6 +77,7 @@ class ActionResult:
     done: tuple[str, ...] = ()
     errors: tuple[UpstreamError, ...] = ()
     outcome: str = ""  # what it came to, when the daemon says: "2 jobs respawned."
+    offsets: tuple[tuple[str, int], ...] = ()  # a rewind: (nsqd, the channel's offset now)
 
     @property
     def ok(self) -> bool:
@@ -274,8 +276,11 @@ class ClusterInfo:
         return next((n for n in nodes if name in (n.http_address, n.reach)), None)
 
     async def stats(self, nodes: Sequence[Node], topic: str = "", channel: str = "",
-                    include_clients: bool = True, now: float | None = None) -> Partial[Stats]:
-        """``/stats`` of ``nodes``, optionally for one topic (and channel)."""
+                    include_clients: bool = True, now: float | None = None,
+                    include_offsets: bool = False) -> Partial[Stats]:
+        """``/stats`` of ``nodes``, optionally for one topic (and channel); with
+        ``include_offsets``, each log's offsets and channel's cursor (beyond NSQ: Go's nsqd
+        ignores the parameter and gives none)."""
         params = {"format": "json"}
         if topic:
             params["topic"] = topic
@@ -283,6 +288,8 @@ class ClusterInfo:
                 params["channel"] = channel
         if not include_clients:
             params["include_clients"] = "false"
+        if include_offsets:
+            params["include_offsets"] = "true"
 
         async def ask(node: Node) -> dict[str, Any]:
             return dict(await self.upstream.get_json(node.address, "/stats", params))
@@ -376,7 +383,7 @@ class ClusterInfo:
         action = "create_channel" if channel else "create_topic"
         params = {"topic": topic, **({"channel": channel} if channel else {})}
         topic_params = {"topic": topic, **settings.topic_params}
-        channel_params = {**params, **settings.channel_params}
+        channel_params = {**params, **settings.create_channel_params}
         if not self.lookupd_mode:
             done, errors = await self._post_all(self.nsqd_addresses, "/topic/create",
                                                 topic_params)
@@ -443,6 +450,56 @@ class ClusterInfo:
             params["n"] = str(RESPAWN_BATCH)
         return await self._producers_then(f"{verb}_dead_letters", topic,
                                           [(f"/channel/deadletter/{verb}", False)], params)
+
+    async def rewind_channel(self, topic: str, channel: str, target: RewindTarget,
+                             node: str = "") -> ActionResult:
+        """Rewind the channel on every producer of the topic that has it (or on ``node``
+        alone): nsqd's ``/channel/rewind``, whose answer says where the channel is now."""
+        producers = await self.topic_producers(topic)
+        errors = list(producers.errors)
+        nodes = [p for p in producers.value if not node or node in (p.http_address, p.reach)]
+        if node and not nodes:
+            errors.append(UpstreamError(node, f"no nsqd {node} has topic {topic}"))
+        params = {"topic": topic, "channel": channel, **target.params}
+
+        async def rewind(producer: Node) -> int | None:
+            if target.offset:
+                await self._check_offset(producer, topic, channel, target.offset)
+            try:
+                body = await self.upstream.post_json(producer.address, "/channel/rewind",
+                                                     params)
+            except UpstreamError as exc:
+                if exc.status == 404 and exc.reply in ("CHANNEL_NOT_FOUND", "TOPIC_NOT_FOUND"):
+                    return None  # the channel is not there: neither done nor failed
+                if exc.status == 404 and exc.reply == "NOT_FOUND":  # no such route: Go's nsqd
+                    raise UpstreamError(exc.address, f"{exc} (this nsqd cannot rewind a "
+                                        "channel)", exc.status, exc.reply) from None
+                raise
+            offset = body.get("offset")
+            if not isinstance(offset, int):
+                raise UpstreamError(producer.address, "POST /channel/rewind: no offset in "
+                                    f"the answer {str(body)[:200]}")
+            return offset
+
+        answers, failed = await fan_out(nodes, rewind)
+        offsets = tuple((p.http_address, o) for p, o in answers if o is not None)
+        outcome = ("Its position now: " + ", ".join(f"offset {o:,} on {a}" for a, o in offsets)
+                   + ".") if offsets else ""
+        return ActionResult("rewind_channel", tuple(a for a, _ in offsets),
+                            (*errors, *failed), outcome, offsets)
+
+    async def _check_offset(self, producer: Node, topic: str, channel: str, offset: int
+                            ) -> None:
+        """Refuse an offset past the end of ``producer``'s log: nsqd would move the cursor
+        there, and the messages published up to it would never be delivered."""
+        body = await self.upstream.get_json(producer.address, "/stats", {
+            "format": "json", "topic": topic, "channel": channel, "include_clients": "false",
+            "include_mem": "false", "include_offsets": "true"})
+        for raw in body.get("topics") or ():
+            latest = raw.get("latest_offset") if isinstance(raw, dict) else None
+            if isinstance(latest, int) and offset > latest + 1:
+                raise UpstreamError(producer.address, f"offset {offset:,} is past the end of "
+                                    f"its log: the next message published gets {latest + 1:,}")
 
     async def tombstone_topic_producer(self, topic: str, node: str) -> ActionResult:
         """Tombstone ``node`` for ``topic`` on every lookupd, then delete the topic there."""

@@ -6,6 +6,8 @@ import datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from nsq_common import format_go_duration
+
 if TYPE_CHECKING:
     import jinja2
 
@@ -47,6 +49,11 @@ def timestamp(unix_seconds: int) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def go_duration(nanoseconds: int) -> str:
+    """``24h0m0s``: as nsqd takes a duration (``retention=``)."""
+    return format_go_duration(nanoseconds / 1e9)
+
+
 def percent(quantile: float) -> str:
     text = f"{quantile * 100:.2f}".rstrip("0").rstrip(".")
     return f"p{text}"
@@ -59,4 +66,5 @@ def path_segment(value: str) -> str:
 
 def install_filters(env: jinja2.Environment) -> None:
     env.filters.update(commafy=commafy, duration=human_duration, rate=rate,
-                       timestamp=timestamp, percent=percent, seg=path_segment)
+                       timestamp=timestamp, percent=percent, seg=path_segment,
+                       go_duration=go_duration)

@@ -25,6 +25,7 @@ PHRASES = {
     "tombstone_topic_producer": "Tombstoned topic",
     "respawn_dead_letters": "Respawned", "empty_dead_letters": "Emptied",
     "update_topic": "Updated topic", "update_channel": "Updated channel",
+    "rewind_channel": "Rewound channel",
     # the Jobs pages (lmstfy)
     "respawn_jobs": "Respawned", "delete_dead_jobs": "Deleted", "empty_dead_jobs": "Emptied",
     "delete_job": "Deleted", "destroy_queue": "Emptied", "create_token": "Created",

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import attrs
-from nsq_common import ChannelStats, join_host_port
+from nsq_common import ChannelStats, TopicStats, join_host_port
 
 
 @attrs.frozen
@@ -120,3 +120,34 @@ def job_columns(channels: Iterable[ChannelStats]) -> list[str]:
     channels = list(channels)
     return [name for name in JOB_COUNTS
             if any(getattr(c, name) is not None for c in channels)]
+
+
+@attrs.frozen
+class ChannelPosition:
+    """Where a channel is in its topic's log on one nsqd (beyond NSQ: ``include_offsets``):
+    the log's range, the channel's cursor, and how far behind the newest message it is."""
+
+    node: str
+    hostname: str
+    earliest_offset: int
+    latest_offset: int
+    mark_delete_offset: int
+    read_offset: int
+    lag: int
+    retention: int  # ns, 0: none
+    retention_bytes: int
+
+
+def channel_positions(per_node: Iterable[TopicStats], channel: str) -> list[ChannelPosition]:
+    """The channel's position on each nsqd that gave its offsets (ours; Go's gives none)."""
+    found = []
+    for topic in per_node:
+        part = topic.channel(channel)
+        if (part is None or topic.earliest_offset is None or topic.latest_offset is None
+                or part.mark_delete_offset is None or part.read_offset is None):
+            continue
+        found.append(ChannelPosition(
+            topic.node, topic.hostname, topic.earliest_offset, topic.latest_offset,
+            part.mark_delete_offset, part.read_offset, part.lag or 0, topic.retention,
+            topic.retention_bytes))
+    return sorted(found, key=lambda p: (p.hostname, p.node))

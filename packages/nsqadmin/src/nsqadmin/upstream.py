@@ -145,17 +145,16 @@ class Upstream:
                        ) -> dict[str, Any]:
         """GET a V1 endpoint that answers a JSON object."""
         body = await self._request("GET", address, path, params)
-        try:
-            value = json.loads(body)
-        except ValueError:
-            value = None
-        if not isinstance(value, dict):
-            raise UpstreamError(address, f"GET {_url(address, path, params)}: response is not "
-                                         "a JSON object")
-        return value
+        return _json_object(address, f"GET {_url(address, path, params)}", body)
 
     async def post(self, address: str, path: str, params: dict[str, str] | None = None) -> None:
         await self._request("POST", address, path, params)
+
+    async def post_json(self, address: str, path: str, params: dict[str, str] | None = None
+                        ) -> dict[str, Any]:
+        """POST to a V1 endpoint that answers a JSON object."""
+        body = await self._request("POST", address, path, params)
+        return _json_object(address, f"POST {_url(address, path, params)}", body)
 
     async def send(self, method: str, address: str, path: str,
                    params: dict[str, str] | None = None, *, json: Any = None,
@@ -196,6 +195,16 @@ class Upstream:
 
 
 _KNOWN = {s.value for s in HTTPStatus}
+
+
+def _json_object(address: str, request: str, body: bytes) -> dict[str, Any]:
+    try:
+        value = json.loads(body)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise UpstreamError(address, f"{request}: response is not a JSON object")
+    return value
 
 
 def _v1_message(body: bytes) -> str:

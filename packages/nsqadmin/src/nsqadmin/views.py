@@ -10,6 +10,8 @@ POSTs to the page URLs are admin actions, handled in ``actions.py``.
 
 from __future__ import annotations
 
+import datetime
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +24,7 @@ from . import actions, graphs
 from .cluster import RESPAWN_BATCH
 from .pages import Context, Warnings, page_path, render
 from .state import Admin, admin_of
-from .stats import Node, PeekedMessage, display_names
+from .stats import Node, PeekedMessage, channel_positions, display_names
 from .upstream import ClusterError
 
 if TYPE_CHECKING:
@@ -67,13 +69,15 @@ def page(name: str, loader: Loader) -> Callable[[Request], Awaitable[Response]]:
 
 async def _nodes_and_stats(admin: Admin, warnings: Warnings, *, topic: str = "",
                            channel: str = "", clients: bool = False,
-                           producers: bool = False) -> tuple[list[Node], list[TopicStats], Any]:
-    """Nodes (all, or the topic's producers) and their stats; failures go to ``warnings``."""
+                           producers: bool = False, offsets: bool = False
+                           ) -> tuple[list[Node], list[TopicStats], Any]:
+    """Nodes (all, or the topic's producers) and their stats (``offsets``: with the logs'
+    offsets); failures go to ``warnings``."""
     cluster = admin.cluster
     found = await (cluster.topic_producers(topic) if producers else cluster.nodes())
     warnings.add(found.errors)
     stats = await cluster.stats(found.value, topic=topic, channel=channel,
-                                include_clients=clients)
+                                include_clients=clients, include_offsets=offsets)
     warnings.add(stats.errors)
     return found.value, list(stats.value.topics), stats.value
 
@@ -104,7 +108,7 @@ async def load_topic(request: Request) -> Context:
     drawn = graphs.lazily(graphs.for_topic, admin.history, topic, graphs.window_of(request))
     try:
         producers, per_node, _ = await _nodes_and_stats(admin, warnings, topic=topic,
-                                                        producers=True)
+                                                        producers=True, offsets=True)
     except ClusterError as exc:
         warnings.add(exc.errors)
         return {"fatal": exc.kind, "warnings": warnings, "topic": topic, "stats": None,
@@ -125,11 +129,11 @@ async def load_channel(request: Request) -> Context:
     try:
         producers, per_node, stats = await _nodes_and_stats(admin, warnings, topic=topic,
                                                             channel=channel, clients=True,
-                                                            producers=True)
+                                                            producers=True, offsets=True)
     except ClusterError as exc:
         warnings.add(exc.errors)
         return {"fatal": exc.kind, "warnings": warnings, "topic": topic, "channel": channel,
-                "stats": None, "unreachable": [], "graphs": drawn}
+                "stats": None, "unreachable": [], "graphs": drawn, "positions": []}
     record_history(admin, per_node)
     unreachable = [p for p in producers if p.address in warnings]
     totals = stats.channels.get(channel)
@@ -141,7 +145,14 @@ async def load_channel(request: Request) -> Context:
         dead_letters = found.value
     return {"topic": topic, "channel": channel, "stats": totals, "dead_letters": dead_letters,
             "respawn_batch": RESPAWN_BATCH, "unreachable": unreachable, "warnings": warnings,
-            "graphs": drawn}
+            "graphs": drawn, "positions": channel_positions(per_node, channel),
+            "rewind_from": rewind_default()}
+
+
+def rewind_default(now: float | None = None) -> str:
+    """Now, in UTC as the rewind form's time input takes it (and as the pages show times)."""
+    moment = datetime.datetime.fromtimestamp(time.time() if now is None else now, datetime.UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S")
 
 
 async def load_peek(request: Request) -> Context:

@@ -304,6 +304,8 @@ class HttpApi:
             self.broker, topic=q.get("topic"), channel=q.get("channel"),
             include_clients=_bool_param(q.get("include_clients"), True),
             include_mem=_bool_param(q.get("include_mem"), True),
+            include_offsets=_bool_param(q["include_offsets"], False)
+            if "include_offsets" in q else None,
         )
         if q.get("format") == "json":
             return _json(doc)

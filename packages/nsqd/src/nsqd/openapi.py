@@ -77,7 +77,10 @@ def document() -> dict[str, Any]:
             _query("topic", {"type": "string"}, "only this topic"),
             _query("channel", {"type": "string"}, "only this channel"),
             _query("include_clients", {"type": "boolean"}, "list clients (default true)"),
-            _query("include_mem", {"type": "boolean"}, "memory figures (default true)")]),
+            _query("include_mem", {"type": "boolean"}, "memory figures (default true)"),
+            _query("include_offsets", {"type": "boolean"},
+                   "the log's offsets and each channel's cursor (default: on topics with a "
+                   "retention)")]),
         "/metrics": _get("the same figures in Prometheus's text format (docs/operations.md)", [],
                          _OK_TEXT),
         "/pub": _post("publish one message (the body)", [

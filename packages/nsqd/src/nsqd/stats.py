@@ -11,7 +11,12 @@ a daemon whose users use only NSQ's features answers Go's nsqd 1.3 document key 
 - ``dead_letter_count``: while an attempt limit applies (its own, or ``--max-attempts``), expired
   messages go to the dead letters, or it holds any;
 - ``expired_count``: while its topic has a TTL, expired messages go to the dead letters, or once
-  it has counted one.
+  it has counted one;
+- a topic's ``retention`` (ns) and ``retention_bytes``: while set;
+- the log's offsets, a topic's ``earliest_offset`` and ``latest_offset`` and each of its
+  channels' cursor (``mark_delete_offset``, ``read_offset``): with ``include_offsets=true``
+  (nsqadmin asks so), never with ``include_offsets=false``, and without the parameter on a
+  topic that has a retention (replay is in use there).
 """
 
 from __future__ import annotations
@@ -66,9 +71,10 @@ def client_stats(client: Client, topic_filter: str | None = None) -> nsqd_stats.
     )
 
 
-def channel_stats(channel: Channel, include_clients: bool, topic_ttl: int = 0
-                  ) -> nsqd_stats.ChannelStats:
-    """``channel``'s object; ``topic_ttl``: its topic's default message TTL (see above)."""
+def channel_stats(channel: Channel, include_clients: bool, topic_ttl: int = 0, *,
+                  offsets: bool = False) -> nsqd_stats.ChannelStats:
+    """``channel``'s object; ``topic_ttl``: its topic's default message TTL; ``offsets``: with
+    its cursor (see above)."""
     # (a channel's consumers are Clients; the isinstance only tells the type checker so)
     clients = (tuple(client_stats(c) for c in channel.clients.values() if isinstance(c, Client))
                if include_clients else None)
@@ -84,13 +90,20 @@ def channel_stats(channel: Channel, include_clients: bool, topic_ttl: int = 0
         expired_count=expired if expired or topic_ttl or to_dead else None,
         dead_letter_count=dead if dead or limited or to_dead else None,
         max_attempts=channel.max_attempts, dead_letter_expired=to_dead,
+        mark_delete_offset=channel.cursor.mark_delete if offsets else None,
+        read_offset=channel.cursor.read if offsets else None,
     )
 
 
-def topic_stats(topic: Topic, channel_filter: str | None, include_clients: bool
-                ) -> nsqd_stats.TopicStats:
+def topic_stats(topic: Topic, channel_filter: str | None, include_clients: bool, *,
+                include_offsets: bool | None = False) -> nsqd_stats.TopicStats:
+    """``topic``'s object; ``include_offsets`` None: the offsets while it has a retention."""
     ttl = topic.message_ttl
-    channels = tuple(channel_stats(c, include_clients, ttl)
+    log = topic.log
+    retention, retention_bytes = log.retention_ns, log.retention_bytes
+    offsets = (bool(retention or retention_bytes) if include_offsets is None
+               else include_offsets)
+    channels = tuple(channel_stats(c, include_clients, ttl, offsets=offsets)
                      for name, c in sorted(topic.channels.items())
                      if channel_filter is None or name == channel_filter)
     return nsqd_stats.TopicStats(
@@ -98,7 +111,9 @@ def topic_stats(topic: Topic, channel_filter: str | None, include_clients: bool
         backend_depth=topic.backend_depth, message_count=topic.message_count,
         message_bytes=topic.message_bytes, paused=topic.paused,
         e2e_processing_latency=_e2e(list(topic.channels.values())),
-        message_ttl=ttl,
+        message_ttl=ttl, retention=retention, retention_bytes=retention_bytes,
+        earliest_offset=log.start if offsets else None,
+        latest_offset=log.end - 1 if offsets else None,
     )
 
 
@@ -117,8 +132,9 @@ def memory_stats() -> nsqd_stats.MemoryStats:
 
 
 def stats(broker: StatsSource, *, topic: str | None = None, channel: str | None = None,
-          include_clients: bool = True, include_mem: bool = True) -> dict[str, Any]:
-    """The /stats?format=json document."""
+          include_clients: bool = True, include_mem: bool = True,
+          include_offsets: bool | None = None) -> dict[str, Any]:
+    """The /stats?format=json document (``include_offsets`` None: the parameter not given)."""
     topics: tuple[nsqd_stats.TopicStats, ...] | None
     if topic is not None and topic not in broker.topics:
         topics = None
@@ -127,7 +143,8 @@ def stats(broker: StatsSource, *, topic: str | None = None, channel: str | None 
                     if topic is None or name == topic]
         if channel is not None:
             selected = [t for t in selected if channel in t.channels]
-        topics = tuple(topic_stats(t, channel, include_clients) for t in selected)
+        topics = tuple(topic_stats(t, channel, include_clients, include_offsets=include_offsets)
+                       for t in selected)
     producers: tuple[nsqd_stats.ClientStats, ...] | None = None
     if include_clients and topics is not None:
         pubs = tuple(client_stats(c, topic) for c in broker.clients.values() if c.pub_counts
@@ -201,11 +218,15 @@ def stats_text(doc: dict[str, Any]) -> str:
     return "".join(out)
 
 
-# The job features' keys in the text form, after Go's line, where the JSON has them.
-_TOPIC_EXTENSIONS = (("message_ttl", "ttl"),)
+# Our keys in the text form, after Go's line, where the JSON has them.
+_TOPIC_EXTENSIONS = (("message_ttl", "ttl"), ("retention", "retention"),
+                     ("retention_bytes", "retention-bytes"),
+                     ("earliest_offset", "earliest-offset"), ("latest_offset", "latest-offset"))
 _CHANNEL_EXTENSIONS = (("expired_count", "expired"), ("dead_letter_count", "dead"),
                        ("max_attempts", "max-attempts"),
-                       ("dead_letter_expired", "dead-letter-expired"))
+                       ("dead_letter_expired", "dead-letter-expired"),
+                       ("mark_delete_offset", "mark-delete"), ("read_offset", "read"))
+_PER_SECOND = {"message_ttl": 1, "retention": 1_000_000_000}  # durations: units a second
 
 
 def _extensions(obj: dict[str, Any], names: tuple[tuple[str, str], ...]) -> str:
@@ -214,7 +235,8 @@ def _extensions(obj: dict[str, Any], names: tuple[tuple[str, str], ...]) -> str:
     for key, label in names:
         if key in obj:
             value = obj[key]
-            text = (format_go_duration(float(value)) if key == "message_ttl"
+            units = _PER_SECOND.get(key)
+            text = (format_go_duration(value / units) if units is not None
                     else str(value).lower())
             out.append(f" {label}: {text}")
     return "".join(out)

@@ -6,6 +6,10 @@ messages and clients, summed over the nsqd (``nsq_common.ChannelStats``, as nsqa
 them). A header comes first and again every 25 lines;
 the first poll only sets the baseline for the rates. ``--count N`` stops after N reports.
 
+Our nsqd's keys beyond NSQ (the job features' counts, a topic's retention, the log's offsets)
+are read with the rest and not shown: the table stays NSQ's, as Go's nsq_stat (which ignores
+keys it does not know) shows it against our nsqd.
+
 nsqd are found through ``--lookupd-http-address`` (``/lookup``: each producer's
 ``broadcast_address:http_port``) or given as ``--nsqd-http-address``.
 """
