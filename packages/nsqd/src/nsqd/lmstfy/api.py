@@ -52,7 +52,7 @@ def error_answer(exc: HttpError) -> Response:
     a ``body`` of bytes goes as it is, as text (gin's answers written without a type)."""
     if isinstance(exc.body, bytes):
         response = Response(exc.body, exc.status, media_type="text/plain; charset=utf-8",
-                            headers={"X-Request-ID": ids.encode_ulid(ids.new_ulid())})
+                            headers={"X-Request-ID": ids.request_id()})
     else:
         body = exc.body if exc.body is not None else ({"error": exc.text} if exc.text else None)
         response = answer(exc.status, body)
@@ -82,13 +82,35 @@ def gin_conventions(not_found: HttpError) -> Conventions:
                        fixed_path=False, empty_params=True)
 
 
+class Answer(Response):
+    """A ``Response`` made from its parts: the same head Starlette's would have (the
+    request id, ``content-length`` unless a 204, ``content-type`` for a body), without its
+    per-answer header building."""
+
+    def __init__(self, status: int, content: bytes, content_type: bytes | None) -> None:
+        self.status_code = status
+        self.body = content
+        self.background = None
+        headers = [(b"x-request-id", ids.request_id().encode("ascii"))]
+        if status >= 200 and status not in (204, 304):
+            headers.append((b"content-length", b"%d" % len(content)))
+        if content_type is not None:
+            headers.append((b"content-type", content_type))
+        self.raw_headers = headers
+
+
+_JSON_TYPE = JSON_TYPE.encode("ascii")
+_COMPACT = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+_INDENTED = json.JSONEncoder(sort_keys=True, indent=4)
+
+
 def answer(status: int, body: Any = None, *, indent: bool = False) -> Response:
-    headers = {"X-Request-ID": ids.encode_ulid(ids.new_ulid())}
+    """lmstfy's answer: ``body`` as gin writes JSON (keys sorted; compact, or indented as its
+    ``IndentedJSON``), none for None; a fresh ``X-Request-ID``."""
     if body is None:
-        return Response(b"", status, headers=headers)
-    text = json.dumps(body, sort_keys=True, separators=None if indent else (",", ":"),
-                      indent=4 if indent else None)
-    return Response(text.encode(), status, headers=headers, media_type=JSON_TYPE)
+        return Answer(status, b"", None)
+    text = (_INDENTED if indent else _COMPACT).encode(body)
+    return Answer(status, text.encode(), _JSON_TYPE)
 
 
 def _uint(query: dict[str, str], key: str, default: int, most: int, error: str) -> int:
@@ -111,16 +133,27 @@ def _int64(query: dict[str, str], key: str, default: int, error: str) -> int:
 
 
 def query_params(request: Request) -> dict[str, str]:
+    query = request.scope["query_string"]
+    if not query:
+        return {}
     out: dict[str, str] = {}
-    for key, value in parse_qsl(request.scope["query_string"].decode("latin-1"),
-                                keep_blank_values=True):
+    for key, value in parse_qsl(query.decode("latin-1"), keep_blank_values=True):
         out.setdefault(key, value)
     return out
 
 
+def header(request: Request, name: bytes) -> str | None:
+    """The first value of the header ``name`` (lower case), as Starlette's ``headers.get``
+    gives it, without building its ``Headers``."""
+    for key, value in request.scope["headers"]:
+        if key == name:
+            return value.decode("latin-1")
+    return None
+
+
 def _attributes(request: Request) -> bytes | None:
     """A version 1 job's attributes from ``Job-Attr-*`` headers (None: a version 0 job)."""
-    if request.headers.get("enable-job-version", "").upper() != "YES":
+    if (header(request, b"enable-job-version") or "").upper() != "YES":
         return None
     found: dict[str, str] = {}
     for raw_name, raw_value in request.headers.raw:
@@ -164,7 +197,7 @@ class DataApi:
         return namespace, queue, params.get("job_id")
 
     def _token(self, request: Request, namespace: str, *, check: bool = True) -> str:
-        token = request.headers.get("x-token", "") or query_params(request).get("token", "")
+        token = header(request, b"x-token") or query_params(request).get("token", "")
         pool, _, bare = token.partition(":") if ":" in token else ("default", "", token)
         if pool not in ("", "default"):
             raise refuse(404, "pool not found")
