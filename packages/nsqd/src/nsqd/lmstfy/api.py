@@ -145,7 +145,8 @@ def query_params(request: Request) -> dict[str, str]:
 def header(request: Request, name: bytes) -> str | None:
     """The first value of the header ``name`` (lower case), as Starlette's ``headers.get``
     gives it, without building its ``Headers``."""
-    for key, value in request.scope["headers"]:
+    headers: list[tuple[bytes, bytes]] = request.scope["headers"]
+    for key, value in headers:
         if key == name:
             return value.decode("latin-1")
     return None
