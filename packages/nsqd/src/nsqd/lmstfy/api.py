@@ -25,7 +25,7 @@ from starlette.responses import Response
 
 from ..errors import Exiting, StoreFailed
 from . import ids, names
-from .queues import JobQueues, job_json
+from .queues import JobQueues, consumed_job_text, job_json
 from .state import State
 from .throttle import Throttle
 
@@ -172,12 +172,15 @@ def _attributes(request: Request) -> bytes | None:
 MAX_BULK_BODY = MAX_BULK * (MAX_JOB + 1) + 2
 
 
+_TOO_LARGE = HttpError(413, "body too large")
+_UNREADABLE = HttpError(400, "failed to read body")
+
+
 async def _body(request: Request, most: int) -> bytes:
     """The whole body: lmstfy's 413 "body too large" over ``most`` (by the declared length,
     before a byte is read or ``100 Continue`` sent), its 400 "failed to read body" for one
     that ends early or cannot be parsed."""
-    return await read_body(request, most, too_large=HttpError(413, "body too large"),
-                           unreadable=HttpError(400, "failed to read body"))
+    return await read_body(request, most, too_large=_TOO_LARGE, unreadable=_UNREADABLE)
 
 
 class DataApi:
@@ -297,8 +300,9 @@ class DataApi:
             if not served:
                 self.throttle.give_back(namespace, token, "consume")
         now_ns = self.queues.broker.clock.wall_ns()
-        jobs = [{"msg": "new job", **job_json(namespace, t.queue, t.msg, now_ns)} for t in taken]
-        return answer(200, jobs if count > 1 else jobs[0])
+        jobs = [consumed_job_text(namespace, t.queue, t.msg, now_ns) for t in taken]
+        text = "[" + ",".join(jobs) + "]" if count > 1 else jobs[0]
+        return Answer(200, text.encode(), _JSON_TYPE)
 
     async def job(self, request: Request) -> Response:
         """``/job/:id``: GET peeks at it, DELETE acknowledges it."""
