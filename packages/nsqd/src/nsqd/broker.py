@@ -295,6 +295,9 @@ class Broker:
         if state is not None:
             topic.log.resume_at(state.mark_delete)
             cursor.restore(state, topic.log.start)
+        hole = topic.log.hole
+        if hole is not None and cursor.read < hole[1]:
+            cursor.skip(*hole)  # offsets no message has: done with
         return cursor
 
     def _spawn_once(self, work: Awaitable[None]) -> None:

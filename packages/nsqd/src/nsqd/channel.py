@@ -206,7 +206,11 @@ class Channel:
                     msg.deadline = now + max(msg.due - wall, 0) / 1e9
                     self.deferred.add(msg)
                     self.cursor.ahead.add(msg.offset)
-        self.changed()
+        # The pump only for a channel with subscribers (one that has none does nothing
+        # there, and a RDY wakes it): a publisher's round trip then needs no task switch.
+        if self.clients:
+            self.owner.mark_dirty(self)
+        self.wake_pullers()
 
     # -- depths --------------------------------------------------------------------------
     @property
@@ -250,6 +254,8 @@ class Channel:
             if stop > end:  # never past where the topic was paused
                 runs = _cut(runs, end)
                 stop = end
+            if runs[0][0] > read or len(runs) > 1:
+                _pass_gaps(runs, read, cursor)
             cursor.read = stop
             if self._rewound:
                 runs = self._without_in_flight(runs)
@@ -1095,6 +1101,16 @@ def _cut(runs: list[Run], end: int) -> list[Run]:
             records = records[:end - first]
         out.append((first, records, plain))
     return out
+
+
+def _pass_gaps(runs: list[Run], read: int, cursor: Cursor) -> None:
+    """Offsets between ``read`` and the runs, or between two runs, hold no message (never
+    stored: reserved offsets a crash left unused, a torn write): done with, so that the
+    mark-delete position moves on over them."""
+    for first, records, _ in runs:
+        if first > read:
+            cursor.skip(read, first)
+        read = first + len(records)
 
 
 def _without_acked(runs: list[Run], cursor: Cursor) -> list[Run]:

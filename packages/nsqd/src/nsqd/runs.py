@@ -18,7 +18,7 @@ into a tuple.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 
 #: Records a chunk grows to before it is frozen into a tuple.
 CHUNK = 4096
@@ -139,14 +139,17 @@ class RunStore:
         self.count -= dropped
         return dropped
 
-    def drop_oldest_run(self) -> int:
-        """Forget the oldest run (a cache making room); how many records it held."""
-        if not self._firsts:
+    def drop_oldest_run(self, keep: Container[int] = ()) -> int:
+        """Forget the oldest run but those starting at an offset of ``keep`` (a cache making
+        room, keeping what was just read for a waiting reader); how many records it held (0:
+        nothing to drop)."""
+        i = next((i for i, first in enumerate(self._firsts) if first not in keep), -1)
+        if i < 0:
             return 0
-        records = self._records[0]
+        records = self._records[i]
         self.bytes -= sum(map(len, records))
         self.count -= len(records)
-        del self._firsts[0], self._records[0], self._plain[0]
+        del self._firsts[i], self._records[i], self._plain[i]
         return len(records)
 
     def clear(self) -> None:

@@ -94,7 +94,8 @@ class Topic:
         paused."""
         end = self.log.end
         if not self.channels:
-            return max(end - max(self.hold, self.log.start), 0)
+            start = max(self.hold, self.log.start)
+            return max(end - start - self.log.hole_in(start, end), 0)
         return end - self.paused_at if self.paused else 0
 
     @property

@@ -32,6 +32,7 @@ Errors: ``DiskQueueError`` (nsqd.errors) from ``append`` when the write failed, 
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import os
 import shutil
@@ -41,6 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 import trio
+from nsq_common import write_atomically
 
 from .errors import DiskQueueClosed, DiskQueueError, SegmentError
 from .runs import Run, RunStore
@@ -56,6 +58,11 @@ TAIL_CACHE_BYTES = 16 << 20
 #: Records read from disk and kept for the readers (bytes), and one read's size.
 READ_CACHE_BYTES = 8 << 20
 READ_BYTES = 1 << 20
+#: Offsets are reserved this many at a time in the log's ``offsets`` file before they are
+#: given, so that no offset is given twice even when a crash loses the memory tail: the next
+#: start begins past the last reservation (a gap, never a reuse).
+RESERVE = 1 << 20
+OFFSETS_FILE = "offsets"
 #: A write this small, with no fsync due, is done on the Trio thread (a page-cache copy).
 _INLINE_WRITE_BYTES = 256 << 10
 SEGMENT_SUFFIX = ".log"
@@ -104,6 +111,10 @@ class TopicLog:
         self._skips: dict[int, int] = {}  # disk reads that found a gap: offset -> next one
         self._segments: list[Segment] = []
         self._end = 0
+        #: Offsets given before the last start that no message has (a crash lost them).
+        self.hole: tuple[int, int] | None = None
+        # Offsets below may be given (reserved on disk); a memory-only log needs none.
+        self._reserved = 0 if directory is not None else 1 << 62
         self._written_end = 0  # every offset below is on disk, or was never to be written
         self._unwritten = 0  # records in the tail at offsets >= _written_end
         self._appends: deque[_Append] = deque()
@@ -111,6 +122,7 @@ class TopicLog:
         self._io_lock = trio.Lock()
         self._wanted: set[int] = set()
         self._wake = trio.Event()
+        self._tidy_now = False  # poked: remove what nobody needs without waiting for the tick
         self._ops_since_sync = 0
         self._closed = False
         self.healthy = True  # False after a failed write or sync, True after a good write
@@ -172,6 +184,7 @@ class TopicLog:
         if self._segments:
             last = self._segments[-1]
             self._end = self._written_end = max(last.end, last.base)
+        self.resume_at(_read_offsets(directory / OFFSETS_FILE))
 
     def _salvage(self, path: Path, damage: SegmentError) -> Segment | None:
         """A damaged segment: a copy set aside (``.bad``), and the whole batches before the
@@ -197,10 +210,19 @@ class TopicLog:
             self.log.error("LOG(%s): cannot rename %s - %s", self.name, path, exc)
 
     def resume_at(self, offset: int) -> None:
-        """Start giving offsets at ``offset`` at least (what cursors and nsqd.dat say was
-        given before, when every segment had been removed)."""
+        """Start giving offsets at ``offset`` at least (what the ``offsets`` file, cursors
+        and nsqd.dat say was given before). Offsets skipped so are a ``hole``: no message
+        has them, and cursors pass over them as done."""
         if offset > self._end and not self._tail:
+            start = self.hole[0] if self.hole is not None else self._end
+            self.hole = (start, offset)
             self._end = self._written_end = offset
+
+    def hole_in(self, start: int, end: int) -> int:
+        """How many offsets of [start, end) are in the ``hole``."""
+        if self.hole is None:
+            return 0
+        return max(0, min(end, self.hole[1]) - max(start, self.hole[0]))
 
     # -- writing -----------------------------------------------------------------------------
     async def append(self, records: Sequence[bytes], *, plain: bool) -> int:
@@ -211,7 +233,8 @@ class TopicLog:
         """
         n = len(records)
         if (not self._appends and not self._committing
-                and self._unwritten + n <= self.mem_queue_size and not self._closed):
+                and self._unwritten + n <= self.mem_queue_size and not self._closed
+                and self._end + n <= self._reserved):
             first = self._end
             self._tail.append(first, records, plain)
             self._end = first + n
@@ -253,6 +276,17 @@ class TopicLog:
                 request.error = DiskQueueClosed()
             return
         total = sum(len(r.records) for r in group)
+        if self._end + total > self._reserved:
+            try:
+                await self._reserve(self._end + total + RESERVE)
+            except OSError as exc:
+                self.healthy = False
+                self.write_errors += 1
+                self.log.error("LOG(%s): failed to reserve offsets - %s", self.name, exc)
+                error = DiskQueueError(f"failed to reserve offsets - {exc}")
+                for request in group:
+                    request.error = error
+                return
         self._skip_unneeded()
         over = self._unwritten + total - self.mem_queue_size
         if self.directory is None:
@@ -381,7 +415,7 @@ class TopicLog:
             return tail.read(offset, n)
         cache = self._cache
         if cache.covers(offset):
-            runs = cache.read(offset, n)
+            runs = _contiguous(cache.read(offset, n))
             got = sum(len(r) for _, r, _ in runs)
             if got < n and tail and runs:  # the cache reaches the tail: go on there
                 last, records, _ = runs[-1]
@@ -481,12 +515,15 @@ class TopicLog:
             with trio.move_on_at(tick):
                 await self._wake.wait()
             self._wake = trio.Event()
-            if self.directory is not None and not self.healthy:
+            if self._tidy_now or (self.directory is not None and not self.healthy):
+                self._tidy_now = False
                 async with self._io_lock:
                     await self._tidy(sync=False)
 
     def poke(self) -> None:
-        """Cursors moved a long way (empty, rewind, a channel gone): tidy up now."""
+        """Cursors moved a long way (empty, rewind, a channel gone, a retention changed):
+        tidy up now."""
+        self._tidy_now = True
         self._wake.set()
 
     async def tidy(self) -> None:
@@ -498,6 +535,7 @@ class TopicLog:
         wanted = sorted(self._wanted)
         self._wanted.clear()
         got = False
+        fresh: set[int] = set()  # runs read now: kept, or the reader that asked never gets them
         for offset in wanted:
             if self._cache.covers(offset) or offset >= self.memory_start:
                 got = True
@@ -509,9 +547,10 @@ class TopicLog:
                 self._skips[offset] = self.memory_start
             for first, records in found:
                 self._cache.insert(first, records, False)
+                fresh.add(first)
             got = True
-        while self._cache.bytes > READ_CACHE_BYTES and self._cache.count:
-            self._cache.drop_oldest_run()
+        while self._cache.bytes > READ_CACHE_BYTES and self._cache.drop_oldest_run(fresh):
+            pass
         if len(self._skips) > 1024:
             self._skips.clear()
         if got:
@@ -565,6 +604,22 @@ class TopicLog:
                 await self._in_thread(self._reset_active, active)
                 self.log.info("LOG(%s): removed the active segment up to offset %d",
                               self.name, self._written_end)
+                gone.append(active)
+        if gone:
+            self._forget_removed()
+
+    def _forget_removed(self) -> None:
+        """Segments were removed: their records go from memory too (the tail keeps written
+        records as a cache, the read cache what it read), so that no reader, ``start`` or a
+        rewind finds a record the disk no longer has."""
+        below = self._written_end
+        for segment in self._segments:
+            if segment.count:
+                below = min(segment.base, below)
+                break
+        self._tail.drop_before(below)
+        self._cache.drop_before(below)
+        self._skips.clear()
 
     def _reset_active(self, active: Segment) -> None:
         base = self._written_end
@@ -596,6 +651,16 @@ class TopicLog:
             tail.drop_before(min(written_end, tail.start + max(tail.count // 4, 1)))
 
     # -- the end -----------------------------------------------------------------------------
+    async def _reserve(self, until: int) -> None:
+        """Offsets below ``until`` may be given (lock held).
+
+        Raises:
+            OSError: the reservation could not be written.
+        """
+        assert self.directory is not None
+        await self._in_thread(_write_offsets, self.directory, until)
+        self._reserved = until
+
     async def close(self) -> None:
         """Write what some cursor or the retention still needs, fsync, close the files.
 
@@ -628,6 +693,11 @@ class TopicLog:
                     except OSError as exc:
                         error = DiskQueueError(f"failed to sync at close - {exc}")
                 await self._in_thread(self._close_segments)
+                if self._reserved > self._end and self.directory.is_dir():
+                    try:  # exact again: the next start goes on from the end, no gap
+                        await self._in_thread(_write_offsets, self.directory, self._end)
+                    except OSError as exc:
+                        self.log.warning("LOG(%s): offsets not written - %s", self.name, exc)
         if error is not None:
             raise error
 
@@ -660,6 +730,30 @@ class TopicLog:
         with trio.CancelScope(shield=True):
             result = await trio.to_thread.run_sync(fn, *args)
         return result
+
+
+def _contiguous(runs: list[Run]) -> list[Run]:
+    """``runs`` up to the first gap: between two runs of the read cache are records not read
+    yet (or never stored: the disk read that follows says which), never to be passed over."""
+    for i in range(1, len(runs)):
+        first, records, _ = runs[i - 1]
+        if runs[i][0] != first + len(records):
+            return runs[:i]
+    return runs
+
+
+def _read_offsets(path: Path) -> int:
+    """The next offset the ``offsets`` file allows (0 when it is missing or unreadable)."""
+    try:
+        value = json.loads(path.read_bytes()).get("next", 0)
+    except (OSError, ValueError, AttributeError):
+        return 0
+    return value if isinstance(value, int) and value >= 0 else 0
+
+
+def _write_offsets(directory: Path, next_offset: int) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    write_atomically(directory / OFFSETS_FILE, b'{"next":%d}\n' % next_offset, mode=0o600)
 
 
 def _remove_all(segments: list[Segment]) -> None:
