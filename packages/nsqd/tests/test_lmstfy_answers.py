@@ -2,10 +2,20 @@
 
 import json
 import time
+from collections.abc import AsyncIterator
+from pathlib import Path
 
+import httpx
+import pytest
+import trio
+from nsqd.broker import Broker
 from nsqd.lmstfy import api, ids
-from nsqd.lmstfy.queues import consumed_job_text, job_json
+from nsqd.lmstfy.api import build_data_app
+from nsqd.lmstfy.queues import JobQueues, consumed_job_text, job_json
+from nsqd.lmstfy.state import State
+from nsqd.lmstfy.throttle import Throttle
 from nsqd.message import Job, QueuedMessage
+from nsqd.options import Options
 
 NOW = 1_795_000_000_123_456_789
 NS = 1_000_000_000
@@ -62,3 +72,38 @@ def test_request_ids_are_fresh_ulids_of_now() -> None:
         raw = ids.decode_ulid(text)
         assert raw is not None and ids.encode_ulid(raw) == text
         assert before <= ids.timestamp_ms(text) <= after
+
+
+
+@pytest.fixture
+async def data_api(nursery: trio.Nursery, tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
+    broker = Broker(Options.defaults(data_path=str(tmp_path)))
+    await nursery.start(broker.run)
+    state = State(str(tmp_path))
+    state.tokens["ns"] = {"T": "test"}
+    app = build_data_app(JobQueues(broker, state), state, Throttle(state.limits, trio.current_time))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://lmstfy.test", headers={"X-Token": "T"}) as http:
+        yield http
+
+
+def _is_encoders_text(body: bytes) -> bool:
+    return body == json.dumps(json.loads(body), sort_keys=True, separators=(",", ":")).encode()
+
+
+async def test_the_data_apis_answers_are_the_encoders_text(data_api: httpx.AsyncClient) -> None:
+    attributes = {"Enable-Job-Version": b"YES", "Job-Attr-Zeta": "é \\ \"".encode(),
+                  "Job-Attr-a": b"1"}
+    answers = [await data_api.put("/api/ns/q", content=b"one"),
+               await data_api.put("/api/ns/q", content=b"two", headers=attributes),
+               await data_api.put("/api/ns/q/bulk", content=b'["b1", {"x": 2}, 3]')]
+    assert [r.status_code for r in answers] == [201, 201, 201]
+    answers += [await data_api.get("/api/ns/q?count=1"), await data_api.get("/api/ns/q?count=9")]
+    assert [len(r.json()) for r in answers[3:]] == [9, 4]  # one job (9 keys), then the other 4
+    for r in answers:
+        assert _is_encoders_text(r.content), r.content
+        assert [name for name, _ in r.headers.raw] == [b"x-request-id", b"content-length",
+                                                      b"content-type"]
+    deleted = await data_api.delete(f"/api/ns/q/job/{answers[0].json()['job_id']}")
+    assert deleted.status_code == 204 and deleted.content == b""
+    assert [name for name, _ in deleted.headers.raw] == [b"x-request-id"]
