@@ -121,7 +121,7 @@ class Admin:
         if request.method == "GET":
             if current is None:
                 return Response(b"null", 404, media_type="application/json; charset=utf-8",
-                                headers={"X-Request-ID": ids.encode_ulid(ids.new_ulid())})
+                                headers={"X-Request-ID": ids.request_id()})
             return answer(200, current.to_json())
         if request.method == "DELETE":
             if self.state.limits.pop(key, None) is not None:

@@ -25,7 +25,7 @@ from starlette.responses import Response
 
 from ..errors import Exiting, StoreFailed
 from . import ids, names
-from .queues import JobQueues, job_json
+from .queues import JobQueues, consumed_job_text, job_json
 from .state import State
 from .throttle import Throttle
 
@@ -52,7 +52,7 @@ def error_answer(exc: HttpError) -> Response:
     a ``body`` of bytes goes as it is, as text (gin's answers written without a type)."""
     if isinstance(exc.body, bytes):
         response = Response(exc.body, exc.status, media_type="text/plain; charset=utf-8",
-                            headers={"X-Request-ID": ids.encode_ulid(ids.new_ulid())})
+                            headers={"X-Request-ID": ids.request_id()})
     else:
         body = exc.body if exc.body is not None else ({"error": exc.text} if exc.text else None)
         response = answer(exc.status, body)
@@ -82,13 +82,35 @@ def gin_conventions(not_found: HttpError) -> Conventions:
                        fixed_path=False, empty_params=True)
 
 
+class Answer(Response):
+    """A ``Response`` made from its parts: the same head Starlette's would have (the
+    request id, ``content-length`` unless a 204, ``content-type`` for a body), without its
+    per-answer header building."""
+
+    def __init__(self, status: int, content: bytes, content_type: bytes | None) -> None:
+        self.status_code = status
+        self.body = content
+        self.background = None
+        headers = [(b"x-request-id", ids.request_id().encode("ascii"))]
+        if status >= 200 and status not in (204, 304):
+            headers.append((b"content-length", b"%d" % len(content)))
+        if content_type is not None:
+            headers.append((b"content-type", content_type))
+        self.raw_headers = headers
+
+
+_JSON_TYPE = JSON_TYPE.encode("ascii")
+_COMPACT = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+_INDENTED = json.JSONEncoder(sort_keys=True, indent=4)
+
+
 def answer(status: int, body: Any = None, *, indent: bool = False) -> Response:
-    headers = {"X-Request-ID": ids.encode_ulid(ids.new_ulid())}
+    """lmstfy's answer: ``body`` as gin writes JSON (keys sorted; compact, or indented as its
+    ``IndentedJSON``), none for None; a fresh ``X-Request-ID``."""
     if body is None:
-        return Response(b"", status, headers=headers)
-    text = json.dumps(body, sort_keys=True, separators=None if indent else (",", ":"),
-                      indent=4 if indent else None)
-    return Response(text.encode(), status, headers=headers, media_type=JSON_TYPE)
+        return Answer(status, b"", None)
+    text = (_INDENTED if indent else _COMPACT).encode(body)
+    return Answer(status, text.encode(), _JSON_TYPE)
 
 
 def _uint(query: dict[str, str], key: str, default: int, most: int, error: str) -> int:
@@ -111,16 +133,28 @@ def _int64(query: dict[str, str], key: str, default: int, error: str) -> int:
 
 
 def query_params(request: Request) -> dict[str, str]:
+    query = request.scope["query_string"]
+    if not query:
+        return {}
     out: dict[str, str] = {}
-    for key, value in parse_qsl(request.scope["query_string"].decode("latin-1"),
-                                keep_blank_values=True):
+    for key, value in parse_qsl(query.decode("latin-1"), keep_blank_values=True):
         out.setdefault(key, value)
     return out
 
 
+def header(request: Request, name: bytes) -> str | None:
+    """The first value of the header ``name`` (lower case), as Starlette's ``headers.get``
+    gives it, without building its ``Headers``."""
+    headers: list[tuple[bytes, bytes]] = request.scope["headers"]
+    for key, value in headers:
+        if key == name:
+            return value.decode("latin-1")
+    return None
+
+
 def _attributes(request: Request) -> bytes | None:
     """A version 1 job's attributes from ``Job-Attr-*`` headers (None: a version 0 job)."""
-    if request.headers.get("enable-job-version", "").upper() != "YES":
+    if (header(request, b"enable-job-version") or "").upper() != "YES":
         return None
     found: dict[str, str] = {}
     for raw_name, raw_value in request.headers.raw:
@@ -138,12 +172,15 @@ def _attributes(request: Request) -> bytes | None:
 MAX_BULK_BODY = MAX_BULK * (MAX_JOB + 1) + 2
 
 
+_TOO_LARGE = HttpError(413, "body too large")
+_UNREADABLE = HttpError(400, "failed to read body")
+
+
 async def _body(request: Request, most: int) -> bytes:
     """The whole body: lmstfy's 413 "body too large" over ``most`` (by the declared length,
     before a byte is read or ``100 Continue`` sent), its 400 "failed to read body" for one
     that ends early or cannot be parsed."""
-    return await read_body(request, most, too_large=HttpError(413, "body too large"),
-                           unreadable=HttpError(400, "failed to read body"))
+    return await read_body(request, most, too_large=_TOO_LARGE, unreadable=_UNREADABLE)
 
 
 class DataApi:
@@ -164,7 +201,7 @@ class DataApi:
         return namespace, queue, params.get("job_id")
 
     def _token(self, request: Request, namespace: str, *, check: bool = True) -> str:
-        token = request.headers.get("x-token", "") or query_params(request).get("token", "")
+        token = header(request, b"x-token") or query_params(request).get("token", "")
         pool, _, bare = token.partition(":") if ":" in token else ("default", "", token)
         if pool not in ("", "default"):
             raise refuse(404, "pool not found")
@@ -221,9 +258,14 @@ class DataApi:
         attributes = _attributes(request)
         job_ids = await self.queues.publish(namespace, queue, bodies, delay=delay, ttl=ttl,
                                             tries=tries, attributes=attributes)
+        # job ids are Crockford base32 (and a version digit): nothing in them needs escaping,
+        # so the answer is written as the encoder would write its dict
         if bulk:
-            return answer(201, {"msg": "published", "job_ids": job_ids})
-        return answer(201, {"msg": "published", "job_id": job_ids[0]})
+            ids_text = '","'.join(job_ids)
+            text = f'{{"job_ids":["{ids_text}"],"msg":"published"}}'
+        else:
+            text = f'{{"job_id":"{job_ids[0]}","msg":"published"}}'
+        return Answer(201, text.encode(), _JSON_TYPE)
 
     # -- consuming -----------------------------------------------------------------------------
     async def consume(self, request: Request) -> Response:
@@ -263,8 +305,9 @@ class DataApi:
             if not served:
                 self.throttle.give_back(namespace, token, "consume")
         now_ns = self.queues.broker.clock.wall_ns()
-        jobs = [{"msg": "new job", **job_json(namespace, t.queue, t.msg, now_ns)} for t in taken]
-        return answer(200, jobs if count > 1 else jobs[0])
+        jobs = [consumed_job_text(namespace, t.queue, t.msg, now_ns) for t in taken]
+        text = "[" + ",".join(jobs) + "]" if count > 1 else jobs[0]
+        return Answer(200, text.encode(), _JSON_TYPE)
 
     async def job(self, request: Request) -> Response:
         """``/job/:id``: GET peeks at it, DELETE acknowledges it."""

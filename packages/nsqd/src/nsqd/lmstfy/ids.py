@@ -10,6 +10,10 @@ and randomness) written in URL-safe base64 are exactly 16 characters, so each jo
 *is* its ULID's first 12 bytes, and the job id is rebuilt from the message id, the delay and
 the version: no index is needed either way. Any other message id of 16 base64 characters
 (nsqd's own are hexadecimal) maps to a job id the same way.
+
+Randomness. Job and request ids need to be unique, not secret (lmstfy draws theirs from Go's
+``math/rand``): theirs comes from a generator seeded once from ``os.urandom``, without a
+system call per id. Tokens are secrets: ``new_ulid`` reads ``os.urandom``.
 """
 
 from __future__ import annotations
@@ -17,13 +21,19 @@ from __future__ import annotations
 import base64
 import binascii
 import os
+import random
 import struct
 import time
 
 _CROCKFORD = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-_RFC4648 = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
-_FROM_CROCKFORD = bytes.maketrans(_CROCKFORD + _CROCKFORD.lower(), _RFC4648 + _RFC4648)
+_CROCKFORD_ANY_CASE = _CROCKFORD + _CROCKFORD.lower()
+#: Crockford's digits as ``int(text, 32)`` reads them (0-9, then a-v).
+_INT_DIGITS = b"0123456789abcdefghijklmnopqrstuv"
+_FROM_CROCKFORD = bytes.maketrans(_CROCKFORD_ANY_CASE, _INT_DIGITS + _INT_DIGITS)
+#: Any byte as one of Crockford's digits (its low 5 bits): 16 random bytes, 80 random bits.
+_BYTE_TO_DIGIT = bytes(_CROCKFORD[b & 31] for b in range(256))
 _DELAY = struct.Struct("<I")
+_rng = random.Random(os.urandom(32))
 
 
 _PAIRS = [chr(_CROCKFORD[i >> 5]) + chr(_CROCKFORD[i & 31]) for i in range(1024)]
@@ -43,23 +53,35 @@ def decode_ulid(text: str) -> bytes | None:
     if len(text) != 26 or text[0] not in "01234567" or not text.isascii():
         return None
     raw = text.encode("ascii")
-    if raw.translate(None, _CROCKFORD + _CROCKFORD.lower()):
+    if raw.translate(None, _CROCKFORD_ANY_CASE):
         return None  # characters outside Crockford's alphabet
-    try:
-        return base64.b32decode(b"AAAAAA" + raw.translate(_FROM_CROCKFORD))[4:]
-    except (binascii.Error, ValueError):
-        return None
+    return int(raw.translate(_FROM_CROCKFORD), 32).to_bytes(16, "big")
 
 
 def new_ulid(now_ms: int | None = None) -> bytes:
-    """A fresh ULID's 16 bytes (lmstfy's tokens and request ids are plain ULIDs)."""
+    """A fresh ULID's 16 bytes, its randomness from ``os.urandom`` (lmstfy's tokens)."""
     ms = time.time_ns() // 1_000_000 if now_ms is None else now_ms
     return ms.to_bytes(6, "big") + os.urandom(10)
 
 
+_prefix_ms = -1
+_prefix = ""
+
+
+def request_id() -> str:
+    """A fresh ULID as text (lmstfy's ``X-Request-ID``): the time's 10 characters, kept for
+    the millisecond, and 16 random ones."""
+    global _prefix_ms, _prefix
+    ms = time.time_ns() // 1_000_000
+    if ms != _prefix_ms:
+        _prefix_ms, _prefix = ms, encode_ulid(ms.to_bytes(6, "big") + bytes(10))[:10]
+    return _prefix + _rng.randbytes(16).translate(_BYTE_TO_DIGIT).decode("ascii")
+
+
 def new_message_id(now_ms: int | None = None) -> bytes:
     """The NSQ message id of a new job: its ULID's time and 48 random bits, as base64."""
-    return base64.urlsafe_b64encode(new_ulid(now_ms)[:12])
+    ms = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+    return base64.urlsafe_b64encode(ms.to_bytes(6, "big") + _rng.randbytes(6))
 
 
 def job_id(message_id: bytes, delay: int, version: int) -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Sequence
+from json.encoder import encode_basestring_ascii
 
 import attrs
 import trio
@@ -208,6 +209,29 @@ class JobQueues:
 async def _first(event: trio.Event, scope: trio.CancelScope) -> None:
     await event.wait()
     scope.cancel()
+
+
+_COMPACT = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+
+
+def consumed_job_text(namespace: str, queue: str, msg: QueuedMessage, now_ns: int) -> str:
+    """A consumed job as lmstfy answers it: the text of ``{"msg": "new job", **job_json(...)}``
+    in compact JSON with sorted keys, written directly (a consume of 100 jobs spent more on
+    building and encoding their dicts than on taking them)."""
+    job = msg if isinstance(msg, Job) else None
+    if job is not None:
+        delay, attributes = job.delay, job.attributes
+        remain_tries = max(job.tries - job.attempts, 0)
+    else:
+        delay, attributes, remain_tries = 0, None, 0
+    job_id = ids.job_id(msg.id, delay, 0 if attributes is None else 1)
+    elapsed = max((now_ns - msg.timestamp) // 1_000_000, 0)
+    ttl = max((msg.expires - now_ns + NS - 1) // NS, 0) if msg.expires else 0
+    attributes_text = _COMPACT.encode(json.loads(attributes)) if attributes else "null"
+    data = base64.b64encode(msg.body).decode("ascii")
+    return (f'{{"attributes":{attributes_text},"data":"{data}","elapsed_ms":{elapsed},'
+            f'"job_id":"{job_id}","msg":"new job","namespace":{encode_basestring_ascii(namespace)},'
+            f'"queue":{encode_basestring_ascii(queue)},"remain_tries":{remain_tries},"ttl":{ttl}}}')
 
 
 def job_json(namespace: str, queue: str, msg: QueuedMessage, now_ns: int, *,
