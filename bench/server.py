@@ -50,7 +50,8 @@ class Nsqd:
     @classmethod
     def start(cls, mem_queue_size: int | None = None, profile: str | None = None,
               extra_args: list[str] | None = None,
-              expect: tuple[str, ...] = ("TCP", "HTTP")) -> Nsqd:
+              expect: tuple[str, ...] = ("TCP", "HTTP"), binary: str | None = None) -> Nsqd:
+        """``binary``: another nsqd than this environment's (an older checkout's, Go's)."""
         data_dir = tempfile.mkdtemp(prefix="nsq-bench-")
         args = ["--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0", f"--data-path={data_dir}"]
         if mem_queue_size is not None:
@@ -61,9 +62,9 @@ class Nsqd:
                 Path(profile).unlink(missing_ok=True)  # so that a stale file is not taken for it
                 # py-spy starts nsqd as its child and writes the flame graph when nsqd exits.
                 daemon = start_daemon("py-spy", ["record", "--output", profile, "--",
-                                                 _bin("nsqd"), *args], expect=expect)
+                                                 binary or _bin("nsqd"), *args], expect=expect)
             else:
-                daemon = start_daemon("nsqd", args, expect=expect)
+                daemon = start_daemon(binary or "nsqd", args, expect=expect)
         except BaseException:
             shutil.rmtree(data_dir, ignore_errors=True)
             raise

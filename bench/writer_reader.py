@@ -200,11 +200,13 @@ def run_phase(ctx: Context, nsqd: Nsqd, params: list[dict[str, Any]],
             time.sleep(1.0)  # py-spy attaches
         rss_before = rss_bytes(nsqd.pid)
         cpu_before = nsqd.cpu_seconds()
+        written_before = nsqd.written_bytes()
         go.set()
         deadline = time.monotonic() + params[0]["runfor"] + 120
         results = [_receive(proc, reader, "done", deadline)
                    for proc, reader in zip(procs, readers, strict=True)]
         cpu_after = nsqd.cpu_seconds()
+        written_after = nsqd.written_bytes()
         rss_after = rss_bytes(nsqd.pid)
     finally:
         go.set()
@@ -220,12 +222,25 @@ def run_phase(ctx: Context, nsqd: Nsqd, params: list[dict[str, Any]],
             reader.close()
     messages = sum(r["messages"] for r in results)
     seconds = max(r["end"] for r in results) - min(r["start"] for r in results)
+    return figures(nsqd, messages, seconds, cpu_before, cpu_after, written_before,
+                   written_after, rss_before, rss_after, results)
+
+
+def figures(nsqd: Nsqd, messages: int, seconds: float, cpu_before: float | None,
+            cpu_after: float | None, written_before: int | None, written_after: int | None,
+            rss_before: int | None, rss_after: int | None,
+            results: list[dict[str, Any]]) -> dict[str, Any]:
+    """A phase's figures from what was read of nsqd before and after it."""
     nsqd_cpu = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
+    written = (None if written_before is None or written_after is None
+               else written_after - written_before)
     return {
         "messages": messages, "extra": sum(r["extra"] for r in results), "seconds": seconds,
         "msgs_per_s": messages / seconds if seconds > 0 else 0.0,
         "nsqd_cpu_s": nsqd_cpu,
         "nsqd_us_per_msg": nsqd_cpu / messages * 1e6 if nsqd_cpu is not None and messages else None,
+        "written_bytes": written,
+        "written_bytes_per_msg": written / messages if written is not None and messages else None,
         "client_cpu_s": sum(r["cpu"] for r in results),
         "client_us_per_msg": sum(r["cpu"] for r in results) / messages * 1e6 if messages else None,
         "rss_before": rss_before, "rss_after": rss_after,
@@ -240,31 +255,92 @@ def workers_bin(name: str) -> str:
     return str(candidate) if candidate.exists() else name
 
 
+_GO_DURATION = re.compile(r"duration: ([0-9.]+)(µs|us|ms|s)\b")
+_GO_UNITS = {"µs": 1e-6, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+
+
+def channel_counts(nsqd: Nsqd, topic: str) -> tuple[int, int, int]:
+    """The topic's message count, its first channel's depth and in-flight count."""
+    stats = nsqd.stats(topic)
+    if not stats:
+        return 0, 0, 0
+    first = next((c for c in stats["channels"] if c["channel_name"] == CHANNEL), None)
+    return (stats["message_count"], first["depth"] if first else 0,
+            first["in_flight_count"] if first else 0)
+
+
+def run_go_phase(nsqd: Nsqd, role: str, topic: str, args: argparse.Namespace
+                 ) -> dict[str, Any]:
+    """NSQ's own bench_writer or bench_reader (``--go-clients DIR``: built from NSQ's
+    repository, GOMAXPROCS connections each) for one phase; messages counted from /stats
+    (published, or finished: the depth that went), time as the tool reports it."""
+    tool = Path(args.go_clients) / {"write": "bench_writer", "read": "bench_reader"}[role]
+    common = [f"--nsqd-tcp-address={nsqd.tcp_address}", f"--topic={topic}",
+              f"--size={args.size}"]
+    if role == "write":
+        cmd = [str(tool), f"--runfor={args.runfor}s", f"--batch-size={args.batch}", *common]
+    else:
+        cmd = [str(tool), f"--runfor={args.reader_runfor}s", f"--channel={CHANNEL}",
+               f"--rdy={args.rdy}", *common]
+    published, depth, _ = channel_counts(nsqd, topic)
+    rss_before, cpu_before = rss_bytes(nsqd.pid), nsqd.cpu_seconds()
+    written_before = nsqd.written_bytes()
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.runfor + 120,
+                          check=False)
+    cpu_after, written_after = nsqd.cpu_seconds(), nsqd.written_bytes()
+    rss_after = rss_bytes(nsqd.pid)
+    match = _GO_DURATION.search(done.stderr)
+    if done.returncode or match is None:
+        raise RunFailed(f"{tool.name} failed ({done.returncode}): {done.stderr[-2000:]}")
+    seconds = float(match.group(1)) * _GO_UNITS[match.group(2)]
+    if role == "write":
+        messages = channel_counts(nsqd, topic)[0] - published
+    else:  # what was FINished: messages in flight when it closed come back to the depth
+        stats = nsqd.wait_for(topic, lambda t: t is not None and not next(
+            c for c in t["channels"] if c["channel_name"] == CHANNEL)["in_flight_count"], 30)
+        assert stats is not None
+        messages = depth - channel_counts(nsqd, topic)[1]
+    return figures(nsqd, messages, seconds, cpu_before, cpu_after, written_before,
+                   written_after, rss_before, rss_after, [])
+
+
 def one_run(ctx: Context, args: argparse.Namespace, mem_queue_size: int,
-            profile_dir: Path | None) -> dict[str, dict[str, Any]]:
-    """A fresh nsqd; the writer phase, then the reader phase on its backlog."""
-    nsqd = Nsqd.start(mem_queue_size)
-    label = queue_label(mem_queue_size)
+            profile_dir: Path | None, *, nsqd_label: str = "ours", binary: str | None = None,
+            channels: int = 1) -> dict[str, dict[str, Any]]:
+    """A fresh nsqd (``binary``, or this environment's) with a topic of ``channels``
+    channels; the writer phase, then the reader phase (on the first channel) on its
+    backlog."""
+    nsqd = Nsqd.start(mem_queue_size, binary=binary)
+    label = f"{nsqd_label}-{queue_label(mem_queue_size)}-{channels}ch"
     try:
         topic = f"bench_{secrets.token_hex(4)}"
         nsqd.create_channel(topic, CHANNEL)
+        for i in range(2, channels + 1):
+            nsqd.post("/channel/create", topic=topic, channel=f"{CHANNEL}{i}")
         common = {"address": nsqd.tcp_address, "topic": topic, "size": args.size}
         spy = (lambda phase: profile_dir / f"{label}-{phase}.txt") if profile_dir else (
             lambda phase: None)
-        write = run_phase(ctx, nsqd, [
-            {**common, "role": "write", "batch": args.batch, "runfor": args.runfor}
-            for _ in range(args.writers)], spy("write"))
-        stats = nsqd.wait_for(topic, lambda t: t is not None and t["channels"] and
-                              t["channels"][0]["depth"] >= write["messages"], 30)
+        if args.go_clients:
+            write = run_go_phase(nsqd, "write", topic, args)
+        else:
+            write = run_phase(ctx, nsqd, [
+                {**common, "role": "write", "batch": args.batch, "runfor": args.runfor}
+                for _ in range(args.writers)], spy("write"))
+        deadline = time.monotonic() + 30
+        while (channel_counts(nsqd, topic)[1] < write["messages"]
+               and time.monotonic() < deadline):
+            time.sleep(0.05)
         time.sleep(args.pause)
-        read = run_phase(ctx, nsqd, [
-            {**common, "role": "read", "rdy": args.rdy, "runfor": args.reader_runfor}],
-            spy("read"))
-        stats = nsqd.stats(topic)
-        depth = stats["channels"][0]["depth"] if stats and stats["channels"] else 0
+        if args.go_clients:
+            read = run_go_phase(nsqd, "read", topic, args)
+        else:
+            read = run_phase(ctx, nsqd, [
+                {**common, "role": "read", "rdy": args.rdy, "runfor": args.reader_runfor}],
+                spy("read"))
+        depth = channel_counts(nsqd, topic)[1]
         read["depth_left"] = depth
         read["drained"] = depth == 0
-        if read["messages"] + read["extra"] + depth != write["messages"]:
+        if not args.go_clients and read["messages"] + read["extra"] + depth != write["messages"]:
             raise RunFailed(f"published {write['messages']}, read {read['messages']} "
                             f"+ {read['extra']}, {depth} left")
         nsqd.delete_topic(topic)  # so that stopping nsqd has no backlog to save
@@ -274,7 +350,11 @@ def one_run(ctx: Context, args: argparse.Namespace, mem_queue_size: int,
 
 
 def queue_label(size: int) -> str:
-    return "memory" if size >= 10_000_000 else "disk" if size <= 10_000 else f"mem{size}"
+    """``memory`` (a queue that holds a whole run), ``disk`` (nsqd's default, 10,000: mostly
+    disk), ``mem0`` (everything written before it is acknowledged), else ``mem<N>``."""
+    if size >= 10_000_000:
+        return "memory"
+    return "disk" if size == 10_000 else f"mem{size}"
 
 
 def top_frames(path: Path, n: int = 15) -> list[tuple[str, float, float]]:
@@ -315,6 +395,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mem-queue-size", default="10000,100000000",
                    help="nsqd's --mem-queue-size, one block per value (default: nsqd's "
                         "default 10000, i.e. mostly disk, and 100000000, all memory)")
+    p.add_argument("--channels", default="1",
+                   help="channels of the topic, one block per value (default 1; e.g. 1,4); "
+                        "the reader reads the first")
+    p.add_argument("--nsqd", action="append", default=None, metavar="LABEL=PATH",
+                   help="an nsqd to run (repeat to compare: an older checkout's "
+                        ".venv/bin/nsqd, Go's nsqd), alternated run by run; default: this "
+                        "environment's, as 'ours'")
+    p.add_argument("--go-clients", default=None, metavar="DIR",
+                   help="NSQ's own bench_writer and bench_reader from DIR as the clients")
     p.add_argument("--profile", type=Path, default=None, metavar="DIR",
                    help="py-spy (raw format) of nsqd in each phase of the first run, into DIR")
     p.add_argument("--json", type=Path, default=None, help="write every run's figures here")
@@ -330,21 +419,31 @@ def main(argv: list[str] | None = None) -> int:
     if args.reader_runfor is None:
         args.reader_runfor = args.runfor / 2
     sizes = [int(v) for v in args.mem_queue_size.split(",") if v]
+    channel_counts_ = [int(v) for v in args.channels.split(",") if v]
+    nsqds = [tuple(spec.split("=", 1)) for spec in args.nsqd or ["ours="]]
     ctx: Context = multiprocessing.get_context("spawn")
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
-    runs: dict[str, list[dict[str, dict[str, Any]]]] = {queue_label(s): [] for s in sizes}
+    runs: dict[str, list[dict[str, dict[str, Any]]]] = {}
     load = [os.getloadavg()]
     for i in range(args.runs):
         for size in sizes:
-            profile_dir = args.profile if i == 0 else None
-            runs[queue_label(size)].append(one_run(ctx, args, size, profile_dir))
-            load.append(os.getloadavg())
-    print(f"# {args.writers} writers x MPUB {args.batch} x {args.size} B for {args.runfor:g} s;"
-          f" 1 reader, RDY {args.rdy}, for {args.reader_runfor:g} s; {args.runs} runs, medians;"
+            for channels in channel_counts_:
+                for name, binary in nsqds:  # alternated, so that they share the machine's mood
+                    profile_dir = args.profile if i == 0 else None
+                    key = f"{name} {queue_label(size)} {channels}ch"
+                    runs.setdefault(key, []).append(one_run(
+                        ctx, args, size, profile_dir, nsqd_label=name, binary=binary or None,
+                        channels=channels))
+                    load.append(os.getloadavg())
+    clients = "NSQ's bench_writer/bench_reader" if args.go_clients else (
+        f"{args.writers} writers x MPUB {args.batch} x {args.size} B; 1 reader")
+    print(f"# {clients}, MPUB {args.batch} x {args.size} B for {args.runfor:g} s; RDY "
+          f"{args.rdy}, for {args.reader_runfor:g} s; {args.runs} runs, medians;"
           f" load average (1 min) {min(x[0] for x in load):.2f}-{max(x[0] for x in load):.2f}")
-    print(f"{'queue':<7} {'phase':<6} {'msgs/s':>9} {'(runs)':<26} {'nsqd us/msg':>11} "
-          f"{'(runs)':<18} {'client us/msg':>13} {'RSS B/msg':>9}")
+    print(f"{'nsqd, queue, channels':<22} {'phase':<6} {'msgs/s':>9} {'(runs)':<26} "
+          f"{'nsqd us/msg':>11} {'(runs)':<18} {'disk B/msg':>10} {'client us/msg':>13} "
+          f"{'RSS B/msg':>9}")
     for label, rs in runs.items():
         for phase in PHASES:
             figs = [r[phase] for r in rs]
@@ -352,11 +451,15 @@ def main(argv: list[str] | None = None) -> int:
             cpus = [f["nsqd_us_per_msg"] for f in figs if f["nsqd_us_per_msg"] is not None]
             client = statistics.median(f["client_us_per_msg"] or 0 for f in figs)
             rss = [f["rss_bytes_per_msg"] for f in figs if f["rss_bytes_per_msg"] is not None]
+            disk = [f["written_bytes_per_msg"] for f in figs
+                    if f["written_bytes_per_msg"] is not None]
             drained = " DRAINED" if any(f.get("drained") for f in figs) else ""
-            print(f"{label:<7} {phase:<6} {rate:>9,.0f} "
+            print(f"{label:<22} {phase:<6} {rate:>9,.0f} "
                   f"{' '.join(format(f['msgs_per_s'], ',.0f') for f in figs):<26} "
                   f"{fmt(statistics.median(cpus) if cpus else None, '.2f'):>11} "
-                  f"{' '.join(f'{c:.2f}' for c in cpus):<18} {client:>13.2f} "
+                  f"{' '.join(f'{c:.2f}' for c in cpus):<18} "
+                  f"{fmt(statistics.median(disk) if disk else None, '.1f'):>10} "
+                  f"{client:>13.2f} "
                   f"{fmt(statistics.median(rss) if rss and phase == 'write' else None, '.0f'):>9}"
                   f"{drained}")
     if args.profile:

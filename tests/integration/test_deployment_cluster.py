@@ -219,7 +219,7 @@ async def test_cluster_comes_up_serves_a_consumer_through_lookupd_and_stops_on_s
     assert "stopped; nsqd data kept in" in out
     for pid in cluster.pids():
         assert not alive(pid), f"pid {pid} outlived nsq-cluster"
-    segment = data / "nsqd-2" / "kept.diskqueue.000000.dat"
+    (segment,) = (data / "nsqd-2" / "topics" / "kept").glob("*.log")
     assert b"still here" in segment.read_bytes()
     assert (data / "nsqd-1" / "nsqd.dat").exists()
 

@@ -47,9 +47,12 @@ def test_republish_replaces_the_job(lmstfy):
     old = lmstfy.publish(body=b"v1")
     r = lmstfy.api("PUT", f"/q/job/{old}", content=b"v2", params={"tries": "2"})
     assert r.status_code == 201 and r.json()["job_id"] != old
+    # the old one is gone, but its place in the ready list is not: as in lmstfy, a consume
+    # that pops it finds no job (and no wait: timeout 0), the next gets the new one
+    error(lmstfy.consume(), 404, "no job available", key="msg")
     job = lmstfy.consume().json()
     assert (job["job_id"], base64.b64decode(job["data"])) == (r.json()["job_id"], b"v2")
-    error(lmstfy.consume(), 404, "no job available", key="msg")  # the old one is gone
+    error(lmstfy.consume(), 404, "no job available", key="msg")
     # the old job goes first, before the checks of the new one
     other = lmstfy.publish(body=b"other")
     error(lmstfy.api("PUT", f"/q/job/{other}", params={"tries": "0"}), 400,
@@ -298,3 +301,19 @@ def test_lmstfy_scenario_across_a_restart(run_daemon, stop):
         assert service.api("GET", path).json()["size"] == 0
     assert service.consume("waiting").json()["job_id"] == waiting
     assert service.consume("later", timeout="10").json()["job_id"] == delayed
+
+
+def test_a_respawned_job_goes_behind_the_ready_ones(lmstfy):
+    """As lmstfy's respawn pushes dead jobs onto the back of the ready list."""
+    dead = lmstfy.publish(body=b"dead", tries="1")
+    assert lmstfy.consume(ttr="1").json()["job_id"] == dead
+
+    def dead_lettered():
+        return lmstfy.api("GET", "/q/deadletter").json()["deadletter_size"] == 1
+
+    wait_until(dead_lettered, what="the job to become a dead letter")
+    first, second = lmstfy.publish(body=b"b"), lmstfy.publish(body=b"c")
+    assert lmstfy.api("PUT", "/q/deadletter").json() == {"msg": "respawned", "count": 1}
+    later = lmstfy.publish(body=b"after the respawn")
+    got = [lmstfy.consume(timeout="5").json()["job_id"] for _ in range(4)]
+    assert got == [first, second, dead, later]

@@ -6,12 +6,13 @@ import functools
 import itertools
 import json
 import re
-from html.parser import HTMLParser
+import socket
 
 import httpx
 import pytest
 import trio
 from nsq_testing import DEADLINE, WireClient, free_port, start_daemon, until
+from nsq_testing.html import Rows
 from nsqadmin import Options, create_app
 from nsqadmin.history import History
 
@@ -31,34 +32,6 @@ def nsqds(tmp_path_factory):
     finally:
         for daemon in started:
             daemon.stop()
-
-
-class Rows(HTMLParser):
-    """Table rows of an HTML page as lists of cell texts (whitespace collapsed)."""
-
-    def __init__(self, html: str) -> None:
-        super().__init__()
-        self.rows: list[list[str]] = []
-        self._cell: list[str] | None = None
-        self.feed(html)
-
-    def handle_starttag(self, tag, attrs):
-        if tag == "tr":
-            self.rows.append([])
-        elif tag in ("td", "th"):
-            self._cell = []
-
-    def handle_endtag(self, tag):
-        if tag in ("td", "th") and self._cell is not None and self.rows:
-            self.rows[-1].append(" ".join("".join(self._cell).split()))
-            self._cell = None
-
-    def handle_data(self, data):
-        if self._cell is not None:
-            self._cell.append(data)
-
-    def row(self, first: str) -> list[str]:
-        return next(r for r in self.rows if r and r[0].startswith(first))
 
 
 @pytest.fixture
@@ -199,6 +172,16 @@ async def test_channel_page_lists_every_client(admin, nsqds):
         await consumer.aclose()
 
 
+async def test_the_favicon(admin):
+    page = (await admin.get("/")).text
+    assert '<link rel="icon" href="/static/favicon.svg" type="image/svg+xml">' in page
+    icon = await admin.get("/favicon.ico")
+    assert (icon.status_code, icon.headers["content-type"]) == (200, "image/x-icon")
+    assert icon.content[:4] == b"\0\0\1\0" and icon.content[22:26] == b"\x89PNG"
+    svg = await admin.get("/static/favicon.svg")
+    assert svg.status_code == 200 and svg.text.startswith("<svg")
+
+
 async def test_nodes_and_node_pages(admin, nsqds):
     await seed(nsqds, "adm_nodes")
     a, b = nsqds
@@ -210,6 +193,9 @@ async def test_nodes_and_node_pages(admin, nsqds):
     assert row_a[5] == "OK" and "adm_nodes" in row_a[6]
     row_b = next(r for r in rows.rows if len(r) > 3 and r[3] == str(b.http_port))
     assert row_b[5] == "OK"
+    # both run on this machine: each is named hostname:http_port, not just the hostname
+    hostname = socket.gethostname()
+    assert (row_a[0], row_b[0]) == (f"{hostname}:{a.http_port}", f"{hostname}:{b.http_port}")
     node = await admin.get(f"/nodes/127.0.0.1:{a.http_port}")
     assert node.status_code == 200 and "adm_nodes" in node.text
     assert "work" in node.text
@@ -492,7 +478,7 @@ async def test_job_features_show_where_they_are_used(admin, nsqds):
     a, _ = nsqds
     await seed(nsqds, "adm_plain")
     assert "Dead letters" not in (await admin.get("/topics/adm_plain/work")).text
-    assert "Message TTL" not in (await admin.get("/topics/adm_plain")).text
+    assert 'data-setting="message_ttl"' not in (await admin.get("/topics/adm_plain")).text
     await nsqd_post(a, "/topic/create", topic="adm_jobs", message_ttl="3600")
     await nsqd_post(a, "/channel/create", topic="adm_jobs", channel="work", max_attempts="1")
     await nsqd_post(a, "/pub", topic="adm_jobs", body=b"poison")
@@ -503,10 +489,84 @@ async def test_job_features_show_where_they_are_used(admin, nsqds):
         r = await http.post(f"{base}/message/deadletter", params={**params, "id": msg["id"]})
         assert r.status_code == 200
     page = (await admin.get("/topics/adm_jobs/work")).text
-    assert "Dead letters: <strong>1</strong>" in page and "Expired: <strong>0</strong>" in page
-    assert "Message TTL: <strong>3,600 s</strong>" in (await admin.get("/topics/adm_jobs")).text
+    rows = Rows(page)
+    header = next(r for r in rows.rows if r and r[0] == "nsqd")
+    total = rows.row("Total")
+    assert total[header.index("Dead letters")] == "1" and total[header.index("Expired")] == "0"
+    assert "Max attempts: <strong data-setting=\"max_attempts\">1</strong>" in page
+    assert "Expired messages: <strong data-setting=\"dead_letter_expired\">dropped" in page
+    topic_page = (await admin.get("/topics/adm_jobs")).text
+    assert "Message TTL: <strong data-setting=\"message_ttl\">1h (3,600 s)</strong>" in topic_page
+    # the topic's channel table has the job columns, because a channel uses them
+    rows = Rows(topic_page)
+    header = next(r for r in rows.rows if r and r[0] == "Channel")
+    work = rows.row("work")
+    assert (work[header.index("Dead letters")], work[header.index("Expired")]) == ("1", "0")
+    assert "max 1" in work[0]
     api = (await admin.get("/api/topics/adm_jobs/work")).json()
-    assert api["dead_letter_count"] == 1
+    assert api["dead_letter_count"] == 1 and api["max_attempts"] == 1
+    assert list(api).index("dead_letter_count") > list(api).index("e2e_processing_latency")
+    node = Rows((await admin.get(f"/nodes/{a.http_address}")).text)
+    header = next(r for r in node.rows if r and r[0] == "Channel" and "Dead letters" in r)
+    row = next(r for r in node.rows if r and r[0].startswith("work max 1"))
+    assert row[header.index("Dead letters")] == "1"
+    plain = (await admin.get("/api/topics/adm_plain/work")).json()
+    assert "dead_letter_count" not in plain and "max_attempts" not in plain
+    rows = Rows((await admin.get("/topics/adm_plain")).text)
+    assert "Dead letters" not in next(r for r in rows.rows if r and r[0] == "Channel")
+
+
+async def test_settings_from_the_create_and_update_forms(admin, nsqds):
+    """A channel made with max_attempts from the create form: /stats says it, and the page;
+    the settings forms change a topic's TTL and a channel's settings on every nsqd."""
+    a, b = nsqds
+    created = await admin.post("/", data={"action": "create", "topic": "adm_set",
+                                          "channel": "mail", "max_attempts": "4",
+                                          "message_ttl": "90", "dead_letter_expired": ""})
+    assert created.status_code == 303
+    for daemon in nsqds:
+        topic = await nsqd_topic(daemon, "adm_set")
+        assert topic["message_ttl"] == 90
+        (channel,) = topic["channels"]
+        assert (channel["channel_name"], channel["max_attempts"]) == ("mail", 4)
+        assert "dead_letter_expired" not in channel
+    report = (await admin.get("/topics/adm_set/mail")).text
+    assert "Created channel adm_set/mail (TTL 90 s, max attempts 4) on 2 daemons." in report
+    assert 'Max attempts: <strong data-setting="max_attempts">4</strong>' in report
+    assert '<form class="create" method="post" action="/topics/adm_set/mail">' in report
+    assert 'name="max_attempts" min="0" max="65535" value="4"' in report
+
+    updated = await admin.post("/topics/adm_set/mail", data={
+        "action": "settings", "max_attempts": "7", "dead_letter_expired": "true"})
+    assert updated.status_code == 303
+    for daemon in nsqds:
+        (channel,) = (await nsqd_topic(daemon, "adm_set"))["channels"]
+        assert (channel["max_attempts"], channel["dead_letter_expired"]) == (7, True)
+    page = (await admin.get("/topics/adm_set/mail")).text
+    assert "Updated channel adm_set/mail (max attempts 7, expired messages kept as dead " \
+           "letters) on 2 daemons." in page
+    assert "kept as dead letters</strong>" in page
+    await admin.post("/topics/adm_set", data={"action": "settings", "message_ttl": "0"})
+    assert "message_ttl" not in await nsqd_topic(b, "adm_set")
+    assert 'data-setting="message_ttl"' not in (await admin.get("/topics/adm_set")).text
+
+    # refused before any daemon is asked; the JSON API takes the same settings
+    bad = await admin.post("/topics/adm_set/mail", headers=HTMX,
+                           data={"action": "settings", "max_attempts": "70000"})
+    assert "Invalid setting: INVALID_MAX_ATTEMPTS." in bad.text
+    nothing = await admin.post("/topics/adm_set/mail", headers=HTMX, data={"action": "settings"})
+    assert "Nothing to change." in nothing.text
+    r = await admin.post("/api/topics", json={"topic": "adm_set", "channel": "api",
+                                               "max_attempts": 2, "paused": True})
+    assert r.status_code == 200, r.text
+    channels = {c["channel_name"]: c for c in (await nsqd_topic(a, "adm_set"))["channels"]}
+    assert (channels["api"]["max_attempts"], channels["api"]["paused"]) == (2, True)
+    r = await admin.post("/api/topics/adm_set/api", json={"action": "update", "max_attempts": 0})
+    assert r.status_code == 200
+    channels = {c["channel_name"]: c for c in (await nsqd_topic(a, "adm_set"))["channels"]}
+    assert "max_attempts" not in channels["api"]
+    r = await admin.post("/api/topics", json={"topic": "adm_set", "message_ttl": -1})
+    assert (r.status_code, r.json()) == (400, {"message": "INVALID_TTL"})
 
 
 async def test_dead_letters_listed_respawned_and_emptied(admin, nsqds):
@@ -545,7 +605,7 @@ async def test_dead_letters_listed_respawned_and_emptied(admin, nsqds):
                                data={"action": "respawn_dead_letters"})
     assert "Respawned the dead letters of adm_dead/work on 1 daemon." in respawn.text
     channel = (await nsqd_topic(a, "adm_dead"))["channels"][0]
-    assert channel["dead_letter_count"] == 0 and channel["depth"] == 2
+    assert "dead_letter_count" not in channel and channel["depth"] == 2  # none: no key
 
     async with httpx.AsyncClient(timeout=DEADLINE) as http:
         taken = (await http.post(f"{base}/channel/consume", params={**params, "n": "2"})).json()
@@ -556,6 +616,6 @@ async def test_dead_letters_listed_respawned_and_emptied(admin, nsqds):
                                data={"action": "empty_dead_letters", "confirm": "yes"})
     assert emptied.status_code == 303
     channel = (await nsqd_topic(a, "adm_dead"))["channels"][0]
-    assert channel["dead_letter_count"] == 0 and channel["depth"] == 0
+    assert "dead_letter_count" not in channel and channel["depth"] == 0
     assert "Emptied the dead letters of adm_dead/work on 1 daemon." in (
         await admin.get("/topics/adm_dead/work")).text

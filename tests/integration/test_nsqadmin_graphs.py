@@ -28,10 +28,15 @@ def nsqd(tmp_path_factory):
 
 
 @pytest.fixture
-async def admin(nsqd, nursery):
-    """An in-process nsqadmin whose history's clock moves one (fake) second per reading."""
+def history():
+    """The in-process nsqadmin's history: its clock moves one (fake) second per reading."""
     ticks = itertools.count(1_700_000_000)
-    history = History(clock=lambda: float(next(ticks)))
+    return History(clock=lambda: float(next(ticks)))
+
+
+@pytest.fixture
+async def admin(nsqd, nursery, history):
+    """An in-process nsqadmin (no background sampling: pages sample when they load)."""
     options = Options(nsqd_http_addresses=[nsqd.http_address], refresh_interval=2.0)
     app = create_app(options, history=history, sampling=False)
     ready, done = trio.Event(), trio.Event()
@@ -122,6 +127,42 @@ async def test_node_page_graphs_its_totals(admin, nsqd):
     assert latest(page, "Depth") == str(waiting)
     fragment = (await admin.get(f"/graphs/nodes/{nsqd.http_address}")).text
     assert "Messages per second to node" in fragment
+
+
+async def test_rates_with_three_topics_are_the_stats_counters_rates(admin, history, nsqd):
+    """Three topics gaining at different rates: the node's, each topic's and each channel's
+    rate in nsqadmin is the increase of nsqd's /stats counters between the two samples over
+    the time between them (issue: the node's was a difference between topics' counts)."""
+    gains = {"gr_three_a": 300, "gr_three_b": 20, "gr_three_c": 1}
+    for topic in gains:
+        await publish(nsqd, topic, 5)
+    node = nsqd.http_address
+
+    async def counts():
+        async with httpx.AsyncClient(timeout=DEADLINE) as http:
+            body = (await http.get(f"http://{node}/stats", params={"format": "json"})).json()
+        return {t["topic_name"]: (t["message_count"], t["channels"][0]["message_count"]
+                                  if t["channels"] else 0) for t in body["topics"]}
+
+    before = await counts()
+    await admin.get("/")  # a sample of every topic, channel and node
+    for topic, gain in gains.items():
+        await publish(nsqd, topic, gain)
+    after = await counts()
+    page = (await admin.get("/")).text  # the next sample
+    (t0, _), (t1, _) = history.points(("messages", "", "", node))[-2:]
+    seconds = t1 - t0
+    node_gain = sum(after[t][0] - before.get(t, (0, 0))[0] for t in after)
+    assert node_gain == sum(gains.values())  # nothing else published meanwhile
+    assert history.rate("", "", node) == node_gain / seconds
+    for topic, gain in gains.items():
+        assert after[topic][0] - before[topic][0] == gain
+        assert history.rate(topic) == gain / seconds
+        assert history.rate(topic, "work") == (after[topic][1] - before[topic][1]) / seconds
+        shown = re.search(rf'>{topic}</a>.*?<td class="num">([\d.,]+)/s</td>', page, re.S)
+        assert float(shown.group(1).replace(",", "")) == pytest.approx(gain / seconds, abs=0.05)
+    graph = (await admin.get(f"/graphs/nodes/{node}")).text
+    assert float(latest(graph, "Rate", chart=1)) == pytest.approx(node_gain / seconds)
 
 
 async def test_unknown_names_draw_empty_graphs(admin):

@@ -103,7 +103,13 @@ def test_channel_graph_shows_what_stats_says(run_daemon, browser):
                  .some(r => parseFloat(r.dataset.values) > 0)""")
     assert page.evaluate("() => window.stillHere") is True
 
-    # hover: the strip under the pointer is shaded and carries the values as its tooltip
+    # hover: the strip under the pointer is shaded and carries the values as its tooltip.
+    # The graphs are redrawn every second, but not while the pointer is on them (a tooltip
+    # being read stays): put it there, let an answer already on its way land, then the
+    # strips stay where they are (before, a redraw mid-hover moved a neighbour under it).
+    depth_chart.hover()
+    page.wait_for_function("() => !document.querySelector('#graphs.htmx-request')")
+    assert page.evaluate("() => document.querySelector('#graphs').matches(':hover')")
     strip = depth_chart.locator(".hover rect").last
     strip.hover()
     shade = strip.evaluate("r => getComputedStyle(r).fillOpacity")

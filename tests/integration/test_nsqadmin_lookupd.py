@@ -166,6 +166,25 @@ async def test_create_lookup_page_and_delete_inactive(admin, lookupd_cluster):
     assert "lkp_idle" not in (await get(lookupd, "/topics")).json()["topics"]
 
 
+async def test_settings_reach_the_producers(admin, cluster, lookupd_cluster):
+    """lookupd mode: a channel created with max_attempts gets it on every nsqd that has the
+    topic; a topic's TTL set from its page reaches both."""
+    _, nsqds, _ = lookupd_cluster
+    await seed(nsqds, "lkp_settings")
+    await cluster("lkp_settings")
+    made = await admin.post("/", data={"action": "create", "topic": "lkp_settings",
+                                       "channel": "mail", "max_attempts": "3"})
+    assert made.status_code == 303
+    await admin.post("/topics/lkp_settings", data={"action": "settings", "message_ttl": "600"})
+    for daemon in nsqds:
+        (topic,) = (await get(daemon, "/stats", format="json", topic="lkp_settings")).json()[
+            "topics"]
+        channels = {c["channel_name"]: c for c in topic["channels"]}
+        assert channels["mail"]["max_attempts"] == 3 and topic["message_ttl"] == 600
+    page = (await admin.get("/topics/lkp_settings/mail")).text
+    assert 'Max attempts: <strong data-setting="max_attempts">3</strong>' in page
+
+
 async def test_tombstone_a_producer(admin, cluster, lookupd_cluster):
     lookupd, nsqds, _ = lookupd_cluster
     await seed(nsqds, "lkp_tomb")

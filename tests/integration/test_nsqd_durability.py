@@ -2,7 +2,6 @@
 across restarts, disk errors, metadata, and what delete/empty leave on disk."""
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -12,6 +11,7 @@ import httpx
 import trio
 from nsq_common import commands
 from nsq_testing import DEADLINE, WireClient, free_port, until
+from nsqd import cursorfile
 
 
 async def publish(daemon, topic, bodies, batch=200):
@@ -60,12 +60,14 @@ def post(url, **kwargs):
     return httpx.post(url, timeout=DEADLINE, **kwargs)
 
 
-def meta_depth(data, queue):
-    """The depth a disk queue's metadata file records (None while it is missing or half written)."""
-    try:
-        return int((data / f"{queue}.diskqueue.meta.dat").read_bytes().split(b"\n")[0])
-    except (FileNotFoundError, ValueError):
-        return None
+def persisted_mark_delete(data, topic, channel):
+    """The mark-delete position a channel's cursor journal records (None while it has none)."""
+    state = cursorfile.load(data / "topics" / topic / f"{channel}{cursorfile.SUFFIX}")
+    return None if state is None else state.mark_delete
+
+
+def segments(data, topic):
+    return sorted((data / "topics" / topic).glob("*.log"))
 
 
 PYNSQ_READER = textwrap.dedent("""
@@ -179,16 +181,16 @@ async def test_damaged_segments_are_set_aside_and_the_rest_delivered(run_daemon,
     post(f"http://{daemon.http_address}/channel/create",
                params={"topic": "dmg", "channel": "c"})
     bodies = [b"body-%04d-" % i + b"x" * 80 for i in range(200)]
-    await publish(daemon, "dmg", bodies, batch=10)
+    await publish(daemon, "dmg", bodies, batch=10)  # one batch of 10 records per MPUB
     assert daemon.stop() == 0
-    files = sorted(data.glob("dmg:c.diskqueue.*.dat"))
-    files = [f for f in files if not f.name.endswith("meta.dat")]
+    files = segments(data, "dmg")
     assert len(files) >= 5
-    # garbage in the middle of the second segment, and the last one truncated mid-record
+    # garbage in a record of the second segment's second batch, and the last segment cut
+    # short in its last batch
     second = files[1]
     raw = bytearray(second.read_bytes())
-    record = 4 + int.from_bytes(raw[:4], "big")
-    raw[7 * record:7 * record + 10] = b"\xff" * 10  # over the length of the 8th record
+    batch = 28 + 10 * (4 + 26 + 90)
+    raw[8 + batch + 100:8 + batch + 110] = b"\xff" * 10
     second.write_bytes(bytes(raw))
     last = files[-1]
     last.write_bytes(last.read_bytes()[:-50])
@@ -196,17 +198,16 @@ async def test_damaged_segments_are_set_aside_and_the_rest_delivered(run_daemon,
     daemon = run_daemon("nsqd", *args)
     got = [m.body for m in await drain(daemon, "dmg", "c")]
     assert len(set(got)) == len(got)
-    per_file = 4000 // (4 + 26 + 90)
+    first_of_second = int(second.name[:20])
     lost = set(bodies) - set(got)
-    # lost: the 8th record of the second file onwards, to the end of that file, and the
-    # truncated last record; everything else arrives
-    second_file = bodies[per_file:2 * per_file]
-    assert set(second_file[:7]) <= set(got)
-    assert lost <= set(second_file[7:]) | {bodies[-1]}
-    assert bodies[-1] in lost
-    assert (data / f"{second.name}.bad").exists()
-    assert "bad" in daemon.output()
-    # and the queue keeps working
+    # lost: the damaged batch of the second segment and what follows it in that segment
+    # (at most), and the torn last batch; everything else arrives
+    assert set(bodies[:first_of_second + 10]) <= set(got)
+    assert set(bodies[first_of_second + 10:first_of_second + 20]) <= lost
+    assert set(bodies[-10:]) <= lost
+    assert not lost & set(bodies[int(files[2].name[:20]):-10])
+    assert "damaged" in daemon.output() or "bad crc" in daemon.output()
+    # and the topic keeps working
     await publish(daemon, "dmg", [b"after"])
     assert [m.body for m in await drain(daemon, "dmg", "c")] == [b"after"]
 
@@ -243,8 +244,8 @@ async def test_deferred_message_keeps_its_remaining_delay_across_a_restart(run_d
 
 async def test_disk_write_error_fails_the_publish_and_turns_unhealthy(run_daemon, tmp_path):
     data = tmp_path / "data"
-    data.mkdir()
-    os.symlink("/dev/full", data / "full.diskqueue.000000.dat")
+    (data / "topics").mkdir(parents=True)
+    (data / "topics" / "full").write_bytes(b"")  # a file where the topic's directory goes
     daemon = run_daemon("nsqd", f"--data-path={data}", "--mem-queue-size=0")
     async with await WireClient.connect(daemon.tcp_address) as client:
         await client.send(commands.pub("full", b"x"))
@@ -298,22 +299,22 @@ async def test_ephemeral_never_touches_disk_and_delete_removes_files(run_daemon,
         async with await WireClient.connect(daemon.tcp_address) as durable:
             await durable.subscribe("keep", "c")
             await publish(daemon, "keep", [b"y"] * 5)
-            assert list(data.glob("keep:c.diskqueue.*"))
+            assert segments(data, "keep")
         await until(lambda: stats(daemon, "keep")["topics"][0]["channels"][0]["client_count"] == 0,
                     what="nsqd saw the keep:c client go")
         post(f"{base}/channel/empty", params={"topic": "keep", "channel": "c"})
         assert stats(daemon, "keep")["topics"][0]["channels"][0]["depth"] == 0
         post(f"{base}/topic/delete", params={"topic": "keep"})
-        await until(lambda: not list(data.glob("keep*")), what="keep's files removed")
+        await until(lambda: not (data / "topics" / "keep").exists(), what="keep's files removed")
         assert daemon.stop() == 0
-    names = [p.name for p in data.iterdir()]
+    names = [p.name for p in data.rglob("*")]
     assert not [n for n in names if "eph" in n], names
     assert not [n for n in names if n.startswith("keep")], names
 
 
 async def test_kill_9_with_sync_every_1_keeps_in_flight_messages(run_daemon, tmp_path):
     """A message delivered but not finished when nsqd is killed comes back after the restart;
-    finished ones do not (the disk queue commits a record only once its message is FINished)."""
+    finished ones do not (once the channel's cursor has been persisted past them)."""
     data = tmp_path / "data"
     data.mkdir()
     tcp, http = free_port(), free_port()
@@ -327,9 +328,10 @@ async def test_kill_9_with_sync_every_1_keeps_in_flight_messages(run_daemon, tmp
         finished = {m.body for m in msgs[:25]}
         await consumer.send(b"".join(commands.fin(m.id) for m in msgs[:25]))
         await consumer.pub("inflight-sync", b"x")  # the FINs are handled
-        # and their commits persisted by the disk queue's task: 15 records left in its metadata
-        await until(lambda: meta_depth(data, "inflight:c") == 15,
-                    what=lambda: f"inflight:c metadata depth 15, not {meta_depth(data, 'inflight:c')}")
+        # and the cursor persisted past them by the topic's task
+        await until(lambda: persisted_mark_delete(data, "inflight", "c") == 25,
+                    what=lambda: "inflight:c persisted at 25, not "
+                                 f"{persisted_mark_delete(data, 'inflight', 'c')}")
         daemon.process.send_signal(signal.SIGKILL)
         daemon.process.wait(DEADLINE)
 

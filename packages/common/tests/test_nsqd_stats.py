@@ -31,17 +31,21 @@ def test_a_document_round_trips():
         message_count=1, requeue_count=0, timeout_count=0, client_count=1,
         clients=(client(),), paused=False,
         e2e_processing_latency={"count": 0, "percentiles": None},
-        expired_count=0, dead_letter_count=0)
+        dead_letter_count=0, max_attempts=5)
     topic = nsqd_stats.TopicStats(
         topic_name="t", channels=(channel,), depth=0, backend_depth=0, message_count=1,
         message_bytes=5, paused=False, e2e_processing_latency={"count": 0, "percentiles": None},
-        message_ttl=0)
+        message_ttl=30)
     doc = nsqd_stats.Stats(version="1.3.0", health="OK", start_time=1, topics=(topic,),
                            producers=None)
     raw = doc.to_json()
     assert list(raw) == ["version", "health", "start_time", "topics", "producers"]
     assert go_json(raw).endswith(b',"producers":null}')
     assert nsqd_stats.TopicStats.from_json(raw["topics"][0]) == topic
+    # the job features' keys after Go's, only those in use (a count in use at 0 is written)
+    assert list(raw["topics"][0])[-2:] == ["e2e_processing_latency", "message_ttl"]
+    assert list(raw["topics"][0]["channels"][0])[-3:] == [
+        "e2e_processing_latency", "dead_letter_count", "max_attempts"]
 
 
 @pytest.mark.parametrize(("clients", "read"), [(None, None), ([], ())])
@@ -51,3 +55,4 @@ def test_missing_keys_read_as_zero_and_null_stays_apart_from_empty(clients, read
     assert channel.e2e_processing_latency is None
     topic = nsqd_stats.TopicStats.from_json({"topic_name": "t", "channels": None})
     assert (topic.channels, topic.message_ttl) == ((), 0)
+    assert (channel.expired_count, channel.dead_letter_count) == (None, None)

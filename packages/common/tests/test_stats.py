@@ -1,7 +1,7 @@
 """nsqd's /stats read as nsqadmin and nsq_stat read it: per-node values, sums across nodes,
 nsqadmin's JSON API shapes (Go's internal/clusterinfo)."""
 
-from nsq_common import ClientStats, Latency, TopicStats, aggregate_channel, aggregate_topic
+from nsq_common import ChannelStats, ClientStats, Latency, TopicStats, aggregate_channel, aggregate_topic
 
 
 def client(name: str, connect_ts: int = 1000) -> dict:
@@ -59,13 +59,11 @@ def test_json_field_order_matches_go():
         topic("t", 1, 0, 1, [channel("c", 1, [client("x")])]), "n:1", "h")])
     assert list(total.to_json()) == [
         "node", "hostname", "topic_name", "depth", "memory_depth", "backend_depth",
-        "message_count", "nodes", "channels", "paused", "e2e_processing_latency",
-        "message_ttl"]  # Go's keys in Go's order, then the job features' (beyond NSQ)
+        "message_count", "nodes", "channels", "paused", "e2e_processing_latency"]  # Go's
     assert list(total.channels[0].to_json()) == [
         "node", "hostname", "topic_name", "channel_name", "depth", "memory_depth",
         "backend_depth", "in_flight_count", "deferred_count", "requeue_count", "timeout_count",
-        "message_count", "client_count", "nodes", "clients", "paused", "e2e_processing_latency",
-        "expired_count", "dead_letter_count"]
+        "message_count", "client_count", "nodes", "clients", "paused", "e2e_processing_latency"]
     assert list(total.channels[0].clients[0].to_json())[:8] == [
         "node", "remote_address", "version", "client_id", "hostname", "user_agent",
         "connect_ts", "connected"]
@@ -101,3 +99,30 @@ def test_channel_totals_across_nodes_as_nsq_stat_sums_them():
     assert (total.depth, total.memory_depth, total.backend_depth) == (8, 6, 2)
     assert (total.in_flight_count, total.deferred_count, total.requeue_count) == (4, 6, 8)
     assert (total.timeout_count, total.message_count, total.client_count) == (10, 20, 1)
+
+
+def test_the_job_features_keys_in_use_on_some_nodes():
+    """A Go nsqd (no job keys) beside ours with a TTL, a limit and dead letters: the sums keep
+    what is in use and write it after Go's keys; what no node uses stays out."""
+    go = TopicStats.parse(topic("t", 1, 0, 1, [channel("c", 1, []), channel("d", 1, [])]),
+                          "go:1", "a")
+    ours_raw = topic("t", 1, 0, 1, [{**channel("c", 1, []), "dead_letter_count": 4,
+                                     "max_attempts": 3},
+                                    channel("d", 1, [])])
+    ours_raw["message_ttl"] = 60
+    ours = TopicStats.parse(ours_raw, "py:1", "b")
+    assert (go.message_ttl, go.channels[0].dead_letter_count, go.channels[0].max_attempts) == (
+        0, None, 0)
+    total = aggregate_topic("t", [go, ours])
+    c, d = total.channels
+    assert (c.dead_letter_count, c.expired_count, c.max_attempts) == (4, None, 3)
+    assert (d.dead_letter_count, d.expired_count, d.max_attempts) == (None, None, 0)
+    raw = total.to_json()
+    assert list(raw)[-2:] == ["e2e_processing_latency", "message_ttl"] and raw["message_ttl"] == 60
+    assert list(raw["channels"][0])[-3:] == [
+        "e2e_processing_latency", "dead_letter_count", "max_attempts"]
+    assert list(raw["channels"][1])[-1] == "e2e_processing_latency"
+    # a count in use at zero is written: it says the feature is there and nothing happened
+    zero = aggregate_channel("t", "c", [ChannelStats.parse(
+        {**channel("c", 1, []), "expired_count": 0}, "py:1", "b", "t")])
+    assert zero.to_json()["expired_count"] == 0 and "dead_letter_count" not in zero.to_json()

@@ -1,6 +1,7 @@
 """The server-drawn SVG charts: axes and their labels, where values land, gaps, hover values."""
 
 import datetime
+import itertools
 import re
 import xml.etree.ElementTree as ET
 
@@ -119,3 +120,18 @@ def test_many_samples_make_at_most_max_strips():
     root = parse(depth_chart(points))
     assert len([r for r in root.iter(f"{SVG}rect") if r.get("data-t")]) == 160
     assert len(path_points(root, "Depth")) == 601
+
+
+def test_samples_a_second_apart_still_make_strips_wide_enough_to_point_at():
+    """A page open for a few seconds: its samples are under a pixel apart on the 10-minute
+    axis; each strip is at least a slot (1/160 of the plot) wide, the last ends at the plot's
+    right edge with the latest values, and the strips tile the plot without gaps."""
+    points = [(T0 - 3 + i * 0.9, float(i)) for i in range(4)]
+    root = parse(depth_chart(points))
+    strips = [r for r in root.iter(f"{SVG}rect") if r.get("data-t")]
+    slot = (Scale(T0 - 600, T0, 1).x1 - Scale(T0 - 600, T0, 1).x0) / 160
+    assert all(float(r.get("width")) >= slot - 0.1 for r in strips)
+    edges = [(float(r.get("x")), float(r.get("x")) + float(r.get("width"))) for r in strips]
+    assert all(abs(a[1] - b[0]) < 0.11 for a, b in itertools.pairwise(edges))
+    assert strips[-1].get("data-values") == "3" and abs(edges[-1][1] - 546) < 0.11
+    assert strips[0].get("x") == "58.0"

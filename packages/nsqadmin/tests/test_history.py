@@ -113,6 +113,29 @@ def test_node_totals_only_from_complete_stats():
     assert history.latest(("depth", "t1", "", "")) == 10
 
 
+def test_rates_of_nodes_topics_and_channels_with_several_topics():
+    """Three topics at different rates on two nodes: every rate is the increase of /stats'
+    counters over the same interval (the node's from its topics' counts, each kept apart:
+    before, the node's rate was a difference between topics, 10,000 times too high)."""
+    counts = {("a:1", "big"): 100_000, ("a:1", "mid"): 500, ("a:1", "small"): 7,
+              ("b:1", "big"): 90_000, ("b:1", "small"): 1}
+    gains = {("a:1", "big"): 200, ("a:1", "mid"): 30, ("a:1", "small"): 1,
+             ("b:1", "big"): 100, ("b:1", "small"): 4}
+    history = History()
+    for step, now in enumerate((100.0, 110.0, 130.0)):
+        stats = [per_node(node, 0, counts[(node, topic)] + step * gains[(node, topic)],
+                          topic=topic, channel=f"{topic}-c")
+                 for node, topic in sorted(counts)]
+        history.record(stats, now=now, nodes=["a:1", "b:1"])
+    for node in ("a:1", "b:1"):
+        gain = sum(g for (n, _), g in gains.items() if n == node)
+        assert history.rates("", "", node) == [gain / 10, gain / 20]
+    for topic in ("big", "mid", "small"):
+        gain = sum(g for (_, t), g in gains.items() if t == topic)
+        assert history.rates(topic) == [gain / 10, gain / 20]
+        assert history.rates(topic, f"{topic}-c") == [gain / 10, gain / 20]
+
+
 def test_series_bound_refuses_new_keys_until_old_ones_go_stale():
     history = History(max_series=3)
     for name in ("a", "b", "c", "d"):

@@ -1,6 +1,6 @@
 """Nodes as nsqadmin shows them (nsqd's /stats itself: nsq_common's tests, test_stats.py)."""
 
-from nsqadmin.stats import Node, mark_out_of_date, version_key
+from nsqadmin.stats import Node, display_names, mark_out_of_date, version_key
 
 
 def test_out_of_date_versions():
@@ -20,3 +20,10 @@ def test_node_json_like_go_producer():
         "hostname": "h", "broadcast_address": "10.0.0.1", "tcp_port": 4150, "http_port": 4151,
         "version": "1.3.0", "topics": None, "out_of_date": False}
     assert Node("h", "::1", 1, 4151, "").http_address == "[::1]:4151"
+
+
+def test_display_names_add_the_port_where_two_share_a_hostname():
+    nodes = [Node("vm", "127.0.0.1", 4150, 4151, "1.3.0"), Node("vm", "127.0.0.1", 4152, 4153, ""),
+             Node("db1", "10.0.0.2", 4150, 4151, ""), Node("", "10.0.0.3", 4150, 4151, "")]
+    assert display_names(nodes) == {"127.0.0.1:4151": "vm:4151", "127.0.0.1:4153": "vm:4153",
+                                    "10.0.0.2:4151": "db1", "10.0.0.3:4151": "10.0.0.3:4151"}

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import trio
+from nsqd import cursorfile
 from nsqd.__main__ import EXPECTED, _leaves
 from nsqd.broker import Broker
 from nsqd.client import Client
@@ -37,7 +38,7 @@ async def test_publish_errors(nursery: trio.Nursery, tmp_path: Path,
     await broker.publish("t", broker.new_messages([b"a"]))
     failure: DiskQueueError = DiskQueueError("write failed - no space left on device")
 
-    async def failing(self: Topic, msgs: object, *, extended: bool = False) -> None:
+    async def failing(self: Topic, msgs: object) -> None:
         raise failure
 
     monkeypatch.setattr(Topic, "put", failing)
@@ -72,11 +73,15 @@ async def test_messages_and_deferred_ones_survive_a_restart(tmp_path: Path) -> N
         client: Client = broker.new_client("127.0.0.1:1")
         broker.subscribe(client, "t", "c")
         nursery.cancel_scope.cancel()  # a clean shutdown: everything is saved
-    assert (tmp_path / "t:c.deferred.dat").exists() and not channel.in_flight
+    assert not channel.in_flight
+    state = cursorfile.load(tmp_path / "topics" / "t" / "c.cursor")
+    assert state is not None and [extra[0] for extra in state.extras] == [2]  # the DPUB
     async with trio.open_nursery() as nursery:
         broker = await start(nursery, tmp_path)
         channel = broker.topics["t"].channels["c"]
         assert channel.depth == 2 and len(channel.deferred) == 1
+        (msg,) = channel.deferred
+        assert msg.body == b"later" and msg.deadline > broker.now() + 3000
         nursery.cancel_scope.cancel()
 
 

@@ -1,32 +1,17 @@
-"""Channel and topic logic with explicit times and fake clients: no sockets, memory queues only."""
-
-from collections import deque
+"""Channel and topic logic with explicit times and fake clients: no sockets, logs in memory."""
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from nsq_common import MESSAGE_HEADER, FrameDecoder, FrameType, decode_message
-from nsqd.backlog import WaitingQueue, new_records
-from nsqd.channel import Channel, spread
+from nsqd.channel import spread
 from nsqd.client import Client
 from nsqd.errors import NotInFlight, NotOwner
 from nsqd.guid import GuidFactory
 from nsqd.message import QueuedMessage
 from nsqd.output import record_frames
+from nsqd.record import new_records
 from nsqd.state import State
-from nsqd.topic import Topic
-
-
-class Owner:
-    def __init__(self):
-        self.dirty = set()
-        self.emptied = []
-
-    def mark_dirty(self, channel):
-        self.dirty.add(channel)
-
-    def channel_emptied_of_clients(self, channel):
-        self.emptied.append(channel)
 
 
 def make_client(cid: int, rdy: int, msg_timeout: float = 60.0) -> Client:
@@ -41,23 +26,23 @@ def messages(n: int) -> list[QueuedMessage]:
     return [QueuedMessage(b"%016x" % i, b"body%d" % i, 0) for i in range(n)]
 
 
-async def channel_with(owner: Owner, *clients: Client, queued: int, name: str = "c",
-                       max_msg_timeout: float = 900, as_records: bool = False) -> Channel:
-    """A channel with ``clients`` subscribed, ``queued`` messages put and one pump done: the
-    messages of ``messages(queued)``, or (``as_records``) the same as records, as PUB and
-    MPUB queue them, which are delivered and kept in flight as records."""
-    ch = Channel("t", name, owner, max_msg_timeout=max_msg_timeout)
+async def channel_with(world, *clients: Client, queued: int, name: str = "c",
+                       max_msg_timeout: float = 900, as_records: bool = True):
+    """A channel with ``clients`` subscribed, ``queued`` messages published and one pump
+    done. ``as_records``: delivered as the log's records (the plain path); otherwise the
+    channel looks at each message (an attempt limit on), as it does for jobs and expiries."""
+    topic = world.topic()
+    ch = world.channel(topic, name, max_msg_timeout=max_msg_timeout)
+    if not as_records:
+        ch.default_max_attempts = 1000
     for client in clients:
         ch.add_client(client)
-    if as_records:
-        await ch.put_records(new_records([b"body%d" % i for i in range(queued)], 0, 0))
-    else:
-        await ch.put(messages(queued), now=0.0)
+    await topic.put_records(new_records([b"body%d" % i for i in range(queued)], 0, 0))
     ch.pump(0.0)
     return ch
 
 
-#: The tests of delivery and answers run with messages queued as messages and as records.
+#: The tests of delivery and answers run both ways a channel delivers.
 both_forms = pytest.mark.parametrize("as_records", [False, True], ids=["messages", "records"])
 
 
@@ -67,29 +52,30 @@ def delivered(client: Client) -> int:
 
 
 @both_forms
-async def test_rdy_window_and_spread(as_records):
+async def test_rdy_window_and_spread(world, as_records):
     a, b = make_client(1, 3), make_client(2, 3)
-    ch = await channel_with(Owner(), a, b, queued=10, as_records=as_records)
+    ch = await channel_with(world, a, b, queued=10, as_records=as_records)
     assert (a.in_flight, b.in_flight) == (3, 3)
     assert ch.depth == 4 and len(ch.in_flight) == 6
     assert delivered(a) == 3 and delivered(b) == 3
 
 
 @both_forms
-async def test_one_pump_fills_every_window_it_can(as_records):
+async def test_one_pump_fills_every_window_it_can(world, as_records):
     # A small window beside a big one: the big one takes what the small one cannot, in the
     # same pump, rather than leaving it queued until some FIN or timeout wakes the channel.
     a, b = make_client(1, 1), make_client(2, 100)
-    ch = await channel_with(Owner(), a, b, queued=101, as_records=as_records)
+    ch = await channel_with(world, a, b, queued=101, as_records=as_records)
     assert (a.in_flight, b.in_flight) == (1, 100)
     assert ch.depth == 0 and delivered(a) == 1 and delivered(b) == 100
 
 
-@settings(deadline=None)  # examples are timed in wall-clock time: a busy machine breaks that
+@settings(deadline=None,  # examples are timed in wall-clock time: a busy machine breaks that
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # a class, not a world
 @given(st.lists(st.integers(0, 50), min_size=1, max_size=6), st.integers(0, 400))
-async def test_after_a_pump_nothing_waits_for_a_ready_client(windows, queued):
+async def test_after_a_pump_nothing_waits_for_a_ready_client(world_class, windows, queued):
     clients = [make_client(i, rdy) for i, rdy in enumerate(windows, 1)]
-    ch = await channel_with(Owner(), *clients, queued=queued)
+    ch = await channel_with(world_class(), *clients, queued=queued)
     assert ch.depth == 0 or all(c.ready_slots() == 0 for c in clients)
     assert sum(c.in_flight for c in clients) == min(queued, sum(windows))
     assert all(c.in_flight <= c.rdy for c in clients)
@@ -109,9 +95,9 @@ def test_spread_gives_every_message_a_client_evenly(slots, data):
 
 
 @both_forms
-async def test_fin_req_touch_and_timeouts(as_records):
+async def test_fin_req_touch_and_timeouts(world, as_records):
     a = make_client(1, 10, msg_timeout=2.0)
-    ch = await channel_with(Owner(), a, queued=3, max_msg_timeout=5.0, as_records=as_records)
+    ch = await channel_with(world, a, queued=3, max_msg_timeout=5.0, as_records=as_records)
     m0, m1, m2 = (b"%016x" % i for i in range(3))
     ch.finish(a, m0)
     with pytest.raises(NotInFlight, match=r"^ID not in flight$"):
@@ -130,68 +116,87 @@ async def test_fin_req_touch_and_timeouts(as_records):
 
 
 @both_forms
-async def test_other_client_cannot_answer(as_records):
+async def test_finished_offsets_move_the_cursor(world, as_records):
+    a = make_client(1, 10)
+    ch = await channel_with(world, a, queued=5, as_records=as_records)
+    ids = [b"%016x" % i for i in range(5)]
+    assert ch.finish_many(a, [ids[1], ids[0], ids[3]]) == []
+    assert ch.cursor.mark_delete == 2 and 3 in ch.cursor.acked
+    ch.finish(a, ids[2])
+    assert ch.cursor.mark_delete == 4 and not ch.cursor.acked
+
+
+@both_forms
+async def test_other_client_cannot_answer(world, as_records):
     a, b = make_client(1, 1), make_client(2, 0)
-    ch = await channel_with(Owner(), a, b, queued=1, as_records=as_records)
+    ch = await channel_with(world, a, b, queued=1, as_records=as_records)
     with pytest.raises(NotOwner, match=r"^client does not own message$"):
         ch.finish(b, b"%016x" % 0)
 
 
 @both_forms
-async def test_remove_client_requeues_its_messages_and_ephemeral_goes(as_records):
-    owner = Owner()
+async def test_remove_client_requeues_its_messages_and_ephemeral_goes(world, as_records):
     a = make_client(1, 5)
-    ch = await channel_with(owner, a, queued=2, name="c#ephemeral", as_records=as_records)
+    ch = await channel_with(world, a, queued=2, name="c#ephemeral", as_records=as_records)
     ch.remove_client(a)
     assert ch.depth == 2 and len(ch.in_flight) == 0
-    assert owner.emptied == [ch]
+    assert world.owner.emptied == [ch]
 
 
-async def test_paused_channel_holds_and_empty_clears():
-    owner = Owner()
-    ch = Channel("t", "c", owner, max_msg_timeout=900)
+async def test_paused_channel_holds_and_empty_clears(world):
+    topic = world.topic()
+    ch = world.channel(topic)
     a = make_client(1, 5)
     ch.add_client(a)
     ch.pause()
-    await ch.put(messages(2), now=0.0)
+    await topic.put(messages(2))
     ch.pump(0.0)
     assert a.in_flight == 0
     ch.unpause()
     ch.pump(0.0)
     assert a.in_flight == 2
     ch.empty()
-    assert a.in_flight == 0 and len(ch.in_flight) == 0
+    assert a.in_flight == 0 and len(ch.in_flight) == 0 and ch.cursor.mark_delete == 2
 
 
-async def test_topic_fans_out_copies_and_holds_without_channels():
-    owner = Owner()
-    topic = Topic("t", clock=lambda: 0.0)
+async def test_a_topic_holds_for_its_first_channel_and_later_ones_start_at_the_end(world):
+    topic = world.topic()
     await topic.put(messages(2))
-    assert topic.depth == 2
-    one = Channel("t", "one", owner, max_msg_timeout=900)
-    topic.add_channel(one)
-    await topic._fan_out(topic.backlog.take(10))
-    assert topic.depth == 0 and one.depth == 2
-    two = Channel("t", "two", owner, max_msg_timeout=900)
-    topic.add_channel(two)
+    assert topic.depth == 2 and topic.message_count == 2
+    one = world.channel(topic, "one")
+    assert topic.depth == 0 and one.depth == 2 and one.message_count == 2
+    two = world.channel(topic, "two")
     await topic.put(messages(1))
     assert one.depth == 3 and two.depth == 1
-    a, b = list(one.backlog.memory)[-1], list(two.backlog.memory)[-1]
-    assert a is not b and a.id == b.id
+    early = world.channel(topic, "early", start="earliest")
+    assert early.depth == 3
+    assert world.channel(topic, "late", start="latest").depth == 0
 
 
-async def test_records_are_shared_by_the_channels_and_delivered_as_messages():
-    owner = Owner()
-    topic = Topic("t", clock=lambda: 0.0)
+async def test_a_paused_topic_holds_what_comes_then_for_every_channel(world):
+    topic = world.topic()
+    one = world.channel(topic, "one")
+    await topic.put(messages(1))
+    topic.pause()
+    await topic.put(messages(2))
+    assert (topic.depth, one.depth) == (2, 1)
+    two = world.channel(topic, "two")  # made while paused: it gets what is held
+    topic.empty()  # what the paused topic held goes, for every channel
+    topic.unpause()
+    assert (topic.depth, one.depth, two.depth) == (0, 1, 0)
+    await topic.put(messages(1))
+    assert (one.depth, two.depth) == (2, 1)
+
+
+async def test_records_are_shared_by_the_channels_and_delivered_as_messages(world):
+    topic = world.topic()
     records = new_records([b"x", b"%s", b"y" * 300], 0x1234, 77)
     assert records[1] == MESSAGE_HEADER.pack(77, 0) + b"0000000000001235%s"
     await topic.put_records(records)  # no channel yet: held by the topic
     assert topic.depth == 3 and topic.message_bytes == 303
-    one, two = (Channel("t", name, owner, max_msg_timeout=900) for name in ("one", "two"))
-    topic.add_channel(one)
-    topic.add_channel(two)
-    await topic._fan_out_records(topic.backlog.take_waiting(10))
-    assert [w is r for w, r in zip(one.backlog.memory, two.backlog.memory, strict=True)] == [True] * 3
+    one = world.channel(topic, "one")
+    two = world.channel(topic, "two", start="earliest")
+    assert one.log is two.log and topic.log.read(0, 3)[0][1][0] is records[0]
     a = make_client(1, 2)
     one.add_client(a)
     one.pump(0.0)
@@ -199,8 +204,10 @@ async def test_records_are_shared_by_the_channels_and_delivered_as_messages():
     assert [(m.id, m.body, m.timestamp, m.attempts) for m in msgs] == [
         (b"0000000000001234", b"x", 77, 1), (b"0000000000001235", b"%s", 77, 1)]
     assert [m.body for m in one.peek(5, 0.0)] == [b"y" * 300]
-    one.cancel(b"0000000000001236")
-    assert one.depth == 0 and two.depth == 3
+    assert await one.delete(b"0000000000001236")  # lmstfy's DELETE of a waiting one
+    assert one.peek(5, 0.0) == []
+    assert one.ready_count() == 1  # lmstfy counts it until a consume reaches it
+    assert one.depth == 1 and two.depth == 3
 
 
 def frames_of(client: Client) -> list[tuple[bytes, int, bytes]]:
@@ -214,12 +221,12 @@ def frames_of(client: Client) -> list[tuple[bytes, int, bytes]]:
     return out
 
 
-async def test_records_in_flight_answer_as_messages_do():
+async def test_records_in_flight_answer_as_messages_do(world):
     # Delivered from records, the frames carry one attempt more than the record; FIN, REQ,
     # TOUCH, a timeout and a disconnect work on them as on messages, and the next delivery
     # counts one attempt more.
     a = make_client(1, 2, msg_timeout=2.0)
-    ch = await channel_with(Owner(), a, queued=4, as_records=True)
+    ch = await channel_with(world, a, queued=4, as_records=True)
     m = [b"%016x" % i for i in range(4)]
     assert frames_of(a) == [(m[0], 1, b"body0"), (m[1], 1, b"body1")]
     failed = ch.finish_many(a, [m[0], m[2]])  # m2 is still waiting
@@ -241,7 +248,7 @@ async def test_records_in_flight_answer_as_messages_do():
     assert frames_of(a) == [(m[3], 2, b"body3")]
 
     b, c = make_client(2, 3), make_client(3, 0)
-    ch = await channel_with(Owner(), b, c, queued=3, as_records=True)
+    ch = await channel_with(world, b, c, queued=3, as_records=True)
     assert [attempts for _, attempts, _ in frames_of(b)] == [1, 1, 1]
     with pytest.raises(NotOwner):
         ch.finish(c, m[0])
@@ -282,45 +289,10 @@ def test_record_frames_of_one_size_are_the_frames_one_attempt_on(attempts):
                     for i, a in enumerate(attempts)]
 
 
-@settings(deadline=None)
-@given(st.lists(st.one_of(st.integers(0, 9), st.lists(st.binary(max_size=3), max_size=5)),
-                max_size=30))
-def test_the_waiting_queue_is_a_fifo(operations):
-    """``WaitingQueue`` against a ``deque``: an int takes that many, a list is an extend."""
-    queue, model = WaitingQueue(), deque[bytes]()
-    for op in operations:
-        if isinstance(op, int):
-            assert queue.take(op) == [model.popleft() for _ in range(min(op, len(model)))]
-        else:
-            queue.extend(op)
-            model.extend(op)
-        assert len(queue) == len(model) and list(queue) == list(model)
-    if model:
-        item = model[len(model) // 2]
-        queue.remove(item)
-        model.remove(item)
-        assert list(queue) == list(model)
-    queue.clear()
-    assert len(queue) == 0 and list(queue) == []
-
-
-def test_the_waiting_queue_knows_when_it_holds_only_records():
-    queue = WaitingQueue()
-    queue.extend([b"r1", b"r2"], records=True)
-    assert queue.only_records
-    queue.extend(messages(1))
-    queue.extend([b"r3"], records=True)
-    assert not queue.only_records
-    queue.take(3)
-    assert not queue.only_records  # one left, and it was not queued as a record
-    queue.take(1)
-    assert queue.only_records  # empty again
-
-
-async def test_sampling_drops_about_the_rest():
+async def test_sampling_drops_about_the_rest(world):
     a = make_client(1, 2500)
     a.sample_rate = 10
-    ch = await channel_with(Owner(), a, queued=2000)
+    ch = await channel_with(world, a, queued=2000)
     assert 100 < a.in_flight < 350 and ch.depth == 0
 
 
@@ -342,3 +314,27 @@ def test_new_records_are_the_header_the_hex_id_and_the_body(first, bodies, times
     assert new_records(bodies, first, timestamp) == expected
     percent = int.from_bytes(b"%%%%%%%%")  # a timestamp of '%' bytes is no format to them
     assert new_records([b"%s"], first, percent) == [b"%%%%%%%%\0\0" + b"%016x%%s" % first]
+
+
+async def test_a_rewind_never_puts_one_message_in_flight_twice(world):
+    # Rewound while messages are in flight: a record read again while its message is in
+    # flight is passed over (FIN of the one copy acknowledges it); one that comes back
+    # (timeout, REQ) before the cursor reaches it again is delivered once, from the log.
+    a = make_client(1, 10, msg_timeout=5.0)
+    ch = await channel_with(world, a, queued=4)
+    ids = [b"%016x" % i for i in range(4)]
+    assert [i for i, _, _ in frames_of(a)] == ids
+    ch.finish(a, ids[0])
+    ch.rewind(0)
+    ch.requeue(a, ids[1], 0.0, now=1.0)  # comes back before the cursor reaches it again
+    a.rdy = 3  # room for one more beside the two in flight
+    ch.pump(1.0)
+    assert frames_of(a)[-1][0] == ids[0]  # replay: the finished one again
+    ch.finish(a, ids[0])
+    ch.pump(1.0)
+    assert frames_of(a)[-1][0] == ids[1]  # once, from the log (the requeued copy dropped)
+    ch.finish(a, ids[1])
+    ch.pump(1.0)
+    assert frames_of(a) == []  # 2 and 3 are still in flight: not read again
+    ch.finish_many(a, [ids[2], ids[3]])
+    assert ch.depth == 0 and len(ch.in_flight) == 0 and ch.cursor.mark_delete == 4

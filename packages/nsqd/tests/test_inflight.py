@@ -74,7 +74,7 @@ def record_of(m: QueuedMessage) -> bytes:
 def test_records_in_flight_are_made_messages_when_asked_for():
     q = InFlightQueue()
     records = [MESSAGE_HEADER.pack(70 + i, i) + b"%016x" % i + b"body" for i in range(3)]
-    q.add_records(records, Delivery(7, 1.0, 10.0))
+    q.add_records(records, Delivery(7, 1.0, 10.0), 0)
     assert len(q) == 3 and q.next_deadline() == 10.0 and b"%016x" % 2 in q
     taken, failed = q.take_owned([b"%016x" % 0, b"%016x" % 1], 8)  # another owner's
     assert taken == [] and failed == [(b"%016x" % 0, True), (b"%016x" % 1, True)]
@@ -85,7 +85,7 @@ def test_records_in_flight_are_made_messages_when_asked_for():
     assert (msg.id, msg.body, msg.timestamp, msg.attempts, msg.client_id, msg.delivered,
             msg.deadline) == (b"%016x" % 1, b"body", 71, 2, 7, 1.0, 10.0)
     assert q.get(b"%016x" % 1) is msg  # made once, kept in its place
-    q.add_records([MESSAGE_HEADER.pack(0, 65535) + b"%016x" % 9 + b""], Delivery(8, 2.0, 5.0))
+    q.add_records([MESSAGE_HEADER.pack(0, 65535) + b"%016x" % 9 + b""], Delivery(8, 2.0, 5.0), 9)
     assert q.next_deadline() == 5.0  # an earlier deadline than the newest: the heap
     assert [(m.id, m.attempts) for m in q.take_all_owned(8)] == [(b"%016x" % 9, 65535)]
     assert [(m.id, m.attempts) for m in q.pop_due(10.0)] == [(b"%016x" % 1, 2),
@@ -141,7 +141,7 @@ def test_in_flight_agrees_with_a_plain_model():
             if rng.random() < 0.5:
                 q.add_many(batch, deadline)
             else:  # as records, kept as records where they are in deadline order
-                q.add_records([record_of(m) for m in batch], Delivery(1, now, deadline))
+                q.add_records([record_of(m) for m in batch], Delivery(1, now, deadline), 0)
             model.update((m.id, (deadline, 1)) for m in batch)
         elif op < 0.6 and next_id:
             mid = b"%016x" % rng.randrange(next_id)

@@ -2,30 +2,24 @@
 
 import trio
 import trio.testing
-from nsqd.channel import PULLER, Channel
+from nsqd.channel import PULLER
 from nsqd.client import Client
 from nsqd.message import QueuedMessage
 from nsqd.state import State
-
-
-class Owner:
-    def __init__(self):
-        self.dirty = set()
-
-    def mark_dirty(self, channel):
-        self.dirty.add(channel)
-
-    def channel_emptied_of_clients(self, channel):
-        pass
 
 
 def messages(n: int) -> list[QueuedMessage]:
     return [QueuedMessage(b"%016x" % i, b"body%d" % i, 0) for i in range(n)]
 
 
-async def test_pulled_messages_are_in_flight_for_their_ttr_then_come_back():
-    ch = Channel("t", "c", Owner(), max_msg_timeout=900)
-    await ch.put(messages(3), now=0.0)
+def new_channel(world, *, max_msg_timeout=900):
+    topic = world.topic()
+    return topic, world.channel(topic, max_msg_timeout=max_msg_timeout)
+
+
+async def test_pulled_messages_are_in_flight_for_their_ttr_then_come_back(world):
+    topic, ch = new_channel(world, max_msg_timeout=900)
+    await topic.put(messages(3))
     pulled = ch.pull(2, ttr=30.0, now=10.0)
     assert [m.body for m in pulled] == [b"body0", b"body1"]
     assert all(m.client_id == PULLER and m.attempts == 1 and m.deadline == 40.0 for m in pulled)
@@ -37,9 +31,9 @@ async def test_pulled_messages_are_in_flight_for_their_ttr_then_come_back():
     assert sorted(m.attempts for m in again) == [1, 2, 2]
 
 
-async def test_fin_req_touch_of_pulled_messages():
-    ch = Channel("t", "c", Owner(), max_msg_timeout=100)
-    await ch.put(messages(3), now=0.0)
+async def test_fin_req_touch_of_pulled_messages(world):
+    topic, ch = new_channel(world, max_msg_timeout=100)
+    await topic.put(messages(3))
     a, b, c = ch.pull(3, ttr=10.0, now=0.0)
     assert ch.finish_pulled(a.id)
     assert not ch.finish_pulled(a.id)  # no longer in flight
@@ -52,21 +46,21 @@ async def test_fin_req_touch_of_pulled_messages():
     assert ch.touch_pulled(d.id, now=95.0) and d.deadline == 102.0  # delivered + max (100)
 
 
-async def test_a_tcp_delivery_is_not_answered_over_http():
-    ch = Channel("t", "c", Owner(), max_msg_timeout=900)
+async def test_a_tcp_delivery_is_not_answered_over_http(world):
+    topic, ch = new_channel(world, max_msg_timeout=900)
     client = Client(1, "127.0.0.1:1001", msg_timeout=60.0, heartbeat_interval=30,
                     output_buffer_size=16384, output_buffer_timeout=0.25, clock=lambda: 0.0)
     client.state, client.rdy = State.SUBSCRIBED, 1
     ch.add_client(client)
-    await ch.put(messages(1), now=0.0)
+    await topic.put(messages(1))
     ch.pump(0.0)
     (msg,) = ch.in_flight
     assert not ch.finish_pulled(msg.id) and not ch.touch_pulled(msg.id, 1.0)
     assert len(ch.in_flight) == 1
 
 
-async def test_a_waiting_puller_wakes_when_a_message_arrives():
-    ch = Channel("t", "c", Owner(), max_msg_timeout=900)
+async def test_a_waiting_puller_wakes_when_a_message_arrives(world):
+    topic, ch = new_channel(world, max_msg_timeout=900)
     got = []
 
     async def puller():
@@ -78,22 +72,22 @@ async def test_a_waiting_puller_wakes_when_a_message_arrives():
         nursery.start_soon(puller)
         await trio.testing.wait_all_tasks_blocked()
         assert got == []
-        await ch.put(messages(1), now=0.0)
+        await topic.put(messages(1))
     assert [m.body for m in got] == [b"body0"]
 
 
-async def test_a_paused_channel_gives_nothing_to_pull():
-    ch = Channel("t", "c", Owner(), max_msg_timeout=900)
-    await ch.put(messages(2), now=0.0)
+async def test_a_paused_channel_gives_nothing_to_pull(world):
+    topic, ch = new_channel(world, max_msg_timeout=900)
+    await topic.put(messages(2))
     ch.pause()
     assert ch.pull(2, 30.0, 0.0) == []
     ch.unpause()
     assert len(ch.pull(2, 30.0, 0.0)) == 2
 
 
-async def test_peek_shows_what_would_be_delivered_and_takes_nothing():
-    ch = Channel("t", "c", Owner(), max_msg_timeout=900)
-    await ch.put(messages(3), now=0.0)
+async def test_peek_shows_what_would_be_delivered_and_takes_nothing(world):
+    topic, ch = new_channel(world, max_msg_timeout=900)
+    await topic.put(messages(3))
     (first,) = ch.pull(1, ttr=5.0, now=0.0)
     assert ch.requeue_pulled(first.id, 10.0, now=0.0)  # deferred until 10
     assert [m.body for m in ch.peek(5, now=9.0)] == [b"body1", b"body2"]

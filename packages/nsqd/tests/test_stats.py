@@ -108,15 +108,15 @@ TOPIC_T = (
     b'{"topic_name":"t","channels":['
     b'{"channel_name":"c","depth":1,"backend_depth":0,"in_flight_count":1,"deferred_count":0,'
     b'"message_count":2,"requeue_count":0,"timeout_count":0,"client_count":1,"clients":['
-    + CLIENT_C + b'],"paused":false,' + LATENCY + b',"expired_count":0,"dead_letter_count":0},'
+    + CLIENT_C + b'],"paused":false,' + LATENCY + b'},'
     b'{"channel_name":"paused","depth":0,"backend_depth":0,"in_flight_count":0,'
     b'"deferred_count":0,"message_count":0,"requeue_count":0,"timeout_count":0,'
     b'"client_count":0,"clients":[],"paused":true,' + LATENCY
-    + b',"expired_count":0,"dead_letter_count":0}],'
+    + b'}],'
     b'"depth":0,"backend_depth":0,"message_count":2,"message_bytes":11,"paused":false,'
-    + LATENCY + b',"message_ttl":0}')
+    + LATENCY + b'}')
 TOPIC_U = (b'{"topic_name":"u","channels":[],"depth":1,"backend_depth":0,"message_count":1,'
-           b'"message_bytes":1,"paused":false,' + LATENCY + b',"message_ttl":0}')
+           b'"message_bytes":1,"paused":false,' + LATENCY + b'}')
 PRODUCER = (
     b'{"client_id":"127.0.0.1","hostname":"127.0.0.1","version":"V2",'
     b'"remote_address":"127.0.0.1:5001","state":0,"ready_count":0,"in_flight_count":0,'
@@ -156,9 +156,9 @@ async def test_filters_and_what_they_leave_out(nursery: trio.Nursery, broker: Br
         HEAD + b'"topics":[{"topic_name":"t","channels":[{"channel_name":"paused","depth":0,'
         b'"backend_depth":0,"in_flight_count":0,"deferred_count":0,"message_count":0,'
         b'"requeue_count":0,"timeout_count":0,"client_count":0,"clients":null,"paused":true,'
-        + LATENCY + b',"expired_count":0,"dead_letter_count":0}],"depth":0,"backend_depth":0,'
+        + LATENCY + b'}],"depth":0,"backend_depth":0,'
         b'"message_count":2,"message_bytes":11,"paused":false,' + LATENCY
-        + b',"message_ttl":0}],' + MEMORY + b',"producers":null}')
+        + b'}],' + MEMORY + b',"producers":null}')
 
 
 async def test_the_pieces_metrics_and_statsd_read(nursery: trio.Nursery, broker: Broker) -> None:
@@ -199,3 +199,43 @@ async def test_the_text_form(nursery: trio.Nursery, broker: Broker,
         "   [V2 127.0.0.1:5001       ] msgs: 0        topics: t=2,u=1 connected: 1m30s\n")
     assert stats_text(stats(broker, topic="nope", include_mem=False)).endswith(
         "\nHealth: OK\n\nTopics: None\n\nProducers: None\n")
+
+
+async def test_the_job_features_keys_only_once_in_use(nursery: trio.Nursery,
+                                                     broker: Broker) -> None:
+    """After Go's keys, and only while in use: a topic's TTL; a channel's settings, and the
+    counts their features make (the workload above uses none: its document is Go's)."""
+    await workload(nursery, broker)
+    topic = broker.topics["t"]
+    topic.message_ttl = 60
+    topic.channels["c"].max_attempts = 3
+    topic.channels["paused"].dead_letter_expired = True
+    doc = stable(stats(broker, topic="t", include_clients=False, include_mem=False))
+    go_topic, (c, paused) = doc["topics"][0], doc["topics"][0]["channels"]
+    assert list(go_topic)[-2:] == ["e2e_processing_latency", "message_ttl"]
+    assert go_topic["message_ttl"] == 60
+    go_keys = ["channel_name", "depth", "backend_depth", "in_flight_count", "deferred_count",
+               "message_count", "requeue_count", "timeout_count", "client_count", "clients",
+               "paused", "e2e_processing_latency"]
+    # the topic has a TTL: both count expiries; an attempt limit: c counts its dead letters
+    assert list(c) == [*go_keys, "expired_count", "dead_letter_count", "max_attempts"]
+    assert (c["expired_count"], c["dead_letter_count"], c["max_attempts"]) == (0, 0, 3)
+    assert list(paused) == [*go_keys, "expired_count", "dead_letter_count",
+                            "dead_letter_expired"]
+    assert paused["dead_letter_expired"] is True
+    text = stats_text(doc)
+    assert "e2e%:  ttl: 1m0s\n" in text
+    assert "e2e%:  expired: 0 dead: 0 max-attempts: 3\n" in text
+    assert "e2e%:  expired: 0 dead: 0 dead-letter-expired: true\n" in text
+
+    # settings gone: only counts that are not zero stay
+    topic.message_ttl = 0
+    topic.channels["c"].max_attempts = 0
+    topic.channels["paused"].dead_letter_expired = False
+    topic.channels["c"].expired_count = 2
+    doc = stats(broker, topic="t", include_clients=False, include_mem=False)
+    c, paused = doc["topics"][0]["channels"]
+    assert "message_ttl" not in doc["topics"][0]
+    assert list(c) == [*go_keys, "expired_count"] and c["expired_count"] == 2
+    assert list(paused) == go_keys
+

@@ -1,21 +1,10 @@
 """Message TTL without sockets: the disk record, expiry at delivery, the topic default."""
 
 import struct
-import time
 
-from nsqd.backlog import decode_record, decode_records, encode_record, encode_records
-from nsqd.channel import Channel
 from nsqd.message import QueuedMessage
 from nsqd.metadata import ChannelMeta, TopicMeta, decode, encode
-from nsqd.topic import Topic
-
-
-class Owner:
-    def mark_dirty(self, channel):
-        pass
-
-    def channel_emptied_of_clients(self, channel):
-        pass
+from nsqd.record import decode_record, decode_records, encode_record, encode_records, is_plain
 
 
 def test_a_message_without_ttl_is_written_in_go_s_format():
@@ -52,30 +41,38 @@ def expiring(n: int, expires: int) -> list[QueuedMessage]:
     return [QueuedMessage(b"%016x" % i, b"m%d" % i, 0, expires=expires) for i in range(n)]
 
 
-async def test_expired_messages_are_dropped_and_counted_not_delivered():
-    ch = Channel("t", "c", Owner(), max_msg_timeout=900)
-    past, future = time.time_ns() - 1, time.time_ns() + 10**12
-    await ch.put([*expiring(2, past), QueuedMessage(b"f" * 16, b"fresh", 0, expires=future)], now=0.0)
-    assert not ch.backlog.extended  # nothing told it yet: the topic does (see below)
-    ch.backlog.extended = True
-    assert [m.body for m in ch.peek(5, now=0.0)] == [b"fresh"]
+async def test_expired_messages_are_dropped_and_counted_not_delivered(world):
+    topic = world.topic()
+    ch = world.channel(topic)
+    now = world.clock.wall_ns()
+    await topic.put([*expiring(2, now + 10**9),
+                     QueuedMessage(b"f" * 16, b"fresh", 0, expires=now + 10**12)])
+    assert [m.body for m in ch.peek(5, now=0.0)] == [b"m0", b"m1", b"fresh"]
+    world.clock.advance(2)  # the first two expire
+    assert [m.body for m in ch.peek(5, now=2.0)] == [b"fresh"]
     assert ch.expired_count == 0  # peek counts nothing
-    assert [m.body for m in ch.pull(5, 30.0, now=0.0)] == [b"fresh"]
-    assert (ch.expired_count, ch.depth) == (2, 0)
+    assert [m.body for m in ch.pull(5, 30.0, now=2.0)] == [b"fresh"]
+    assert (ch.expired_count, ch.depth, ch.cursor.mark_delete) == (2, 0, 2)
 
 
-async def test_a_topic_default_ttl_reaches_every_message_and_tells_the_channels():
-    topic = Topic("t")
-    ch = Channel("t", "c", Owner(), max_msg_timeout=900)
-    topic.add_channel(ch)
+async def test_a_topic_default_ttl_reaches_every_message(world):
+    topic = world.topic()
+    world.channel(topic)
     plain = QueuedMessage(b"0" * 16, b"a", 1_000)
     await topic.put([plain])
-    assert plain.expires == 0 and not ch.backlog.extended  # no TTL: nothing to check, ever
+    assert plain.expires == 0 and is_plain(topic.log.read(0, 1)[0][1][0])  # nothing to check
     topic.message_ttl = 5
     msgs = [QueuedMessage(b"1" * 16, b"b", 1_000), QueuedMessage(b"2" * 16, b"c", 1_000, expires=7)]
     await topic.put(msgs)
     assert [m.expires for m in msgs] == [1_000 + 5 * 10**9, 7]  # its own TTL wins
-    assert ch.backlog.extended
+    stored = [decode_record(r) for _, records, _ in topic.log.read(1, 2) for r in records]
+    assert [m.expires for m in stored] == [1_000 + 5 * 10**9, 7]
+
+
+def test_a_dpub_keeps_its_due_time_in_its_record():
+    msg = QueuedMessage(b"0123456789abcdef", b"later", 10, expires=0, due=99)
+    back = decode_record(encode_record(msg))
+    assert (back.due, back.expires, back.body) == (99, 0, b"later")
 
 
 def test_the_topic_ttl_is_kept_in_the_metadata_only_when_set():

@@ -12,7 +12,6 @@ from nsq_testing.clock import FakeClock, S
 from nsqlookupd.http_api import create_app
 from nsqlookupd.logger import Logger
 from nsqlookupd.registry import PeerInfo, RegistrationDB
-from nsqlookupd.router import _clean_path
 
 V1 = "nsq; version=1.0"
 JSON = "application/json; charset=utf-8"
@@ -261,10 +260,3 @@ async def test_pprof_stubs(api: API) -> None:
     assert (await api.client.get("/debug/pprof/cmdline")).status_code == 200
     assert (await api.client.get("/debug/pprof/heap")).status_code == 501
 
-
-def test_clean_path_like_httprouter() -> None:
-    assert _clean_path("/./debug/../ping") == "/ping"
-    assert _clean_path("//lookup") == "/lookup"
-    assert _clean_path("/a/b/../../..") == "/"
-    assert _clean_path("/topics/") == "/topics/"
-    assert _clean_path("") == "/"

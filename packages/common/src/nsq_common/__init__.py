@@ -62,6 +62,7 @@ if TYPE_CHECKING:  # the names as type checkers see them; at run time see _MODUL
         negotiate,
         response_json,
     )
+    from ._lmstfy import LMSTFY_CHANNEL, LMSTFY_PREFIX, lmstfy_topic_name
     from ._logs import NSQ_LOG_LEVELS, PYTHON_LOG_LEVELS, NsqLogFormatter, setup_logging
     from ._lookup import (
         LOOKUP_MAX_IDENTIFY_SIZE,
@@ -121,6 +122,7 @@ NSQ_VERSION = "1.3.0"
 __all__ = [
     "CLOSE_WAIT_FRAME",
     "EPHEMERAL_SUFFIX",
+
     "FRAME_HEADER",
     "HEARTBEAT",
     "HEARTBEAT_FRAME",
@@ -205,6 +207,9 @@ __all__ += [
     "v1_headers",
 ]
 
+# lmstfy's queues as nsqd's topics (beyond NSQ)
+__all__ += ["LMSTFY_CHANNEL", "LMSTFY_PREFIX", "lmstfy_topic_name"]
+
 # nsqd's /stats: as nsqd writes it (the module nsqd_stats), as nsqadmin and nsq_stat read it
 __all__ += [
     "ChannelStats", "ClientStats", "Latency", "TopicStats", "aggregate_channel", "aggregate_topic",
@@ -233,6 +238,7 @@ _EXPORTS = {
     "_gojson": "go_json",
     "_gostr": "format_go_duration go_errno_text go_quote parse_go_duration",
     "_identify": "IdentifyRequest Negotiated ServerFeatures decode_identify negotiate response_json",
+    "_lmstfy": "LMSTFY_CHANNEL LMSTFY_PREFIX lmstfy_topic_name",
     "_logs": "NSQ_LOG_LEVELS PYTHON_LOG_LEVELS NsqLogFormatter setup_logging",
     "_lookup": (
         "LOOKUP_MAX_IDENTIFY_SIZE LOOKUP_MAX_LINE MAGIC_V1 LookupBadMagic LookupCommand "

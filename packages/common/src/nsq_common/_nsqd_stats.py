@@ -9,20 +9,27 @@ key and the declaration order is the key order (NSQ 1.3.0's nsqd/stats.go, then 
 A field's type says how it is written and read:
 
 - ``int`` / ``bool`` / ``str``: as it is; read with ``int()``/``bool()``/``str()``, a missing
-  key as the zero value (an older nsqd, or one without the job features);
+  key as the zero value; ``int | None`` (a Go pointer) reads a missing key or ``null`` as None;
 - one of these classes, or a tuple of them: written with their ``to_json``; ``| None`` is
   written ``null`` and read back as None (a missing key too), a tuple without it is read as
   ``()`` from ``null`` or nothing;
 - ``Any`` (``e2e_processing_latency``): as it is, both ways (nsqd's ``e2e`` builds it,
   ``_stats.Latency`` reads it).
 
+
+A field tagged ``omitempty`` is left out while it is its zero value (None for ``| None``), as
+Go's ``omitempty`` leaves out a zero value or a nil pointer. The job features' keys (beyond NSQ)
+are all such fields, after Go's keys: a daemon whose users use only NSQ's features writes
+exactly Go's document, and the tools that read it take a missing key as "not in use".
+
 ::
 
     {"version": "1.3.0", "health": "OK", "start_time": 1700000000,
      "topics": [                                   null when the topic asked for is unknown
        {"topic_name": "t", "channels": [           [] when it has none
-          {"channel_name": "c", ..., "clients": [...]}],   null without include_clients
-        "depth": 3, ..., "message_ttl": 0}],
+          {"channel_name": "c", ..., "clients": [...],     null without include_clients
+           "dead_letter_count": 2}],               a job feature's key, once it is in use
+        "depth": 3, ..., "message_ttl": 60}],      (message_ttl only when the topic has one)
      "memory": {"heap_objects": ..., ...},         left out with include_mem=false
      "producers": [{client, with "pub_counts"}]}   null when there are none
 """
@@ -91,7 +98,10 @@ class _Field:
 
     def read(self, raw: Mapping[str, Any]) -> Any:
         if self.plain is not None:
-            return self.plain(raw[self.name]) if self.name in raw else _PLAIN[self.plain]
+            value = raw.get(self.name)
+            if value is None:
+                return None if self.optional else _PLAIN[self.plain]
+            return self.plain(value)
         value = raw.get(self.name)
         if self.shape is None:
             return value
@@ -127,11 +137,13 @@ def _codec(cls: type[AttrsInstance] | type[_GoStruct]) -> _Codec:
 def _writer(fields: list[_Field]) -> Callable[[Any], dict[str, Any]]:
     """The fields to a dict, written out as code once per class (as attrs writes
     ``__init__``): a dict display is twice as fast as a loop over the fields, and /metrics and
-    statsd build these on every scrape. An ``omitempty`` field goes in only when truthy."""
+    statsd build these on every scrape. An ``omitempty`` field goes in only when truthy (a
+    ``| None`` one: when not None)."""
     lines, plain = ["def write(o):"], []
     for field in fields:
         if field.omitempty:
-            lines.append(f"    if o.{field.name}: d[{field.name!r}] = {field.write()}")
+            test = f"o.{field.name} is not None" if field.optional else f"o.{field.name}"
+            lines.append(f"    if {test}: d[{field.name!r}] = {field.write()}")
         elif len(lines) == 1:
             plain.append(f"{field.name!r}: {field.write()}")
         else:
@@ -198,9 +210,13 @@ class ChannelStats(_GoStruct):
     clients: tuple[ClientStats, ...] | None
     paused: bool
     e2e_processing_latency: Any
-    # beyond NSQ, after Go's keys
-    expired_count: int
-    dead_letter_count: int
+    # beyond NSQ, after Go's keys, each only while its feature is in use (nsqd's stats module
+    # decides when): the counts None until then, the settings while set
+    expired_count: int | None = attrs.field(default=None, metadata=_OMITEMPTY, kw_only=True)
+    dead_letter_count: int | None = attrs.field(default=None, metadata=_OMITEMPTY,
+                                                kw_only=True)
+    max_attempts: int = attrs.field(default=0, metadata=_OMITEMPTY, kw_only=True)
+    dead_letter_expired: bool = attrs.field(default=False, metadata=_OMITEMPTY, kw_only=True)
 
 
 @attrs.frozen
@@ -215,8 +231,8 @@ class TopicStats(_GoStruct):
     message_bytes: int
     paused: bool
     e2e_processing_latency: Any
-    # beyond NSQ, after Go's keys
-    message_ttl: int  # seconds
+    # beyond NSQ, after Go's keys, only when set
+    message_ttl: int = attrs.field(default=0, metadata=_OMITEMPTY, kw_only=True)  # seconds
 
 
 @attrs.frozen

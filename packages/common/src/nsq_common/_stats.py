@@ -3,13 +3,18 @@ that read it use it: nsqadmin's pages and JSON API, nsq_stat's totals (Go's
 internal/clusterinfo/types.go, NSQ 1.3.0 shapes, which both Go tools share).
 
 Each nsqd's reply is read with nsqd's own shapes (``_nsqd_stats``, which nsqd writes with:
-the same names, and zero values for missing keys, as from an older nsqd or one without the
-job features: ``expired_count``, ``dead_letter_count``, ``message_ttl``), then becomes
+the same names, and zero values for missing keys), then becomes
 per-node values (``node`` = that nsqd's HTTP address, ``hostname`` its own) with the fields
 of the same name copied; ``memory_depth`` is ``depth - backend_depth``, as clusterinfo
 derives it. The ``aggregate_*`` functions sum values across nodes into one whose ``node`` is
 ``*`` and whose ``nodes`` lists the per-node parts (clusterinfo's ``Add``). ``to_json`` writes
-nsqadmin's JSON API field order::
+nsqadmin's JSON API field order.
+
+The job features (beyond NSQ) follow nsqd's rule: a key missing from a reply (Go's nsqd, or
+ours while nobody uses the feature) is "not in use": the counts are then None (``0`` would
+claim a dead-letter queue that is not there), the settings 0 or false. Summed over nodes, a
+count is None only when no node has it; ``to_json`` writes these keys after Go's, and only the
+ones in use, as nsqd does::
 
     {"topics": [{"topic_name": "t", "depth": 3, "backend_depth": 1, "message_count": 9,
                  "paused": false, "e2e_processing_latency": {"count": 0, "percentiles": null},
@@ -140,6 +145,19 @@ def _sum(items: Iterable[Any], name: str) -> int:
     return sum(getattr(i, name) for i in items)
 
 
+def _sum_in_use(items: Iterable[Any], name: str) -> int | None:
+    """The sum over the nodes where the count is in use; None when it is in use on none."""
+    counts = [c for c in (getattr(i, name) for i in items) if c is not None]
+    return sum(counts) if counts else None
+
+
+def _in_use(counts: dict[str, int | None], settings: dict[str, int | bool]
+            ) -> dict[str, Any]:
+    """The job features' keys to write, in this order: the counts in use, the settings set."""
+    return {**{k: v for k, v in counts.items() if v is not None},
+            **{k: v for k, v in settings.items() if v}}
+
+
 def _by_host(items: Iterable[Any]) -> tuple[Any, ...]:
     return tuple(sorted(items, key=lambda i: (i.hostname, i.node)))
 
@@ -165,9 +183,11 @@ class ChannelStats:
     clients: tuple[ClientStats, ...] | None = None
     paused: bool = False
     e2e_processing_latency: Latency = attrs.field(factory=Latency)
-    # beyond NSQ (an nsqd with the job features; 0 from any other)
-    expired_count: int = 0
-    dead_letter_count: int = 0
+    # beyond NSQ (see the module's docstring): None / 0 / false while not in use
+    expired_count: int | None = None
+    dead_letter_count: int | None = None
+    max_attempts: int = 0
+    dead_letter_expired: bool = False
 
     @classmethod
     def parse(cls, raw: dict[str, Any], node: str, hostname: str, topic: str,
@@ -197,7 +217,10 @@ class ChannelStats:
             "clients": None if self.clients is None else [c.to_json() for c in self.clients],
             "paused": self.paused,
             "e2e_processing_latency": self.e2e_processing_latency.to_json(),
-            "expired_count": self.expired_count, "dead_letter_count": self.dead_letter_count,
+            **_in_use({"expired_count": self.expired_count,
+                       "dead_letter_count": self.dead_letter_count},
+                      {"max_attempts": self.max_attempts,
+                       "dead_letter_expired": self.dead_letter_expired}),
         }
 
 
@@ -217,8 +240,10 @@ def aggregate_channel(topic: str, channel: str, parts: Sequence[ChannelStats]) -
         timeout_count=_sum(parts, "timeout_count"), message_count=_sum(parts, "message_count"),
         client_count=_sum(parts, "client_count"), nodes=_by_host(parts),
         clients=tuple(clients) or None, paused=any(p.paused for p in parts),
-        e2e_processing_latency=latency, expired_count=_sum(parts, "expired_count"),
-        dead_letter_count=_sum(parts, "dead_letter_count"),
+        e2e_processing_latency=latency, expired_count=_sum_in_use(parts, "expired_count"),
+        dead_letter_count=_sum_in_use(parts, "dead_letter_count"),
+        max_attempts=max((p.max_attempts for p in parts), default=0),
+        dead_letter_expired=any(p.dead_letter_expired for p in parts),
     )
 
 
@@ -237,7 +262,7 @@ class TopicStats:
     channels: tuple[ChannelStats, ...] | None = None
     paused: bool = False
     e2e_processing_latency: Latency | None = None
-    message_ttl: int = 0  # seconds; beyond NSQ (0 from any other nsqd)
+    message_ttl: int = 0  # seconds; beyond NSQ (0: none)
 
     @classmethod
     def parse(cls, raw: dict[str, Any], node: str, hostname: str,
@@ -267,7 +292,7 @@ class TopicStats:
             "channels": None if self.channels is None else [c.to_json() for c in self.channels],
             "paused": self.paused,
             "e2e_processing_latency": None if latency is None else latency.to_json(),
-            "message_ttl": self.message_ttl,
+            **_in_use({}, {"message_ttl": self.message_ttl}),
         }
 
 

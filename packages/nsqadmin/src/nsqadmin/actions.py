@@ -1,7 +1,9 @@
 """Admin actions posted by the pages' forms, with and without JavaScript.
 
 A form POSTs ``action`` (and ``topic``/``channel``/``node`` where the URL does not say them)
-to the page it sits on. Destructive actions (empty, delete, tombstone) need ``confirm=yes``:
+to the page it sits on; ``create`` and ``settings`` also take the settings of
+``nsqadmin.settings`` (a topic's TTL, a channel's attempt limit and what its expired messages
+become: beyond NSQ). Destructive actions (empty, delete, tombstone) need ``confirm=yes``:
 with htmx the browser asks first (``hx-confirm``) and sends it; without JavaScript the server
 answers with a confirmation page whose button sends it.
 
@@ -19,8 +21,9 @@ Forms from another origin are refused (``Origin`` / ``Sec-Fetch-Site``), as are 
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol, TypeVar
 from urllib.parse import parse_qs
 
 import attrs
@@ -32,6 +35,8 @@ from .cluster import ActionResult
 from .formatting import path_segment
 from .pages import Warnings, page_path, render, render_error
 from .report import Report, set_flash
+from .settings import SettingError, Settings
+from .settings import parse as parse_settings
 from .state import Admin, admin_of
 from .upstream import ClusterError
 from .web import is_htmx, same_origin
@@ -53,18 +58,26 @@ async def read_form(request: Request) -> dict[str, str]:
 
 @attrs.frozen
 class Plan:
-    verb: str  # create, pause, unpause, empty, delete, tombstone, or a DEAD_LETTER_VERB
+    verb: str  # create, settings, pause, unpause, empty, delete, tombstone, a DEAD_LETTER_VERB
     topic: str
     channel: str = ""
     node: str = ""
     landing: str = ""
+    settings: Settings = attrs.field(factory=Settings)  # create, settings: beyond NSQ
 
     @property
     def subject(self) -> str:
         name = f"{self.topic}/{self.channel}" if self.channel else self.topic
         if self.verb in DEAD_LETTER_VERBS:
             return f"the dead letters of {name}"
+        described = self.settings.describe()
+        if described:
+            return f"{name} ({described})"
         return f"{name} on {self.node}" if self.node else name
+
+    @property
+    def destructive(self) -> bool:
+        return self.verb in DESTRUCTIVE
 
     @property
     def action(self) -> str:
@@ -73,7 +86,8 @@ class Plan:
             return self.verb
         if self.verb == "tombstone":
             return "tombstone_topic_producer"
-        return f"{self.verb}_{'channel' if self.channel else 'topic'}"
+        verb = "update" if self.verb == "settings" else self.verb
+        return f"{verb}_{'channel' if self.channel else 'topic'}"
 
     @property
     def question(self) -> str:
@@ -97,8 +111,9 @@ def plan_action(admin: Admin, page: str, params: dict[str, str], form: dict[str,
     channel = params.get("channel") or form.get("channel", "")
     here = admin.path(page_path(page, params))
     allowed = {"topics": {"create"}, "lookup": {"create", "delete"},
-               "topic": {"pause", "unpause", "empty", "delete", "tombstone"},
-               "channel": {"pause", "unpause", "empty", "delete", *DEAD_LETTER_VERBS},
+               "topic": {"pause", "unpause", "empty", "delete", "tombstone", "settings"},
+               "channel": {"pause", "unpause", "empty", "delete", "settings",
+                           *DEAD_LETTER_VERBS},
                "node": {"tombstone"}}
     if verb not in allowed.get(page, set()):
         return f"Unknown action {verb!r}."
@@ -114,17 +129,40 @@ def plan_action(admin: Admin, page: str, params: dict[str, str], form: dict[str,
         landing = admin.path(f"/topics/{path_segment(topic)}" if channel else "/")
     if verb == "tombstone":
         channel = ""
-    return Plan(verb, topic, channel, node, landing)
+    settings = Settings()
+    if verb in ("create", "settings"):
+        try:
+            settings = parse_settings(form)
+        except SettingError as exc:
+            return f"Invalid setting: {exc}."
+        if verb == "settings":
+            settings = _settings_of(settings, channel)
+            if settings == Settings():
+                return "Nothing to change."
+        elif not channel and settings.channel_params:
+            return "Max attempts and expired messages are a channel's: name the channel."
+    return Plan(verb, topic, channel, node, landing, settings)
+
+
+def _settings_of(settings: Settings, channel: str) -> Settings:
+    """What a settings form may change: a channel's own, or a topic's TTL."""
+    if channel:
+        return Settings(max_attempts=settings.max_attempts,
+                        dead_letter_expired=settings.dead_letter_expired)
+    return Settings(message_ttl=settings.message_ttl)
 
 
 async def perform(admin: Admin, plan: Plan, request: Request) -> ActionResult:
     cluster, notify = admin.cluster, admin.notifier.notify
     topic, channel = plan.topic, plan.channel
     if plan.verb == "create":
-        result = await cluster.create_topic_channel(topic, channel)
+        result = await cluster.create_topic_channel(topic, channel, plan.settings)
         notify("create_topic", topic, "", "", request)
         if channel:
             notify("create_channel", topic, channel, "", request)
+    elif plan.verb == "settings":
+        result = await cluster.update_settings(topic, channel, plan.settings)
+        notify(result.action, topic, channel, "", request)
     elif plan.verb == "delete":
         result = await (cluster.delete_channel(topic, channel) if channel
                         else cluster.delete_topic(topic))
@@ -141,8 +179,35 @@ async def perform(admin: Admin, plan: Plan, request: Request) -> ActionResult:
     return result
 
 
-async def handle(request: Request, page: str, reload: Callable[[], Awaitable[dict[str, Any]]]
+class Planned(Protocol):
+    """What ``handle`` needs of a plan (``Plan`` here; the Jobs pages have their own)."""
+
+    @property
+    def verb(self) -> str: ...
+    @property
+    def subject(self) -> str: ...
+    @property
+    def action(self) -> str: ...
+    @property
+    def question(self) -> str: ...
+    @property
+    def landing(self) -> str: ...
+    @property
+    def destructive(self) -> bool: ...
+
+
+P = TypeVar("P", bound=Planned)
+
+
+async def handle(request: Request, page: str, reload: Callable[[], Awaitable[dict[str, Any]]],
+                 planner: Callable[[Admin, str, dict[str, str], dict[str, str]],
+                                   P | str | Awaitable[P | str]] | None = None,
+                 performer: Callable[[Admin, P, Request], Awaitable[ActionResult]] | None = None
                  ) -> Response:
+    """An action posted to ``page``: checked, confirmed if destructive, done, reported.
+    ``planner`` and ``performer`` are ``plan_action`` and ``perform`` unless given."""
+    plan_of: Any = planner or plan_action
+    do: Any = performer or perform
     admin = admin_of(request)
     here = admin.path(page_path(page, dict(request.path_params)))
     refusal = ""
@@ -156,15 +221,17 @@ async def handle(request: Request, page: str, reload: Callable[[], Awaitable[dic
                                   reload)
         return render_error(request, 403, "Forbidden", refusal)
     form = await read_form(request)
-    plan = plan_action(admin, page, dict(request.path_params), form)
+    plan = plan_of(admin, page, dict(request.path_params), form)
+    if inspect.isawaitable(plan):  # (a planner that asks a daemon first)
+        plan = await plan
     if isinstance(plan, str):
         report = Report(form.get("action", ""), "", problem=plan)
         return await _respond(request, page, report, here, here, reload)
-    if plan.verb in DESTRUCTIVE and form.get("confirm") != "yes":
+    if plan.destructive and form.get("confirm") != "yes":
         return render(request, "confirm", {"plan": plan, "form": form, "action_url": here,
                                                  "warnings": Warnings()})
     try:
-        result = await perform(admin, plan, request)
+        result = await do(admin, plan, request)
     except ClusterError as exc:
         result = ActionResult(plan.action, errors=exc.errors)
     return await _respond(request, page, Report.of(result, plan.subject), plan.landing, here,

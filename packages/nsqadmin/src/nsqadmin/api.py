@@ -28,6 +28,8 @@ from starlette.routing import Route
 
 from .cluster import ActionResult
 from .options import LOG_LEVELS, Options
+from .settings import SettingError
+from .settings import parse as parse_settings
 from .state import admin_of as _admin
 from .upstream import ClusterError, UpstreamError, warning_message
 from .web import v1_error, v1_json
@@ -172,8 +174,12 @@ async def create_topic(request: Request) -> Any:
         raise ApiError(400, "INVALID_TOPIC")
     if channel_name and not is_valid_channel_name(channel_name):
         raise ApiError(400, "INVALID_CHANNEL")
+    try:  # beyond NSQ: message_ttl, max_attempts, dead_letter_expired, paused
+        settings = parse_settings(body)
+    except SettingError as exc:
+        raise ApiError(400, str(exc)) from None
     admin = _admin(request)
-    result = await admin.cluster.create_topic_channel(topic_name, channel_name)
+    result = await admin.cluster.create_topic_channel(topic_name, channel_name, settings)
     admin.notifier.notify("create_topic", topic_name, "", "", request)
     if channel_name:
         admin.notifier.notify("create_channel", topic_name, channel_name, "", request)
@@ -184,11 +190,19 @@ async def topic_action(request: Request) -> Any:
     _require_admin(request)
     body = await _json_body(request)
     verb = body.get("action")
-    if verb not in ("pause", "unpause", "empty"):
+    if verb not in ("pause", "unpause", "empty", "update"):
         raise ApiError(400, "INVALID_ACTION")
     admin = _admin(request)
     topic_name = request.path_params["topic"]
     channel_name = request.path_params.get("channel", "")
+    if verb == "update":  # beyond NSQ: {"action": "update", "max_attempts": 5, ...}
+        try:
+            settings = parse_settings(body)
+        except SettingError as exc:
+            raise ApiError(400, str(exc)) from None
+        result = await admin.cluster.update_settings(topic_name, channel_name, settings)
+        admin.notifier.notify(result.action, topic_name, channel_name, "", request)
+        return _done(result)
     result = await admin.cluster.topic_action(verb, topic_name, channel_name)
     admin.notifier.notify(result.action, topic_name, channel_name, "", request)
     return _done(result)

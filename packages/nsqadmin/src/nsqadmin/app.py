@@ -22,15 +22,16 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.gzip import GZipMiddleware
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
+from starlette.responses import FileResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from . import api, graphs, history_file, views
+from . import api, graphs, history_file, jobs, views
 from .auth import BasicAuth, RequireBasicAuth
 from .cluster import ClusterInfo
 from .history import History
+from .lmstfy import Lmstfy
 from .notify import Notifier
 from .options import Options
 from .pages import render_error
@@ -54,6 +55,7 @@ async def sample(admin: Admin) -> None:
         return
     views.record_history(admin, stats.value.topics, stats.value.health)
     views.record_counter(admin, stats.value)
+    await admin.lmstfy.discover(nodes.value)  # whether to offer the Jobs pages
 
 
 async def run_sampler(admin: Admin, interval: float) -> None:
@@ -94,7 +96,8 @@ def create_app(options: Options, cluster: ClusterInfo | None = None, *,
     if options.history_file:
         history_file.load(history, options.history_file)
     admin = Admin(options, cluster, history,
-                  Notifier(options.notification_http_endpoint, http), basic_auth)
+                  Notifier(options.notification_http_endpoint, http),
+                  Lmstfy(Upstream(http), options.lmstfy_admin_account), basic_auth)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -128,9 +131,11 @@ def create_app(options: Options, cluster: ClusterInfo | None = None, *,
     static_dir = options.dev_static_dir or str(PACKAGE_DIR / "static")
     routes: list[BaseRoute] = [
         Route("/ping", ping, methods=["GET"]),
+        Route("/favicon.ico", favicon, methods=["GET"]),
         Route("/metrics", metrics_endpoint(collector), methods=["GET"]),
         *views.routes(),
         *graphs.routes(),
+        *jobs.routes(),
         *api.routes(options),
         Mount("/static", StaticFiles(directory=static_dir), name="static"),
     ]
@@ -174,6 +179,12 @@ class RequestLog:
             uri += f"?{query}" if query else ""
             log.info("%d %s %s (%s:%s) %s", status, scope["method"], uri, client[0], client[1],
                      format_go_duration(time.perf_counter() - start))
+
+
+async def favicon(request: Request) -> Response:
+    """``/favicon.ico``, which browsers ask for on their own (pages also link the SVG)."""
+    return FileResponse(PACKAGE_DIR / "static" / "favicon.ico", media_type="image/x-icon",
+                        headers={"Cache-Control": "public, max-age=86400"})
 
 
 async def ping(request: Request) -> Response:

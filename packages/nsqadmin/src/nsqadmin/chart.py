@@ -3,9 +3,10 @@ time axis with clock times, a line per series, a legend with the latest values, 
 values without JavaScript.
 
 Hover is the browser's own: the plot is covered by transparent vertical strips, one per sample
-(at most ``MAX_STRIPS``), each with a ``<title>`` (the tooltip: time and every line's value) and
-``data-t`` / ``data-values`` attributes; CSS shades the strip under the pointer. The legend's
-values carry ``data-latest`` so tests and scripts read what the chart shows.
+(the latest in each of ``MAX_STRIPS`` slots of the plot's width), each with a ``<title>`` (the
+tooltip: time and every line's value) and ``data-t`` / ``data-values`` attributes; CSS shades
+the strip under the pointer. The legend's values carry ``data-latest`` so tests and scripts
+read what the chart shows.
 
 Value axes start at zero (depths and rates are never negative) and end on a "nice" number;
 time ticks fall on round clock times in the server's time zone, which the axis names.
@@ -246,27 +247,33 @@ def _line(line: Line, scale: Scale) -> str:
 
 
 def _hover(chart: Chart, scale: Scale, zone: datetime.tzinfo) -> str:
-    """Transparent strips over the plot, one per sample time, each with its values."""
+    """Transparent strips over the plot, each with a sample's values.
+
+    The plot is cut into ``MAX_STRIPS`` equal slots; a slot with samples shows its latest one,
+    and its strip reaches left to the previous such slot (the first to the plot's left edge,
+    the last to its right), so every strip is at least a slot wide: samples a second apart
+    on a 10-minute axis are under a pixel apart, too narrow to point at.
+    """
     by_time: dict[float, list[float | None]] = {}
     for index, line in enumerate(chart.lines):
         for t, v in line.points:
             if scale.start - 1e-6 <= t <= scale.end + 1e-6:
                 by_time.setdefault(t, [None] * len(chart.lines))[index] = v
-    times = sorted(by_time)
-    if len(times) > MAX_STRIPS:
-        times = [times[round(i * (len(times) - 1) / (MAX_STRIPS - 1))]
-                 for i in range(MAX_STRIPS)]
+    slot = (scale.x1 - scale.x0) / MAX_STRIPS
+    latest_in: dict[int, float] = {}
+    for t in sorted(by_time):
+        latest_in[min(max(int((scale.x(t) - scale.x0) / slot), 0), MAX_STRIPS - 1)] = t
+    slots = sorted(latest_in.items())
     out = ['<g class="hover">']
-    xs = [scale.x(t) for t in times]
-    for i, t in enumerate(times):
-        left = scale.x0 if i == 0 else (xs[i - 1] + xs[i]) / 2
-        right = scale.x1 if i == len(times) - 1 else (xs[i] + xs[i + 1]) / 2
+    for i, (number, t) in enumerate(slots):
+        left = scale.x0 if i == 0 else scale.x0 + (slots[i - 1][0] + 1) * slot
+        right = scale.x1 if i == len(slots) - 1 else scale.x0 + (number + 1) * slot
         values = by_time[t]
         when = datetime.datetime.fromtimestamp(t, zone).strftime("%H:%M:%S")
         text = " · ".join([when, *(f"{line.label} {shown(v, chart.suffix)}"
                                    for line, v in zip(chart.lines, values, strict=True))])
         data = ",".join("" if v is None else f"{v:g}" for v in values)
-        out.append(f'<rect x="{left:.1f}" y="{scale.y0}" width="{max(right - left, 0.5):.1f}" '
+        out.append(f'<rect x="{left:.1f}" y="{scale.y0}" width="{right - left:.1f}" '
                    f'height="{scale.y1 - scale.y0}" data-t="{t:.3f}" data-values="{data}">'
                    f"<title>{escape(text)}</title></rect>")
     out.append("</g>")

@@ -23,11 +23,13 @@ import attrs
 import trio
 from nsq_common import ChannelStats, TopicStats, aggregate_channel
 
+from .settings import Settings
 from .stats import Node, NodeTopic, PeekedMessage, mark_out_of_date
 from .upstream import ClusterError, Partial, Upstream, UpstreamError
 
 log = logging.getLogger("nsqadmin")
 RESPAWN_BATCH = 100  # dead letters respawned on each nsqd per action
+NO_SETTINGS = Settings()
 A = TypeVar("A")
 R = TypeVar("R")
 
@@ -73,6 +75,7 @@ class ActionResult:
     action: str
     done: tuple[str, ...] = ()
     errors: tuple[UpstreamError, ...] = ()
+    outcome: str = ""  # what it came to, when the daemon says: "2 jobs respawned."
 
     @property
     def ok(self) -> bool:
@@ -364,16 +367,24 @@ class ClusterInfo:
             errors += failed
         return ActionResult(action, tuple(done), tuple(errors))
 
-    async def create_topic_channel(self, topic: str, channel: str = "") -> ActionResult:
+    async def create_topic_channel(self, topic: str, channel: str = "",
+                                   settings: Settings = NO_SETTINGS) -> ActionResult:
         """lookupd mode: register on every lookupd, and create the channel on the topic's
-        producers. nsqd mode: create on every configured nsqd."""
+        producers. nsqd mode: create on every configured nsqd. ``settings`` (beyond NSQ) go
+        to the nsqd that create the topic (or channel); lookupd mode can only give them to
+        the nsqd that already have the topic."""
         action = "create_channel" if channel else "create_topic"
         params = {"topic": topic, **({"channel": channel} if channel else {})}
+        topic_params = {"topic": topic, **settings.topic_params}
+        channel_params = {**params, **settings.channel_params}
         if not self.lookupd_mode:
             done, errors = await self._post_all(self.nsqd_addresses, "/topic/create",
-                                                {"topic": topic})
+                                                topic_params)
             if channel and done:
-                done, more = await self._post_all(done, "/channel/create", params)
+                done, more = await self._post_all(done, "/channel/create", channel_params)
+                errors += more
+            if settings.paused and done:
+                done, more = await self._post_all(done, f"/{_kind(channel)}/pause", params)
                 errors += more
             return ActionResult(action, tuple(done), tuple(errors))
         done, errors = await self._post_all(self.lookupd_addresses, "/topic/create",
@@ -381,11 +392,28 @@ class ClusterInfo:
         if channel:
             ok, failed = await self._post_all(self.lookupd_addresses, "/channel/create", params)
             done, errors = done + ok, errors + failed
+        if channel or settings.topic_params or settings.paused:
             producers = await self.lookupd_topic_producers(topic)
-            ok, failed = await self._post_all([p.address for p in producers.value],
-                                              "/channel/create", params)
-            done, errors = done + ok, errors + list(producers.errors) + failed
+            nsqds = [p.address for p in producers.value]
+            errors += list(producers.errors)
+            steps = [("/topic/create", topic_params)] if settings.topic_params else []
+            steps += [("/channel/create", channel_params)] if channel else []
+            steps += [(f"/{_kind(channel)}/pause", params)] if settings.paused else []
+            for path, step_params in steps:
+                ok, failed = await self._post_all(nsqds, path, step_params)
+                done, errors = done + ok, errors + failed
         return ActionResult(action, tuple(done), tuple(errors))
+
+    async def update_settings(self, topic: str, channel: str, settings: Settings
+                              ) -> ActionResult:
+        """Change a topic's (``/topic/create`` with ``message_ttl``) or a channel's
+        (``/channel/update``) settings on every producer of the topic."""
+        if channel:
+            return await self._producers_then(
+                "update_channel", topic, [("/channel/update", False)],
+                {"topic": topic, "channel": channel, **settings.channel_params})
+        return await self._producers_then("update_topic", topic, [("/topic/create", False)],
+                                          {"topic": topic, **settings.topic_params})
 
     async def delete_topic(self, topic: str) -> ActionResult:
         steps = [("/topic/delete", True), ("/topic/delete", False)]
@@ -422,6 +450,10 @@ class ClusterInfo:
                                             {"topic": topic, "node": node})
         ok, failed = await self._post_all([node], "/topic/delete", {"topic": topic})
         return ActionResult("tombstone_topic_producer", tuple(done + ok), tuple(errors + failed))
+
+
+def _kind(channel: str) -> str:
+    return "channel" if channel else "topic"
 
 
 def _first_error(call: Callable[[A], Awaitable[R]]) -> Callable[[A], Awaitable[R]]:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import attrs
 from markupsafe import Markup
+from nsq_common import LMSTFY_CHANNEL, lmstfy_topic_name
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -76,6 +77,26 @@ def for_node(history: History, node: str, window: str) -> Graphs:
     return Graphs(f"node {node}", f"/nodes/{path_segment(node)}", window, charts)
 
 
+def for_queue(history: History, node: str, namespace: str, queue: str, topic: str,
+              window: str) -> Graphs:
+    """An lmstfy queue (beyond NSQ): its channel's ready and in-flight jobs, and the jobs
+    published to its topic (summed over the nsqd that have the topic, as topic graphs are)."""
+    name = f"{namespace}/{queue}"
+    ready = [("Ready", ("depth", topic, LMSTFY_CHANNEL, "")),
+             ("In flight", ("in_flight", topic, LMSTFY_CHANNEL, ""))]
+    end = history.clock()
+    start = end - WINDOWS[window]
+    depths = Chart(f"Ready and in flight jobs of queue {name}", "jobs",
+                   tuple(Line(label, history.points(key, window), style)
+                         for (label, key), style in zip(ready, ("s1", "s2"), strict=True)),
+                   start, end)
+    rates = Chart(f"Jobs published per second to queue {name}", "jobs/s",
+                  (Line("Published", history.rate_points(("messages", topic, "", ""), window)),),
+                  start, end, integer=False, suffix="/s")
+    path = f"/jobs/{path_segment(node)}/{path_segment(namespace)}/{path_segment(queue)}"
+    return Graphs(f"queue {name}", path, window, (render(depths), render(rates)))
+
+
 def lazily(build: Callable[..., Graphs], *args: object) -> Callable[[], Graphs]:
     """For a page's context: drawn only when a full page is rendered, not for its htmx
     refreshes of ``#live`` (which leave ``#graphs`` alone)."""
@@ -85,7 +106,10 @@ def lazily(build: Callable[..., Graphs], *args: object) -> Callable[[], Graphs]:
 async def fragment(request: Request) -> Response:
     admin = admin_of(request)
     params, window = request.path_params, window_of(request)
-    if "node" in params:
+    if "queue" in params:
+        graphs = for_queue(admin.history, params["node"], params["namespace"], params["queue"],
+                           lmstfy_topic_name(params["namespace"], params["queue"]), window)
+    elif "node" in params:
         graphs = for_node(admin.history, params["node"], window)
     elif "channel" in params:
         graphs = for_channel(admin.history, params["topic"], params["channel"], window)
@@ -103,4 +127,5 @@ def routes() -> list[Route]:
         Route("/graphs/topics/{topic}", fragment, methods=["GET"]),
         Route("/graphs/topics/{topic}/{channel}", fragment, methods=["GET"]),
         Route("/graphs/nodes/{node}", fragment, methods=["GET"]),
+        Route("/graphs/jobs/{node}/{namespace}/{queue}", fragment, methods=["GET"]),
     ]

@@ -23,10 +23,13 @@ sample, the last point is always the latest one (graphs end on what ``/stats`` s
 rate between two points of a coarse tier is the exact average rate over that interval. A depth
 spike shorter than a coarse tier's spacing can fall between its points.
 
-Counters (``messages``) are made monotonic as they are recorded: per node, a count lower than
-the last one seen means that nsqd restarted, and counts from zero again; a node missing from a
-sample adds nothing until it answers again. So rates are never negative, and a node that was
-unreachable for a while does not show as a burst of everything it ever received. Counters fed
+Counters (``messages``) are made monotonic as they are recorded: each series sums the
+increases of its parts, one nsqd counter each (a topic's or channel's count on one node; for a
+node's series, each of its topics' counts, kept apart: a difference is only ever taken between
+two readings of one counter). A count lower than the last one seen means that nsqd restarted,
+and counts from zero again; a part missing from a sample adds nothing until it answers again.
+So rates are never negative, and a node that was unreachable for a while does not show as a
+burst of everything it ever received. Counters fed
 through ``observe`` directly are stored as given; a drop then yields no rate for its interval.
 
 Time is the wall clock (the graphs print it, and ``--history-file`` keeps it across restarts).
@@ -116,7 +119,8 @@ class History:
     clock: Callable[[], float] = time.time
     specs: tuple[Tier, ...] = attrs.field(init=False)
     _series: dict[Key, Series] = attrs.field(factory=dict, init=False)
-    # per (counter key, node): the last raw count seen and when, for monotonic counters
+    # per (counter key, part): the last raw count seen and when, for monotonic counters; a
+    # part is a node, or for a node's series "<node> <topic>" (topic names have no spaces)
     _raw: dict[tuple[Key, str], Point] = attrs.field(factory=dict, init=False)
     _refused: bool = attrs.field(default=False, init=False)
 
@@ -170,7 +174,8 @@ class History:
             whole_node = node in complete
             if whole_node:
                 gauge(("depth", "", "", node), topic.depth)
-                counts[("messages", "", "", node)].append((node, topic.message_count))
+                counts[("messages", "", "", node)].append((f"{node} {name}",
+                                                           topic.message_count))
             for channel in topic.channels or ():
                 chan = channel.channel_name
                 if topics:
@@ -188,19 +193,19 @@ class History:
         self._expire(now)
 
     def _count(self, key: Key, parts: list[tuple[str, float]], now: float) -> None:
-        """Add the non-negative increase of each node's counter to the series' last value."""
+        """Add the non-negative increase of each part's counter to the series' last value."""
         series = self._series.get(key)
         total = series.latest() if series is not None else None
         increase = 0.0
-        for node, raw in parts:
-            last = self._raw.get((key, node))
-            self._raw[(key, node)] = (raw, now)
+        for part, raw in parts:
+            last = self._raw.get((key, part))
+            self._raw[(key, part)] = (raw, now)
             if last is not None:
                 increase += raw - last[0] if raw >= last[0] else raw  # lower: it restarted
         value = sum(raw for _, raw in parts) if total is None else total + increase
         if not self.observe(key, value, now):
-            for node, _ in parts:
-                del self._raw[(key, node)]
+            for part, _ in parts:
+                del self._raw[(key, part)]
 
     def _expire(self, now: float) -> None:
         """Drop series (and counter states) not updated within the longest window, or within

@@ -2,7 +2,8 @@
 
 The file is gzip-compressed JSON (``zcat FILE`` shows it): ``{"version": 1, "saved": <unix
 time>, "series": [{"key": [metric, topic, channel, node], "tiers": [[times, values] x 3]}],
-"counters": [[metric, topic, channel, node, nsqd, last count, seen at], ...]}``, where times and
+"counters": [[metric, topic, channel, node, part, last count, seen at], ...]}`` (a part: the nsqd
+or, in a node's series, "<nsqd> <topic>", whose counter it is), where times and
 values are base64 of little-endian float64 arrays: encoding and decoding are then memory copies
 done in C (a full history of 1,000 series in a fraction of a second, instead of seconds of
 holding the GIL turning 2.6 million numbers into text and back).

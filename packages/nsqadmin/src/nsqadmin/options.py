@@ -70,6 +70,9 @@ def build_flagset() -> FlagSet:
     add("history-save-interval", "duration", 60.0, "how often --history-file is written")
     add("history-max-series", "int", 1000, "most graph series (one metric of one topic, "
         "channel or node; at most ~21 KiB each) kept in memory")
+    add("lmstfy-admin-account", "string", "", "<user>:<password> to present to the lmstfy "
+        "admin API of the nsqd that serve it (their --lmstfy-admin-account), for the Jobs "
+        "pages' tokens, limits and jobs")
     return fs
 
 
@@ -118,6 +121,7 @@ class Options:
     history_file: str = ""
     history_save_interval: float = 60.0
     history_max_series: int = 1000
+    lmstfy_admin_account: str = ""
 
     @classmethod
     def from_values(cls, values: dict[str, Any]) -> Options:
@@ -170,3 +174,5 @@ class Options:
             raise ValueError("--history-save-interval must be positive")
         if self.history_max_series < 1:
             raise ValueError("--history-max-series must be at least 1")
+        if self.lmstfy_admin_account and ":" not in self.lmstfy_admin_account:
+            raise ValueError("invalid --lmstfy-admin-account (<user>:<password>)")

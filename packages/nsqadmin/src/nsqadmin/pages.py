@@ -55,7 +55,11 @@ def page_path(page: str, params: dict[str, str]) -> str:
                 "/peek")
     if page == "node":
         return f"/nodes/{path_segment(params['node'])}"
-    return {"topics": "/", "lookup": "/lookup", "nodes": "/nodes", "counter": "/counter"}[page]
+    if page in ("namespace", "queue"):
+        path = f"/jobs/{path_segment(params['node'])}/{path_segment(params['namespace'])}"
+        return f"{path}/{path_segment(params['queue'])}" if page == "queue" else path
+    return {"topics": "/", "lookup": "/lookup", "nodes": "/nodes", "counter": "/counter",
+            "jobs": "/jobs"}[page]
 
 
 def _charts(admin: Admin) -> Context:

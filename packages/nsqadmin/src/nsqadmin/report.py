@@ -24,6 +24,11 @@ PHRASES = {
     "empty_topic": "Emptied topic", "empty_channel": "Emptied channel",
     "tombstone_topic_producer": "Tombstoned topic",
     "respawn_dead_letters": "Respawned", "empty_dead_letters": "Emptied",
+    "update_topic": "Updated topic", "update_channel": "Updated channel",
+    # the Jobs pages (lmstfy)
+    "respawn_jobs": "Respawned", "delete_dead_jobs": "Deleted", "empty_dead_jobs": "Emptied",
+    "delete_job": "Deleted", "destroy_queue": "Emptied", "create_token": "Created",
+    "delete_token": "Deleted", "set_limit": "Set", "delete_limit": "Removed",
 }
 
 
@@ -36,12 +41,14 @@ class Report:
     done: tuple[str, ...] = ()
     errors: tuple[tuple[str, str], ...] = ()
     problem: str = ""
+    outcome: str = ""
 
     @classmethod
     def of(cls, result: ActionResult, subject: str) -> Report:
         """The report of ``result``; a daemon asked twice (lookupd on create) counts once."""
         return cls(result.action, subject, tuple(dict.fromkeys(result.done)),
-                   tuple((e.address, e.message) for e in result.errors))
+                   tuple((e.address, e.message) for e in result.errors),
+                   outcome=result.outcome)
 
     @property
     def level(self) -> str:
@@ -53,6 +60,10 @@ class Report:
     def headline(self) -> str:
         if self.problem:
             return self.problem
+        return f"{self._headline} {self.outcome}" if self.outcome else self._headline
+
+    @property
+    def _headline(self) -> str:
         phrase = PHRASES.get(self.action, self.action)
         if not self.done and not self.errors:
             return f"{phrase} {self.subject}: no daemon hosts it, nothing to do."
@@ -70,7 +81,8 @@ class Report:
 
     def encode(self) -> str:
         raw = {"a": self.action, "s": self.subject, "d": list(self.done)[:20],
-               "e": [[a, m[:300]] for a, m in self.errors[:10]], "p": self.problem}
+               "e": [[a, m[:300]] for a, m in self.errors[:10]], "p": self.problem,
+               "o": self.outcome}
         # no "=" padding: cookie values with "=" get quoted
         return base64.urlsafe_b64encode(json.dumps(raw).encode()).decode().rstrip("=")
 
@@ -79,7 +91,8 @@ class Report:
         try:
             raw = json.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
             return cls(str(raw["a"]), str(raw["s"]), tuple(map(str, raw["d"])),
-                       tuple((str(a), str(m)) for a, m in raw["e"]), str(raw["p"]))
+                       tuple((str(a), str(m)) for a, m in raw["e"]), str(raw["p"]),
+                       str(raw.get("o", "")))
         except (ValueError, KeyError, TypeError, binascii.Error):
             return None
 

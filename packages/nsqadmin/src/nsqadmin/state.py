@@ -16,8 +16,10 @@ from .auth import USER_KEY, BasicAuth, credentials
 from .cluster import ClusterInfo
 from .formatting import install_filters
 from .history import History
+from .lmstfy import Lmstfy
 from .notify import Notifier
 from .options import Options
+from .stats import job_columns
 
 if TYPE_CHECKING:
     from starlette.templating import Jinja2Templates
@@ -33,6 +35,7 @@ class Admin:
     cluster: ClusterInfo
     history: History
     notifier: Notifier
+    lmstfy: Lmstfy
     basic_auth: BasicAuth | None = None
     _page_templates: Jinja2Templates | None = attrs.field(default=None, init=False)
 
@@ -43,6 +46,7 @@ class Admin:
         if self._page_templates is None:
             self._page_templates = _templates()
             self._page_templates.env.globals["bp"] = self.path
+            self._page_templates.env.globals["jobs_known"] = lambda: bool(self.lmstfy.known)
         return self._page_templates
 
     def is_admin(self, request: Request) -> bool:
@@ -86,4 +90,5 @@ def _templates() -> Jinja2Templates:
     templates.env.lstrip_blocks = True
     install_filters(templates.env)
     templates.env.globals["version"] = NSQ_VERSION
+    templates.env.globals["job_columns"] = job_columns
     return templates

@@ -5,11 +5,12 @@ nsq_stat reads too, are nsq_common's (``TopicStats``, ``ChannelStats``, ``aggreg
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import attrs
-from nsq_common import join_host_port
+from nsq_common import ChannelStats, join_host_port
 
 
 @attrs.frozen
@@ -62,6 +63,15 @@ class Node:
         }
 
 
+def display_names(nodes: Iterable[Node]) -> dict[str, str]:
+    """Each node's name on the pages, by HTTP address: its hostname, or ``hostname:http_port``
+    where two nodes share a hostname (two nsqd on one machine)."""
+    nodes = list(nodes)
+    seen = Counter(n.hostname for n in nodes)
+    return {n.http_address: n.hostname if seen[n.hostname] == 1 and n.hostname
+            else join_host_port(n.hostname or n.broadcast_address, n.http_port) for n in nodes}
+
+
 def version_key(version: str) -> tuple[int, int, int]:
     """A semver's (major, minor, patch); unparsable versions count as 0.0.0, as in Go."""
     core = version.split("-", 1)[0].split("+", 1)[0].split(".")
@@ -99,3 +109,14 @@ class PeekedMessage:
                    attempts=int(raw.get("attempts", 0)), timestamp=int(raw.get("timestamp", 0)),
                    size=len(body) * 3 // 4 - body[-2:].count("="),
                    text=text if isinstance(text, str) else None)
+
+
+JOB_COUNTS = ("dead_letter_count", "expired_count")
+
+
+def job_columns(channels: Iterable[ChannelStats]) -> list[str]:
+    """The job features' counts (beyond NSQ) that a table of ``channels`` shows: those in use
+    on any of them (a table of channels that use none has exactly NSQ's columns)."""
+    channels = list(channels)
+    return [name for name in JOB_COUNTS
+            if any(getattr(c, name) is not None for c in channels)]

@@ -157,6 +157,20 @@ class Upstream:
     async def post(self, address: str, path: str, params: dict[str, str] | None = None) -> None:
         await self._request("POST", address, path, params)
 
+    async def send(self, method: str, address: str, path: str,
+                   params: dict[str, str] | None = None, *, json: Any = None,
+                   form: dict[str, str] | None = None, auth: tuple[str, str] | None = None,
+                   headers: dict[str, str] | None = None) -> httpx.Response:
+        """Any request, answered with any status (the caller reads it: lmstfy's APIs have
+        their own conventions); only a request that gets no answer is an ``UpstreamError``."""
+        url = _url(address, path, params)
+        log.debug("CI: %s %s", method, url)
+        try:
+            return await self.client.request(method, url, json=json, data=form, auth=auth,
+                                             headers=headers)
+        except httpx.HTTPError as exc:
+            raise UpstreamError(address, f"{method} {url}: {_describe(exc)}") from exc
+
     async def _request(self, method: str, address: str, path: str,
                        params: dict[str, str] | None) -> bytes:
         url = _url(address, path, params)

@@ -22,7 +22,7 @@ from . import actions, graphs
 from .cluster import RESPAWN_BATCH
 from .pages import Context, Warnings, page_path, render
 from .state import Admin, admin_of
-from .stats import Node, PeekedMessage
+from .stats import Node, PeekedMessage, display_names
 from .upstream import ClusterError
 
 if TYPE_CHECKING:
@@ -186,7 +186,8 @@ async def load_nodes(request: Request) -> Context:
     known = {n.address for n in nodes}
     missing = [e for e in warnings if e.address not in known
                and e.address in cluster.nsqd_addresses]
-    return {"nodes": nodes, "health": health, "missing": missing, "warnings": warnings}
+    return {"nodes": nodes, "names": display_names(nodes), "health": health,
+            "missing": missing, "warnings": warnings}
 
 
 async def load_node(request: Request) -> Context:

@@ -1,30 +1,17 @@
 """Request and response helpers shared by the pages, the JSON API and basic auth.
 
-A leaf module: it imports nothing of nsqadmin's, so every handler module can use it.
+A leaf module: it imports nothing of nsqadmin's, so every handler module can use it. NSQ's V1
+answers (``v1_json``, ``v1_error``) are nsq_serving's, the same for every daemon.
 """
 
 from __future__ import annotations
 
-from typing import Any
 from urllib.parse import urlsplit
 
-from nsq_common import JSON_CONTENT_TYPE, error_json, go_json, v1_headers
+from nsq_serving import v1_error, v1_json
 from starlette.requests import Request
-from starlette.responses import Response
 
-_V1_HEADERS = v1_headers()  # NSQ's HTTP V1 conventions: nsq_common._httpv1
-
-
-def v1_json(value: Any, status: int = 200) -> Response:
-    """An answer in the Go nsqadmin's V1 JSON shape."""
-    return Response(go_json(value), status_code=status, media_type=JSON_CONTENT_TYPE,
-                    headers=_V1_HEADERS)
-
-
-def v1_error(status: int, message: str) -> Response:
-    """A V1 error: ``{"message":"<TEXT>"}`` with ``status``."""
-    return Response(error_json(message), status_code=status, media_type=JSON_CONTENT_TYPE,
-                    headers=_V1_HEADERS)
+__all__ = ["is_api_path", "is_htmx", "same_origin", "v1_error", "v1_json"]
 
 
 def is_api_path(path: str) -> bool:

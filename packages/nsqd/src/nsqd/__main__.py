@@ -46,6 +46,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(version_string("nsqd"))
         return
     opts = parse_options(args)
+    if opts.export_go_data_path:
+        from .goexport import main as export  # deferred: an offline mode
+
+        raise SystemExit(export(opts))
     import trio  # deferred: see the module's docstring
 
     from .app import serve  # before tune_gc, so that gc.freeze() covers the server's modules too

@@ -124,6 +124,8 @@ async def serve(opts: Options, *, task_status: trio.TaskStatus[Broker] = trio.TA
         broker.http_port = http_sock.getsockname()[1]
     if https_sock is not None:
         broker.https_port = https_sock.getsockname()[1]
+    broker.lmstfy_addresses = tuple(_shown(sock) if sock is not None else ""
+                                    for sock in lmstfy_socks)
     try:
         async with trio.open_nursery() as nursery:
             # Metadata and saved messages load, and every lookupd hears of them, before

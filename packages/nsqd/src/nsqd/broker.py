@@ -2,18 +2,21 @@
 the lifecycle of the tasks that move messages.
 
 Its parts live apart: delivery and timeouts in ``pump.py`` (the pump and queue-scan tasks),
-nsqd.dat in ``metadata.py`` (its writer task), messages across restarts in ``saving.py``.
-Each topic has one task moving held messages to its channels, and each disk queue one task
-reading ahead; the broker starts and stops them with their topic or channel.
+nsqd.dat in ``metadata.py`` (its writer task), storage in ``topiclog.py`` (a log per topic)
+and ``cursor.py`` (a cursor per channel). Each topic has one task (its log's disk work and its
+cursors' persistence), and each channel's private queues (own, dead letters) one each; the
+broker starts and stops them with their topic or channel.
 
 Everything runs on the one Trio thread, so no locks are needed: a handler's changes are
-atomic between its awaits. ``close`` saves every message (queued, in flight, deferred) of
-every durable topic and channel, for the next start.
+atomic between its awaits. ``close`` persists every cursor (with what it holds: attempts and
+due times) and writes what the logs hold in memory, for the next start.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import re
 import ssl
 import time
 from collections.abc import Awaitable, Callable
@@ -24,10 +27,12 @@ import trio
 from nsq_common import NSQ_VERSION, ServerFeatures
 from nsq_serving import ConnectionCounts
 
-from . import deferred_store, metadata, saving
-from .backlog import MAX_EXTENSION, Backlog, Records, new_records
+from . import cursorfile, metadata
+from .backlog import Backlog
 from .channel import Channel
 from .client import Client
+from .clock import Clock, SystemClock
+from .cursor import Cursor
 from .deadletters import SUFFIX as DEAD_LETTER_SUFFIX
 from .deadletters import DeadLetters
 from .diskqueue import DiskQueue
@@ -45,21 +50,31 @@ from .lookup import Lookup
 from .message import QueuedMessage
 from .options import Options, Settings
 from .pump import Pump
+from .record import MAX_EXTENSION, Records, new_records
 from .statsd import run_statsd
 from .tls import server_context, tls_required
 from .topic import Topic
+from .topiclog import TopicLog
 
 if TYPE_CHECKING:
     import httpx
 
 log = logging.getLogger("nsqd")
 
+#: A file of a queue in Go's layout (no ``#``: not an own queue nor dead letters), or an import
+#: under way (``goimport``).
+_OLD_QUEUE_FILE = re.compile(r"[^#]+\.(?:diskqueue\.(?:meta|\d{6,})|deferred)\.dat|goimport\.json")
+#: A channel's own queue (respawned dead letters, messages brought from Go's files).
+OWN_SUFFIX = "#own"
+TOPICS_DIR = "topics"
+
 
 class Broker:
-    def __init__(self, opts: Options, clock: Callable[[], float] = trio.current_time) -> None:
+    def __init__(self, opts: Options, clock: Clock | None = None) -> None:
         self.opts = opts
         self.settings = Settings.from_options(opts)  # what PUT /config changes
-        self.now = clock
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        self.now: Callable[[], float] = self.clock.now
         self.topics: dict[str, Topic] = {}
         self.clients: dict[int, Client] = {}
         self.guid = GuidFactory(opts.id)
@@ -70,6 +85,7 @@ class Broker:
         self.tcp_port = 0
         self.http_port = 0
         self.https_port = 0
+        self.lmstfy_addresses: tuple[str, ...] = ()  # bound: lmstfy's data and admin APIs
         self.tls_context = server_context(opts)
         self.tls_required = tls_required(opts)
         self.features = ServerFeatures(
@@ -96,7 +112,7 @@ class Broker:
         self.mem_queue_size = 0 if opts.sync_every == 1 else opts.mem_queue_size
         self._next_client_id = 0  # also the count of TCP clients accepted so far
         self.http_connections = ConnectionCounts()  # kept by nsq_serving, for /metrics
-        self.pump = Pump(clock, self.iter_channels, self.store_dead_letters)
+        self.pump = Pump(self.now, self.iter_channels, self.store_dead_letters)
         # Channels call this once per FIN: the pump's own bound method, no call in between.
         self.mark_dirty: Callable[[Channel], None] = self.pump.mark_dirty
         self.metadata = metadata.MetadataWriter(opts.data_path, self.topics.values, log)
@@ -133,7 +149,10 @@ class Broker:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
+                await self._bring_in_old_queues()
                 self._load()
+                for channel in self.iter_channels():  # before any client comes
+                    await channel.restore_deferred()
                 nursery.start_soon(self.pump.run)
                 nursery.start_soon(self.pump.run_scan)
                 nursery.start_soon(self.metadata.run)
@@ -145,7 +164,21 @@ class Broker:
             with trio.CancelScope(shield=True):
                 await self.close()
 
+    async def _bring_in_old_queues(self) -> None:
+        """Queues in Go's layout (Go's nsqd, an earlier version of ours) into the logs before
+        anything is loaded (``goimport``: loaded only when the data path has such files)."""
+        try:
+            names = os.listdir(self.opts.data_path or ".")
+        except OSError:
+            return
+        if any(_OLD_QUEUE_FILE.fullmatch(name) for name in names):
+            from .goimport import bring_in
+
+            await bring_in(self.opts, log)
+
     def _load(self) -> None:
+        """Topics, channels and their positions from what the last run left; nothing is
+        written here (a full disk must not stop nsqd from starting)."""
         path = metadata.metadata_path(self.opts.data_path)
         try:
             topics, warnings = metadata.load(path)
@@ -154,18 +187,25 @@ class Broker:
         for warning in warnings:
             log.warning("%s", warning)
         for meta in topics:
-            topic = self.get_topic(meta.name)
-            topic.paused = meta.paused
+            topic = self.get_topic(meta.name, changed=False)
             topic.message_ttl = meta.message_ttl
+            topic.log.retention_ns = meta.retention
+            topic.log.retention_bytes = meta.retention_bytes
+            topic.log.resume_at(meta.next_offset)
+            if meta.hold is not None:
+                topic.hold = max(meta.hold, topic.log.start)
             for cmeta in meta.channels:
-                channel = self.get_channel(topic, cmeta.name)
+                channel = self.get_channel(topic, cmeta.name, changed=False)
                 channel.paused = cmeta.paused
                 channel.max_attempts = cmeta.max_attempts
                 channel.dead_letter_expired = cmeta.dead_letter_expired
+            if meta.paused:
+                topic.pause()
+                if meta.paused_at is not None:
+                    topic.paused_at = min(max(meta.paused_at, topic.log.start), topic.log.end)
         if topics:
             log.info("loaded metadata: %d topics", len(topics))
         self._loaded = True
-        self.metadata.write_now()
 
     def _spawn(self, key: object, fn: Callable[[], Awaitable[None]]) -> None:
         assert self._nursery is not None, "the broker is not running"
@@ -184,52 +224,93 @@ class Broker:
             scope.cancel()
 
     def _disk_queue(self, name: str) -> DiskQueue:
+        """A private queue's disk queue (a channel's own queue, its dead letters)."""
         o = self.opts
         return DiskQueue(name, o.data_path or ".", max_bytes_per_file=o.max_bytes_per_file,
                          min_msg_size=26, max_msg_size=o.max_msg_size + 26 + MAX_EXTENSION,
                          sync_every=o.sync_every, sync_timeout=o.sync_timeout, logger=log,
-                         explicit_commit=o.sync_every == 1)
+                         explicit_commit=True)
+
+    def topic_directory(self, name: str) -> Path:
+        return Path(self.opts.data_path or ".") / TOPICS_DIR / name
 
     # -- topics and channels -------------------------------------------------------------
-    def get_topic(self, name: str) -> Topic:
+    def get_topic(self, name: str, *, changed: bool = True) -> Topic:
         topic = self.topics.get(name)
         if topic is not None:
             return topic
-        topic = Topic(name, mem_queue_size=self._mem_size(name),
-                      disk=None if name.endswith("#ephemeral") else self._disk_queue(name),
-                      clock=self.now)
+        o = self.opts
+        ephemeral = name.endswith("#ephemeral")
+        topic_log = TopicLog(name, None if ephemeral else self.topic_directory(name),
+                             mem_queue_size=self._mem_size(name),
+                             max_bytes_per_file=o.max_bytes_per_file, sync_every=o.sync_every,
+                             sync_timeout=o.sync_timeout, clock=self.clock, logger=log)
+        topic = Topic(name, topic_log, clock=self.clock, sync_every=o.sync_every,
+                      sync_timeout=o.sync_timeout)
         self.topics[name] = topic
-        saving.restore_deferred(self.opts.data_path, name, topic, self.now())
         self._spawn(topic, topic.run)
-        self.metadata_changed()
+        if changed:
+            self.metadata_changed()
         log.info("TOPIC(%s): created", name)
         self.lookup.changed("register", name, None)
         self.lookup.topic_created(topic)
         return topic
 
-    def get_channel(self, topic: Topic, name: str) -> Channel:
+    def get_channel(self, topic: Topic, name: str, *, start: str | None = None,
+                    changed: bool = True) -> Channel:
+        """The channel ``name`` of ``topic``, made if needed: its cursor where the last run
+        left it, else at ``start`` (``topic.STARTS``; by default as NSQ)."""
         channel = topic.channels.get(name)
         if channel is not None:
             return channel
         durable = not (topic.ephemeral or name.endswith("#ephemeral"))
-        queue_name = f"{topic.name}:{name}"
+        cursor = self._cursor(topic, name, start) if durable else Cursor(
+            topic.start_position(start))
         percentiles = self.opts.e2e_processing_latency_percentiles
-        channel = Channel(topic.name, name, self, max_msg_timeout=self.opts.max_msg_timeout,
+        channel = Channel(topic, name, self, cursor=cursor, clock=self.clock,
+                          max_msg_timeout=self.opts.max_msg_timeout,
                           mem_queue_size=self._mem_size(name),
-                          disk=self._disk_queue(queue_name) if durable else None,
                           e2e=LatencyStream(percentiles,
                                             self.opts.e2e_processing_latency_window_time,
                                             self.now) if percentiles else None)
         channel.default_max_attempts = self.opts.max_attempts
-        saving.restore_deferred(self.opts.data_path, queue_name, channel, self.now())
         topic.add_channel(channel)
-        self._spawn(channel, channel.backlog.run)
-        if durable and self._dead_letter_meta(channel).exists():
-            channel.dead_letters  # noqa: B018 - stored ones are counted from the start
-        self.metadata_changed()
+        if durable:
+            if self._queue_meta(self._own_name(channel)).exists():
+                channel.own_queue  # noqa: B018 - its messages are delivered from the start
+            if self._queue_meta(self._dead_letter_name(channel)).exists():
+                channel.dead_letters  # noqa: B018 - stored ones are counted from the start
+            if changed:  # a new channel: its position is kept from now on
+                self._spawn_once(cursor.flush(channel.cursor_state, sync=self.opts.sync_every == 1))
+        if changed:
+            self.metadata_changed()
         log.info("TOPIC(%s): new channel(%s)", topic.name, name)
         self.lookup.changed("register", topic.name, name)
         return channel
+
+    def _cursor(self, topic: Topic, name: str, start: str | None) -> Cursor:
+        path = self.topic_directory(topic.name) / f"{name}{cursorfile.SUFFIX}"
+        cursor = Cursor(topic.start_position(start), cursorfile.CursorJournal(path))
+        state = cursorfile.load(path)
+        if state is not None:
+            topic.log.resume_at(state.mark_delete)
+            cursor.restore(state, topic.log.start)
+        hole = topic.log.hole
+        if hole is not None and cursor.read < hole[1]:
+            cursor.skip(*hole)  # offsets no message has: done with
+        return cursor
+
+    def _spawn_once(self, work: Awaitable[None]) -> None:
+        async def runner() -> None:
+            try:
+                await work
+            except OSError as exc:
+                log.error("failed to persist a cursor - %s", exc)
+
+        if self._nursery is not None:
+            self._nursery.start_soon(runner)
+        else:
+            work.close()  # type: ignore[attr-defined]
 
     def _mem_size(self, name: str) -> int:
         if name.endswith("#ephemeral"):
@@ -244,8 +325,8 @@ class Broker:
         for channel_name in list(topic.channels):
             self._remove_channel(topic, channel_name)
         self._stop(topic)
-        topic.empty()
-        self._drop_files(topic.backlog.disk, topic.name)
+        if self._nursery is not None:
+            self._nursery.start_soon(topic.log.delete)
         self.metadata_changed()
         log.info("TOPIC(%s): deleted", name)
         self.lookup.changed("unregister", name, None)
@@ -263,37 +344,53 @@ class Broker:
         return True
 
     def _remove_channel(self, topic: Topic, name: str) -> None:
-        channel = topic.channels.pop(name)
+        channel = topic.remove_channel(name)
         channel.deleted = True
         channel.wake_pullers()  # they find it deleted and answer
         self.pump.forget(channel)
-        self._stop(channel)
         for client in list(channel.clients.values()):
             client.disconnect()
         channel.clients.clear()
         channel.empty()
-        self._drop_files(channel.backlog.disk, f"{topic.name}:{name}")
-        dead = channel.dead_letters_if_any
-        if dead is not None:
-            self._stop(dead)
-            self._drop_files(dead.backlog.disk, self._dead_letter_name(channel))
+        if channel.cursor.journal is not None:
+            self._spawn_once(channel.cursor.forget())
+        for queue in (channel.own, channel.dead_letters_if_any):
+            if queue is not None:
+                self._stop(queue)
+                backlog = queue.backlog if isinstance(queue, DeadLetters) else queue
+                if backlog.disk is not None and self._nursery is not None:
+                    self._nursery.start_soon(backlog.disk.delete)
 
     def dead_letters_for(self, channel: Channel) -> DeadLetters:
         """The dead-letter queue of ``channel``, made when it first needs one (or at start
         when it has one on disk); in memory only for an ephemeral channel."""
-        durable = channel.backlog.disk is not None
-        disk = self._disk_queue(self._dead_letter_name(channel)) if durable else None
-        dead = DeadLetters(Backlog(0 if durable else 1 << 62, disk, lambda: None))
+        dead = DeadLetters(self._private_queue(channel, self._dead_letter_name(channel),
+                                               lambda: None))
         self._spawn(dead, dead.backlog.run)
         return dead
+
+    def own_queue_for(self, channel: Channel) -> Backlog:
+        """The own queue of ``channel`` (see ``backlog``), made with its first message."""
+        own = self._private_queue(channel, self._own_name(channel), channel.changed)
+        self._spawn(own, own.run)
+        return own
+
+    def _private_queue(self, channel: Channel, name: str, on_readable: Callable[[], None]
+                       ) -> Backlog:
+        durable = channel.cursor.journal is not None
+        disk = self._disk_queue(name) if durable else None
+        return Backlog(0 if durable else 1 << 62, disk, on_readable)
 
     @staticmethod
     def _dead_letter_name(channel: Channel) -> str:
         return f"{channel.topic_name}:{channel.name}{DEAD_LETTER_SUFFIX}"
 
-    def _dead_letter_meta(self, channel: Channel) -> Path:
-        return Path(self.opts.data_path or ".") / (
-            f"{self._dead_letter_name(channel)}.diskqueue.meta.dat")
+    @staticmethod
+    def _own_name(channel: Channel) -> str:
+        return f"{channel.topic_name}:{channel.name}{OWN_SUFFIX}"
+
+    def _queue_meta(self, name: str) -> Path:
+        return Path(self.opts.data_path or ".") / f"{name}.diskqueue.meta.dat"
 
     async def store_dead_letters(self, channel: Channel) -> None:
         try:
@@ -303,20 +400,32 @@ class Broker:
             log.error("%s: failed to store dead letters - %s", self._dead_letter_name(channel),
                       exc)
 
-    def _drop_files(self, disk: DiskQueue | None, queue_name: str) -> None:
-        deferred_store.deferred_path(self.opts.data_path, queue_name).unlink(missing_ok=True)
-        if disk is not None and self._nursery is not None:
-            self._nursery.start_soon(disk.delete)
-
     async def empty_topic(self, topic: Topic) -> None:
         topic.empty()
-        if topic.backlog.disk is not None:
-            await topic.backlog.disk.empty()
+        await topic.persist_cursors()
 
     async def empty_channel(self, channel: Channel) -> None:
         channel.empty()
-        if channel.backlog.disk is not None:
-            await channel.backlog.disk.empty()
+        channel.log.poke()
+        if channel.own is not None and channel.own.disk is not None:
+            await channel.own.disk.empty()
+        await channel.topic.persist_cursors()
+
+    async def rewind_channel(self, channel: Channel, offset: int) -> None:
+        channel.rewind(offset)
+        await channel.topic.persist_cursors()
+
+    async def flush_cursor(self, channel: Channel) -> None:
+        """Persist ``channel``'s cursor now (fsynced with --sync-every=1): an lmstfy DELETE
+        is durable before it is answered.
+
+        Raises:
+            StoreFailed: it could not be written.
+        """
+        try:
+            await channel.cursor.flush(channel.cursor_state, sync=self.opts.sync_every == 1)
+        except OSError as exc:
+            raise StoreFailed(f"failed to persist the cursor - {exc}") from exc
 
     def channel_emptied_of_clients(self, channel: Channel) -> None:
         """An ephemeral channel lost its last client: it goes, and an ephemeral topic with it."""
@@ -328,20 +437,21 @@ class Broker:
     def new_messages(self, bodies: list[bytes], defer: float = 0.0, ttl: int = 0
                      ) -> list[QueuedMessage]:
         """Messages for ``bodies``: consecutive ids, one timestamp (one clock read per batch),
-        expiring ``ttl`` seconds after it when ``ttl`` is given."""
-        ts = time.time_ns()
+        not delivered before ``defer`` seconds from now (DPUB), expiring ``ttl`` seconds after
+        it when ``ttl`` is given."""
+        ts = self.clock.wall_ns()
         first = self.guid.take(len(bodies))
         expires = ts + ttl * 1_000_000_000 if ttl else 0
-        return [QueuedMessage(b"%016x" % (first + i), body, ts, 0, defer, expires)
+        due = ts + int(defer * 1e9) if defer > 0 else 0
+        return [QueuedMessage(b"%016x" % (first + i), body, ts, 0, expires=expires, due=due)
                 for i, body in enumerate(bodies)]
 
     def new_records(self, bodies: list[bytes]) -> Records:
-        """``new_messages`` (no deferral, no expiry) as the records they wait as
-        (``backlog.new_records``): what PUB and MPUB publish."""
-        return new_records(bodies, self.guid.take(len(bodies)), time.time_ns())
+        """``new_messages`` (no deferral, no expiry) as their records (``record.new_records``):
+        what PUB and MPUB publish."""
+        return new_records(bodies, self.guid.take(len(bodies)), self.clock.wall_ns())
 
-    async def publish(self, topic_name: str, msgs: list[QueuedMessage] | Records, *,
-                      extended: bool = False) -> None:
+    async def publish(self, topic_name: str, msgs: list[QueuedMessage] | Records) -> None:
         """Store ``msgs`` (messages, or records from ``new_records``) in a topic (created if
         needed).
 
@@ -356,7 +466,7 @@ class Broker:
             if isinstance(msgs, Records):
                 await topic.put_records(msgs)
             else:
-                await topic.put(msgs, extended=extended)
+                await topic.put(msgs)
         except DiskQueueError as exc:
             self.health = f"NOK - {exc}"
             log.error("TOPIC(%s): failed to store messages - %s", topic_name, exc)
@@ -415,10 +525,10 @@ class Broker:
 
     # -- shutdown --------------------------------------------------------------------------
     async def close(self) -> None:
-        """Save every message of every durable topic and channel, then the metadata.
+        """Persist every cursor and what the logs hold in memory, then the metadata.
 
         Nothing is written when nsqd.dat could not be loaded: the start failed, and an empty
-        nsqd.dat written over an unreadable one would orphan every queue it listed.
+        nsqd.dat written over an unreadable one would orphan every topic it listed.
         """
         self.exiting = True
         if self._loaded:
@@ -428,10 +538,30 @@ class Broker:
 
     async def _save_everything(self) -> None:
         for client in list(self.clients.values()):
-            self.remove_client(client)  # their in-flight messages go back to the queues
-        await saving.save_all(list(self.topics.values()), self.opts.data_path, self.now(),
-                              self.store_dead_letters)
+            self.remove_client(client)  # their in-flight messages go back to the channels
+        for topic in list(self.topics.values()):
+            for channel in list(topic.channels.values()):
+                await self.store_dead_letters(channel)
+            await topic.persist_cursors(in_flight=True)
+            try:
+                await topic.log.close()
+            except DiskQueueError as exc:
+                log.error("TOPIC(%s): %s", topic.name, exc)
+            for channel in topic.channels.values():
+                await _close_private(channel)
         try:
             self.metadata.write_now()
         except OSError as exc:
             log.error("failed to persist metadata - %s", exc)
+
+
+async def _close_private(channel: Channel) -> None:
+    """Close a channel's own and dead-letter queues' disk queues (what they hold in memory
+    was written already: they keep nothing in memory but on an ephemeral channel)."""
+    dead = channel.dead_letters_if_any
+    for backlog in (channel.own, dead.backlog if dead is not None else None):
+        if backlog is not None and backlog.disk is not None:
+            try:
+                await backlog.disk.close()
+            except DiskQueueError as exc:
+                log.error("%s: %s", backlog.disk.name, exc)

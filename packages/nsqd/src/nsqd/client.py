@@ -7,7 +7,7 @@ owns the socket, and the protocol (``protocol.py``) changes the session.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from .output import OutputBuffer
@@ -72,6 +72,6 @@ class Client:
         """Deliver ``msgs`` (already counted in flight) to the output buffer."""
         self.output.add_messages(msgs, self.rdy <= self.in_flight)
 
-    def send_records(self, records: list[bytes]) -> None:
-        """``send_messages`` of plain records (see ``backlog``), already counted in flight."""
+    def send_records(self, records: Sequence[bytes]) -> None:
+        """``send_messages`` of plain records (see ``record``), already counted in flight."""
         self.output.add_records(records, self.rdy <= self.in_flight)

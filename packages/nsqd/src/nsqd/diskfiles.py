@@ -280,6 +280,11 @@ class DiskFiles:
         self._drop_write_fd()
         return err
 
+    def close_files(self) -> None:
+        """Close the files without persisting anything (a queue that was only read)."""
+        self._close_reader()
+        self._drop_write_fd()
+
     def remove(self, files: range, damaged: list[int]) -> str | None:
         """Remove the data files in ``files`` and the metadata; ``damaged`` ones become ``.bad``."""
         self._close_reader()

@@ -11,9 +11,12 @@
     │   ├── NotInFlight        no message with that id is in flight
     │   └── NotOwner           it is in flight to another client
     ├── DiskQueueError         a disk queue's put/empty/close/delete failed
-    │   └── DiskQueueClosed    ... because the queue is closed (nsqd is exiting)
+    │   ├── DiskQueueClosed    ... because the queue is closed (nsqd is exiting)
+    │   └── SegmentError       a segment of a topic's log is damaged (a wrong magic, a bad
+    │                          crc in a batch read, damage inside a closed segment)
     ├── AuthError              the auth servers could not be asked, or answered nonsense
-    └── StartError             nsqd cannot start (a port taken, the data path locked, ...)
+    ├── StartError             nsqd cannot start (a port taken, the data path locked, ...)
+    └── ExportError            --export-go-data-path cannot be made (a directory not empty, ...)
 
 The broker, channels, disk queues and auth raise these; each boundary translates them once
 and only there:
@@ -21,14 +24,15 @@ and only there:
 - TCP (``protocol.py``): ``ProtocolError`` with NSQ's code and text, e.g. ``E_PUB_FAILED PUB
   failed exiting``, ``E_SUB_FAILED SUB failed consumers for t:c exceeds limit of 2``,
   ``E_FIN_FAILED FIN <id> failed ID not in flight``, ``E_AUTH_FAILED AUTH failed``.
-- HTTP (``http_api.py``, ``lmstfy``): ``Exiting`` is 503 ``EXITING``, ``StoreFailed`` 500
-  ``INTERNAL_ERROR``.
+- HTTP: ``Exiting`` is 503 and ``StoreFailed`` 500 on every route, by one ``translate`` given
+  to nsq_serving's router: ``http_api.py`` answers 503 ``EXITING`` / 500 ``INTERNAL_ERROR``,
+  ``lmstfy`` 503 ``{"error":"exiting"}`` / 500 ``{"error":"internal error"}``.
 - the command line (``__main__.py``): one ``FATAL`` line per ``StartError`` or ``OSError``.
 
 Anything that is not an ``NsqdError`` (nor an ``OSError`` at start-up) is a bug: it is never
 turned into an error frame or an answer carrying its text; the edge that catches it logs it
 at ERROR with its traceback (``tcp.handle_stream`` then closes that one connection, the HTTP
-app answers 500 ``INTERNAL_ERROR``).
+router answers 500 in the API's shape).
 
 Each error's text (``str(exc)``) is NSQ's reason, which the boundaries quote as is.
 """
@@ -44,6 +48,7 @@ __all__ = [
     "NotInFlight",
     "NotOwner",
     "NsqdError",
+    "SegmentError",
     "StartError",
     "StoreFailed",
     "SubscribeRefused",
@@ -94,9 +99,18 @@ class DiskQueueClosed(DiskQueueError):
         super().__init__("exiting")
 
 
+class SegmentError(DiskQueueError):
+    """A segment of a topic's log (``nsqd.segment``) is damaged; the text names the file and
+    the position. Raised by opening or reading it; the caller decides what to do with it."""
+
+
 class AuthError(NsqdError):
     """The auth servers could not be asked, or answered nonsense."""
 
 
 class StartError(NsqdError):
     """nsqd cannot start; the text is Go's: ``failed to instantiate nsqd - <why>``."""
+
+
+class ExportError(NsqdError):
+    """``--export-go-data-path`` cannot be made (the text says why)."""

@@ -1,13 +1,15 @@
-"""nsqd's HTTP API on Starlette, with NSQ's routes, status codes and texts.
+"""nsqd's HTTP API: NSQ's routes, status codes and texts.
 
-NSQ's conventions (internal/http_api; here ``nsq_common._httpv1``): every API response
-carries ``X-NSQ-Content-Type: nsq; version=1.0``; errors are ``{"message": "<TEXT>"}`` with
-the status NSQ uses; a plain value is returned as text, an object as JSON; /ping is plain text.
-nsqd's own errors (``nsqd.errors``) become answers here: ``Exiting`` is 503 ``EXITING``,
-``StoreFailed`` 500 ``INTERNAL_ERROR``; any other exception is a bug, logged with its
-traceback by the app's handler and answered 500 ``INTERNAL_ERROR``.
-Query parameters come from the URL only, read as Go's url.ParseQuery reads them
-(``nsq_common.query_first``: the first of repeated keys wins).
+How NSQ's daemons speak HTTP is ``nsq_serving``'s, shared with nsqlookupd: routing as Go's
+httprouter (HEAD and other methods without a route are 405 with ``Allow``, trailing-slash and
+case redirects, 404 ``NOT_FOUND``), V1 answers (``X-NSQ-Content-Type: nsq; version=1.0``,
+errors ``{"message": "<TEXT>"}``), ``HttpError`` (here ``ApiError``) for every refusal. nsqd's
+own errors (``nsqd.errors``) become answers at this edge: ``Exiting`` is 503 ``EXITING``,
+``StoreFailed`` 500 ``INTERNAL_ERROR``; any other exception is a bug, logged with its traceback
+and answered 500 ``INTERNAL_ERROR``. A body that cannot be read whole (a bad chunk, the client
+gone) is 500 ``INTERNAL_ERROR`` as Go's nsqd answers a failed ``io.ReadAll``, without a log
+line. Query parameters come from the URL only, read as Go's url.ParseQuery reads them (the
+first of repeated keys wins).
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ from __future__ import annotations
 import base64
 import logging
 import socket
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -23,83 +24,69 @@ from nsq_common import (
     JSON_CONTENT_TYPE,
     NSQ_LOG_LEVELS,
     PYTHON_LOG_LEVELS,
-    TEXT_CONTENT_TYPE,
     ProtocolError,
     decode_mpub_body,
-    error_json,
     go_json,
     is_valid_name,
+    parse_go_duration,
     parse_query,
     put_config,
-    query_first,
-    v1_headers,
 )
-from nsq_serving import HttpGate, metrics_endpoint
-from starlette.applications import Starlette
-from starlette.exceptions import HTTPException
-from starlette.requests import ClientDisconnect, Request
+from nsq_serving import (
+    V1_EMPTY,
+    HttpError,
+    HttpGate,
+    Router,
+    client_gone,
+    declared_length,
+    metrics_endpoint,
+    plain_text,
+    read_body,
+    v1_error,
+    v1_json,
+    v1_query,
+    v1_text,
+    while_connected,
+)
+from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 from starlette.types import ASGIApp, Scope
 
 from . import openapi
-from .backlog import Records
 from .broker import Broker
 from .channel import Channel
-from .errors import Exiting, StoreFailed
+from .errors import DiskQueueError, Exiting, StoreFailed
 from .message import QueuedMessage
 from .options import Options, Settings
+from .record import Records, decode_record
 from .stats import stats, stats_text
-from .topic import Topic
+from .topic import STARTS, Topic
 
 if TYPE_CHECKING:
     from prometheus_client.registry import Collector
 
 log = logging.getLogger("nsqd")
 
-NSQ_HEADERS = v1_headers()  # shared by every answer (Response copies them)
+ApiError = HttpError  # nsq_serving's one HTTP error, by the name nsqd's handlers use
+_json = v1_json
+_text = v1_text
+_query = v1_query
+_content_length = declared_length
+error_response = v1_error
 
-
-class ApiError(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
-def _json(value: Any, status: int = 200) -> Response:
-    return Response(go_json(value), status, headers=NSQ_HEADERS, media_type=JSON_CONTENT_TYPE)
-
-
-def _text(value: str | bytes, status: int = 200) -> Response:
-    return Response(value, status, headers=NSQ_HEADERS, media_type=TEXT_CONTENT_TYPE)
-
-
-_OK = _text("OK")  # /pub and /mpub's answer, built once (responses are not changed once made)
+_OK = v1_text("OK")  # /pub and /mpub's answer, built once (the server only reads it)
+_UNREADABLE = HttpError(500, "INTERNAL_ERROR")  # Go's nsqd when io.ReadAll fails
 
 
 def _empty() -> Response:
-    return _EMPTY
+    return V1_EMPTY
 
 
-_EMPTY = Response(b"", 200, headers=NSQ_HEADERS)  # built once, as _OK
-
-
-def error_response(status: int, message: str) -> Response:
-    return Response(error_json(message), status, headers=NSQ_HEADERS,
-                    media_type=JSON_CONTENT_TYPE)
-
-
-def _query(request: Request) -> dict[str, str]:
-    """Query parameters as Go's url.ParseQuery sees them (first value wins).
-
-    Raises:
-        ApiError: 400 ``INVALID_REQUEST`` for a query Go would refuse.
-    """
-    try:
-        return query_first(request.scope.get("query_string", b""))
-    except ValueError:
-        raise ApiError(400, "INVALID_REQUEST") from None
+async def _read_limited(request: Request, limit: int, too_big: str) -> bytes:
+    """The whole body, refused (413 ``too_big``) by its declared length before a byte of it
+    is read, or as soon as more than ``limit`` bytes arrive."""
+    return await read_body(request, limit, too_large=HttpError(413, too_big),
+                           unreadable=_UNREADABLE)
 
 
 def _max_attempts(q: dict[str, str]) -> int | None:
@@ -136,38 +123,34 @@ def _ttl(q: dict[str, str], key: str) -> int:
     return int(text)
 
 
+def _size(q: dict[str, str], key: str, error: str) -> int | None:
+    """A non-negative integer (an offset, a size in bytes), or None when absent."""
+    text = q.get(key)
+    if text is None:
+        return None
+    if not (text.isascii() and text.isdigit()) or int(text) >= 1 << 63:
+        raise ApiError(400, error)
+    return int(text)
+
+
+def _duration_ns(q: dict[str, str], key: str, error: str) -> int | None:
+    """A Go duration (``24h``, ``90m``; a bare number is seconds) in ns, or None."""
+    text = q.get(key)
+    if text is None:
+        return None
+    try:
+        seconds = float(text) if text.replace(".", "", 1).isdigit() else parse_go_duration(text)
+    except ValueError:
+        raise ApiError(400, error) from None
+    if not 0 <= seconds < 1e10:
+        raise ApiError(400, error)
+    return int(seconds * 1e9)
+
+
 def _bool_param(value: str | None, default: bool) -> bool:
     if value is None:
         return default
     return value in ("true", "1")
-
-
-def _content_length(request: Request) -> int | None:
-    for name, value in request.scope["headers"]:
-        if name == b"content-length":
-            return int(value) if value.isdigit() else None
-    return None
-
-
-async def _read_limited(request: Request, limit: int, too_big: str) -> bytes:
-    """The whole body, refused (413 ``too_big``) by its declared length before a byte of it
-    is read, or as soon as more than ``limit`` bytes arrive."""
-    length = _content_length(request)
-    if length is not None and length > limit:
-        raise ApiError(413, too_big)
-    chunks = []
-    total = 0
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            raise ClientDisconnect()
-        chunk = message.get("body", b"")
-        total += len(chunk)
-        if total > limit:
-            raise ApiError(413, too_big)
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 class HttpApi:
@@ -213,12 +196,12 @@ class HttpApi:
     async def ping(self, request: Request) -> Response:
         health = self.broker.health
         if health != "OK":
-            return Response(health, 500, media_type=TEXT_CONTENT_TYPE)
-        return Response("OK", 200, media_type=TEXT_CONTENT_TYPE)
+            return plain_text(health, 500)
+        return _PONG
 
     async def info(self, request: Request) -> Response:
         o = self.opts
-        return _json({
+        doc = {
             "version": self.broker.features.version,
             "broadcast_address": o.broadcast_address,
             "hostname": _hostname(),
@@ -229,26 +212,28 @@ class HttpApi:
             "max_output_buffer_size": o.max_output_buffer_size,
             "max_output_buffer_timeout": int(o.max_output_buffer_timeout * 1e9),
             "max_deflate_level": o.max_deflate_level,
-        })
+        }
+        # beyond NSQ, only when served: where lmstfy's APIs listen (bound, so :0 is known)
+        for key, address in zip(("lmstfy_http_address", "lmstfy_admin_http_address"),
+                                self.broker.lmstfy_addresses, strict=False):
+            if address:
+                doc[key] = address
+        return _json(doc)
 
     def _new(self, bodies: list[bytes], defer: float = 0.0, ttl: int = 0
              ) -> list[QueuedMessage] | Records:
         """What to publish for ``bodies``: records, as PUB and MPUB publish (see
-        ``nsqd.backlog``), unless they are deferred or have an expiry of their own."""
+        ``nsqd.record``), unless they are deferred or have an expiry of their own."""
         if defer or ttl:
             return self.broker.new_messages(bodies, defer, ttl)
         return self.broker.new_records(bodies)
 
-    async def _publish(self, topic: str, msgs: list[QueuedMessage] | Records, *,
-                       extended: bool = False) -> None:
+    async def _publish(self, topic: str, msgs: list[QueuedMessage] | Records) -> None:
         try:
-            await self.broker.publish(topic, msgs, extended=extended)
-        except Exiting as exc:
+            await self.broker.publish(topic, msgs)
+        except (Exiting, StoreFailed) as exc:
             log.error("PUB to %s failed: %s", topic, exc)
-            raise ApiError(503, "EXITING") from exc
-        except StoreFailed as exc:
-            log.error("PUB to %s failed: %s", topic, exc)
-            raise ApiError(500, "INTERNAL_ERROR") from exc
+            raise
 
     async def pub(self, request: Request) -> Response:
         limit = self.opts.max_msg_size
@@ -268,7 +253,7 @@ class HttpApi:
                 raise ApiError(400, "INVALID_DEFER")
             defer = ms / 1000
         ttl = _ttl(q, "ttl")
-        await self._publish(topic, self._new([body], defer, ttl), extended=bool(ttl))
+        await self._publish(topic, self._new([body], defer, ttl))
         return _OK
 
     async def mpub(self, request: Request) -> Response:
@@ -292,10 +277,14 @@ class HttpApi:
             if any(len(b) > o.max_msg_size for b in bodies):
                 raise ApiError(413, "MSG_TOO_BIG")
         if bodies:
-            await self._publish(topic, self._new(bodies, ttl=ttl), extended=bool(ttl))
+            await self._publish(topic, self._new(bodies, ttl=ttl))
         return _OK
 
     async def stats(self, request: Request) -> Response:
+        # Let every task woken with this request run first: a FIN that arrived before this
+        # request is applied before the figures are read (Go's nsqd has no such ordering
+        # problem only because its goroutines run in parallel).
+        await trio.lowlevel.checkpoint()
         q = _query(request)
         doc = stats(
             self.broker, topic=q.get("topic"), channel=q.get("channel"),
@@ -307,14 +296,52 @@ class HttpApi:
         return _text(stats_text(doc))
 
     async def topic_create(self, request: Request) -> Response:
+        """Beyond NSQ: ``message_ttl`` (seconds), ``retention`` (a Go duration: keep what
+        every channel has read that long) and ``retention_bytes``."""
         q = _query(request)
         name = self._topic_arg(q)
         ttl = _ttl(q, "message_ttl")
+        retention = _duration_ns(q, "retention", "INVALID_RETENTION")
+        retention_bytes = _size(q, "retention_bytes", "INVALID_RETENTION_BYTES")
         topic = self.broker.get_topic(name)
+        changed = False
         if "message_ttl" in q and topic.message_ttl != ttl:
             topic.message_ttl = ttl
+            changed = True
+        if retention is not None and topic.log.retention_ns != retention:
+            topic.log.retention_ns = retention
+            changed = True
+        if retention_bytes is not None and topic.log.retention_bytes != retention_bytes:
+            topic.log.retention_bytes = retention_bytes
+            changed = True
+        if changed:
             self.broker.metadata_changed()
+            topic.log.poke()
         return _empty()
+
+    async def topic_read(self, request: Request) -> Response:
+        """Beyond NSQ: up to ``n`` messages of a topic's log from ``offset``, touching no
+        channel (replay, Spark's offset-based source)."""
+        q = _query(request)
+        topic = self._existing_topic(q)
+        offset = _size(q, "offset", "INVALID_OFFSET")
+        n = self._count(q)
+        log_ = topic.log
+        start = log_.start
+        first = max(offset if offset is not None else start, start)
+        runs = await log_.read_at(first, n) if first < log_.end else []
+        messages: list[dict[str, Any]] = []
+        next_offset = first
+        for run_first, records, _ in runs:
+            for i, record in enumerate(records):
+                if run_first + i >= log_.end or len(messages) >= n:
+                    break
+                entry = message_json(decode_record(record, run_first + i))
+                entry["offset"] = run_first + i
+                messages.append(entry)
+                next_offset = run_first + i + 1
+        return _json({"messages": messages, "next_offset": max(next_offset, first),
+                      "earliest_offset": start, "latest_offset": log_.end - 1})
 
     async def topic_delete(self, request: Request) -> Response:
         q = _query(request)
@@ -337,9 +364,32 @@ class HttpApi:
         topic, name = self._channel_args(q)
         attempts = _max_attempts(q)
         dead_expired = _flag(q, "dead_letter_expired")
-        channel = self.broker.get_channel(topic, name)
+        start = q.get("start")
+        if start is not None and start not in STARTS:
+            raise ApiError(400, "INVALID_START")
+        channel = self.broker.get_channel(topic, name, start=start)
         self._configure(channel, attempts, dead_expired)
         return _empty()
+
+    async def channel_rewind(self, request: Request) -> Response:
+        """Beyond NSQ: deliver again everything the log holds from ``timestamp`` (unix
+        seconds) or ``offset``."""
+        q = _query(request)
+        channel = self._existing_channel(q)[1]
+        offset = _size(q, "offset", "INVALID_OFFSET")
+        if offset is None:
+            text = q.get("timestamp")
+            if text is None:
+                raise ApiError(400, "MISSING_ARG_TIMESTAMP")
+            try:
+                seconds = float(text)
+            except ValueError:
+                raise ApiError(400, "INVALID_TIMESTAMP") from None
+            if not 0 <= seconds < 1e11:  # NaN fails this too
+                raise ApiError(400, "INVALID_TIMESTAMP")
+            offset = await channel.log.find_time(int(seconds * 1e9))
+        await self.broker.rewind_channel(channel, offset)
+        return _json({"offset": channel.cursor.read})
 
     async def channel_update(self, request: Request) -> Response:
         """Settings of an existing channel (beyond NSQ): ``max_attempts``,
@@ -379,7 +429,12 @@ class HttpApi:
         channel = self._existing_channel(q)[1]
         n = self._count(q)
         await self.broker.store_dead_letters(channel)
-        return _json({"count": channel.respawn(n)})
+        try:
+            count = await channel.respawn(n)
+        except DiskQueueError as exc:
+            log.error("respawn on %s:%s failed: %s", channel.topic_name, channel.name, exc)
+            raise ApiError(500, "INTERNAL_ERROR") from exc
+        return _json({"count": count})
 
     async def deadletter_empty(self, request: Request) -> Response:
         q = _query(request)
@@ -452,12 +507,20 @@ class HttpApi:
         wait = self._seconds(q, "wait", 0.0, low=0.0, high=o.max_msg_timeout, error="INVALID_WAIT")
         ttr = self._seconds(q, "ttr", o.msg_timeout, low=0.001, high=o.max_msg_timeout,
                             error="INVALID_TTR")
+        # a client that has gone takes nothing: asked before the first pull, then the wait
+        # ends when it goes, and it is asked once more before each pull after a wait
+        await channel.fetch()
+        if client_gone(request):
+            return _json({"messages": []})
         msgs = channel.pull(n, ttr, self.broker.now())
         if not msgs and wait > 0:
-            with trio.move_on_after(wait):
-                while not msgs and not channel.deleted:
-                    await channel.wait_pullable()
-                    msgs = channel.pull(n, ttr, self.broker.now())
+            async with while_connected(request):
+                with trio.move_on_after(wait):
+                    while not msgs and not channel.deleted:
+                        await channel.wait_pullable()
+                        if client_gone(request):
+                            break
+                        msgs = channel.pull(n, ttr, self.broker.now())
         return _json({"messages": [message_json(m) for m in msgs]})
 
     async def channel_peek(self, request: Request) -> Response:
@@ -549,8 +612,10 @@ class HttpApi:
         logging.getLogger("nsqd").setLevel(PYTHON_LOG_LEVELS[level])
 
 
-#: What /config/<key> shows: every option but the command line's own.
-_CONFIG_KEYS = frozenset(Options.keys()) - {"config", "version", "verbose"}
+#: What /config/<key> shows: every option but the command line's own, and not the lmstfy
+#: admin accounts' passwords.
+_CONFIG_KEYS = frozenset(Options.keys()) - {"config", "version", "verbose",
+                                            "lmstfy_admin_accounts"}
 _SETTINGS_KEYS = frozenset(Settings.keys())
 
 
@@ -579,6 +644,8 @@ def _hostname() -> str:
 
 
 def build_app(broker: Broker) -> ASGIApp:
+    """nsqd's HTTP API: a ``Router`` (its routes called directly by ``serve_http``), behind
+    ``--tls-required``'s gate when set."""
     api = HttpApi(broker)
     description = go_json(openapi.document())
 
@@ -590,75 +657,67 @@ def build_app(broker: Broker) -> ASGIApp:
 
         return NsqdCollector(broker)
 
-    def wrap(handler: Callable[[Request], Awaitable[Response]]
-             ) -> Callable[[Request], Awaitable[Response]]:
-        async def endpoint(request: Request) -> Response:
-            try:
-                return await handler(request)
-            except ApiError as exc:
-                return error_response(exc.status, exc.message)
-        return endpoint
-
-    routes = [
-        Route("/ping", wrap(api.ping), methods=["GET"]),
-        Route("/info", wrap(api.info), methods=["GET"]),
-        Route("/pub", wrap(api.pub), methods=["POST"]),
-        Route("/mpub", wrap(api.mpub), methods=["POST"]),
-        Route("/stats", wrap(api.stats), methods=["GET"]),
-        Route("/metrics", metrics_endpoint(collector), methods=["GET"]),
-        Route("/topic/create", wrap(api.topic_create), methods=["POST"]),
-        Route("/topic/delete", wrap(api.topic_delete), methods=["POST"]),
-        Route("/topic/empty", wrap(api.topic_empty), methods=["POST"]),
-        Route("/topic/pause", wrap(api.topic_pause), methods=["POST"]),
-        Route("/topic/unpause", wrap(api.topic_pause), methods=["POST"]),
-        Route("/channel/create", wrap(api.channel_create), methods=["POST"]),
-        Route("/channel/delete", wrap(api.channel_delete), methods=["POST"]),
-        Route("/channel/empty", wrap(api.channel_empty), methods=["POST"]),
-        Route("/channel/pause", wrap(api.channel_pause), methods=["POST"]),
-        Route("/channel/unpause", wrap(api.channel_pause), methods=["POST"]),
-        Route("/channel/update", wrap(api.channel_update), methods=["POST"]),
-        Route("/channel/deadletter", wrap(api.deadletter_peek), methods=["GET"]),
-        Route("/channel/deadletter/respawn", wrap(api.deadletter_respawn), methods=["POST"]),
-        Route("/channel/deadletter/empty", wrap(api.deadletter_empty), methods=["POST"]),
-        Route("/message/deadletter", wrap(api.message_deadletter), methods=["POST"]),
-        Route("/channel/peek", wrap(api.channel_peek), methods=["GET"]),
-        Route("/channel/consume", wrap(api.channel_consume), methods=["POST"]),
-        Route("/message/fin", wrap(api.message_fin), methods=["POST"]),
-        Route("/message/req", wrap(api.message_req), methods=["POST"]),
-        Route("/message/touch", wrap(api.message_touch), methods=["POST"]),
-        Route("/config/{opt}", wrap(api.config), methods=["GET", "PUT"]),
-        Route("/openapi.json", openapi_json, methods=["GET"]),
-    ]
-
-    async def http_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, HTTPException)
-        if exc.status_code == 405:
-            response = error_response(405, "METHOD_NOT_ALLOWED")
-            if exc.headers and "Allow" in exc.headers:
-                response.headers["Allow"] = exc.headers["Allow"]
-            return response
-        if exc.status_code == 404:
-            return error_response(404, "NOT_FOUND")
-        return error_response(exc.status_code, str(exc.detail).upper().replace(" ", "_"))
-
-    async def internal_error(request: Request, exc: Exception) -> Response:
-        log.exception("HTTP %s %s failed", request.method, request.url.path)
-        return error_response(500, "INTERNAL_ERROR")
-
-    app = Starlette(routes=routes, exception_handlers={HTTPException: http_error,
-                                                        Exception: internal_error})
+    router = Router(error_log=lambda line, exc: log.error(line, exc_info=exc),
+                    translate=_translate)
+    for method, path, handler in (
+        ("GET", "/ping", api.ping),
+        ("GET", "/info", api.info),
+        ("POST", "/pub", api.pub),
+        ("POST", "/mpub", api.mpub),
+        ("GET", "/stats", api.stats),
+        ("GET", "/metrics", metrics_endpoint(collector)),
+        ("POST", "/topic/create", api.topic_create),
+        ("POST", "/topic/delete", api.topic_delete),
+        ("POST", "/topic/empty", api.topic_empty),
+        ("POST", "/topic/pause", api.topic_pause),
+        ("POST", "/topic/unpause", api.topic_pause),
+        ("GET", "/topic/read", api.topic_read),
+        ("POST", "/channel/create", api.channel_create),
+        ("POST", "/channel/delete", api.channel_delete),
+        ("POST", "/channel/empty", api.channel_empty),
+        ("POST", "/channel/pause", api.channel_pause),
+        ("POST", "/channel/unpause", api.channel_pause),
+        ("POST", "/channel/update", api.channel_update),
+        ("POST", "/channel/rewind", api.channel_rewind),
+        ("GET", "/channel/deadletter", api.deadletter_peek),
+        ("POST", "/channel/deadletter/respawn", api.deadletter_respawn),
+        ("POST", "/channel/deadletter/empty", api.deadletter_empty),
+        ("POST", "/message/deadletter", api.message_deadletter),
+        ("GET", "/channel/peek", api.channel_peek),
+        ("POST", "/channel/consume", api.channel_consume),
+        ("POST", "/message/fin", api.message_fin),
+        ("POST", "/message/req", api.message_req),
+        ("POST", "/message/touch", api.message_touch),
+        ("GET", "/config/:opt", api.config),
+        ("PUT", "/config/:opt", api.config),
+        ("GET", "/openapi.json", openapi_json),
+    ):
+        router.add(method, path, handler, logged=False)  # (Go's nsqd logs no API request)
     if broker.tls_required == "true":
-        return tls_required(app, broker)
-    return app
+        return tls_required(router, broker)
+    return router
 
 
-def tls_required(app: Starlette, broker: Broker) -> HttpGate:
+_PONG = plain_text("OK")
+
+
+def _translate(exc: Exception) -> HttpError | None:
+    """nsqd's errors as HTTP answers (``nsqd.errors``); None for a bug."""
+    if isinstance(exc, Exiting):
+        return HttpError(503, "EXITING")
+    if isinstance(exc, StoreFailed):
+        return HttpError(500, "INTERNAL_ERROR")
+    return None
+
+
+def tls_required(app: ASGIApp, broker: Broker) -> HttpGate:
     """--tls-required=true: plain-HTTP requests get nsqd's 403, with the HTTPS port to use."""
 
     async def refusal(scope: Scope) -> Response | None:
         if scope.get("scheme") == "https":
             return None
         body = f'{{"message": "TLS_REQUIRED", "https_port": {broker.https_port}}}'.encode()
-        return Response(body, 403, headers=NSQ_HEADERS, media_type=JSON_CONTENT_TYPE)
+        return Response(body, 403, headers={"X-NSQ-Content-Type": "nsq; version=1.0"},
+                        media_type=JSON_CONTENT_TYPE)
 
     return HttpGate(app, refusal)

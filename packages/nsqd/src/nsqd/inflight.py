@@ -14,9 +14,9 @@ left there and skipped when popped, and the heap is rebuilt when dead entries do
 memory stays bounded whatever the mix. Nothing here schedules anything: the queue scan calls
 ``pop_due``.
 
-A message delivered straight from its record (``add_records``: a plain record as PUB, MPUB or
-the disk queue made it, see ``backlog``) is kept as that record and its ``Delivery``, one
-object shared by every message of the batch (owner, deadline, time of delivery): FIN needs
+A message delivered straight from its record (``add_records``: a plain record of the topic's
+log, see ``record``) is kept as that record, its ``Delivery`` (one object shared by every
+message of the batch: owner, deadline, time of delivery) and its offset in the log: FIN needs
 nothing more. Its ``QueuedMessage`` is made only when something asks for the message itself
 (REQ, TOUCH, a timeout, a disconnect, a save), and then replaces the pair in place. Making the
 message, its id and body for every delivery cost 450 ns of the 1.37 us nsqd spent per message
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from itertools import repeat
 from operator import attrgetter
 
@@ -50,16 +50,16 @@ class Delivery:
 
 
 #: What the table holds for a message in flight: the message, or its plain record (with the
-#: attempts before this delivery) and its delivery.
-Entry = QueuedMessage | tuple[bytes, Delivery]
+#: attempts before this delivery), its delivery and its offset.
+Entry = QueuedMessage | tuple[bytes, Delivery, int]
 
 
-def delivered_message(record: bytes, delivery: Delivery) -> QueuedMessage:
+def delivered_message(record: bytes, delivery: Delivery, offset: int) -> QueuedMessage:
     """The in-flight message for a plain record delivered by ``delivery``: one attempt more
     than the record says, as a delivery does."""
     timestamp, attempts = MESSAGE_HEADER.unpack_from(record)
     msg = QueuedMessage(record[10:26], record[26:], timestamp,
-                        attempts + 1 if attempts < 65535 else attempts)
+                        attempts + 1 if attempts < 65535 else attempts, offset=offset)
     msg.client_id = delivery.owner
     msg.delivered = delivery.delivered
     msg.deadline = delivery.deadline
@@ -68,6 +68,11 @@ def delivered_message(record: bytes, delivery: Delivery) -> QueuedMessage:
 
 def entry_id(entry: Entry) -> bytes:
     return entry[0][10:26] if isinstance(entry, tuple) else entry.id
+
+
+def entry_offset(entry: Entry) -> int:
+    """Its offset in the topic's log (``message.OWN`` for a channel's own message)."""
+    return entry[2] if isinstance(entry, tuple) else entry.offset
 
 
 def entry_timestamp(entry: Entry) -> int:
@@ -151,15 +156,18 @@ class InFlightQueue:
         self._ordered.update(zip(map(_id, msgs), msgs, strict=True))
         self._tail = deadline
 
-    def add_records(self, records: list[bytes], delivery: Delivery) -> None:
-        """Plain records (see ``backlog``), in flight by ``delivery``: kept as they are,
-        each with the shared ``delivery``, in one dict update."""
+    def add_records(self, records: Sequence[bytes], delivery: Delivery, first_offset: int
+                    ) -> None:
+        """Plain records of the log from ``first_offset`` on, in flight by ``delivery``: kept
+        as they are, each with the shared ``delivery`` and its offset, in one dict update."""
+        offsets = range(first_offset, first_offset + len(records))
         if delivery.deadline < self._tail:  # a shorter timeout than the newest: the heap
-            for record in records:
-                self.add(delivered_message(record, delivery))
+            for record, offset in zip(records, offsets, strict=True):
+                self.add(delivered_message(record, delivery, offset))
             return
-        pairs = zip(records, repeat(delivery))  # (the inner zip stops with ``records``)
-        self._ordered.update(zip([r[10:26] for r in records], pairs, strict=True))
+        # (the inner zip stops with ``records``)
+        entries = zip(records, repeat(delivery), offsets)
+        self._ordered.update(zip([r[10:26] for r in records], entries, strict=True))
         self._tail = delivery.deadline
 
     def take_owned(self, message_ids: list[bytes], owner: int
@@ -216,6 +224,27 @@ class InFlightQueue:
         if not self._ordered:
             self._tail = float("-inf")
         return msgs
+
+    def ids_by_offset(self) -> Iterator[tuple[int, bytes]]:
+        """(offset, id) of every message of the log in flight."""
+        for message_id, entry in self._ordered.items():
+            offset = entry[2] if isinstance(entry, tuple) else entry.offset
+            if offset >= 0:
+                yield offset, message_id
+        for msg in self._in_heap.values():
+            if msg.offset >= 0:
+                yield msg.offset, msg.id
+
+    def attempts_by_offset(self) -> Iterator[tuple[int, int]]:
+        """(offset, attempts) of every message in flight, none made into a message."""
+        for entry in self._ordered.values():
+            if isinstance(entry, tuple):
+                attempts = entry[0][8] << 8 | entry[0][9]
+                yield entry[2], attempts + 1 if attempts < 65535 else attempts
+            else:
+                yield entry.offset, entry.attempts
+        for msg in self._in_heap.values():
+            yield msg.offset, msg.attempts
 
     def pop_due(self, now: float) -> list[QueuedMessage]:
         """Remove and return every message whose deadline is at or before ``now``."""

@@ -221,7 +221,7 @@ class Lookup:
                 log.info("TOPIC(%s): no lookupd has answered yet; not asking for channels",
                          topic.name)
             return
-        topic.started = False
+        topic.hold_until_started()
         self._nursery.start_soon(self._start_topic, topic, known)
 
     async def _start_topic(self, topic: Topic, lookupds: list[str]) -> None:
@@ -246,8 +246,7 @@ class Lookup:
                     if isinstance(name, str) and not is_ephemeral(name) and not topic.deleted:
                         self.broker.get_channel(topic, name)
         finally:
-            topic.started = True
-            topic.wake()
+            topic.start()
 
     # -- peers ----------------------------------------------------------------------------------
     def set_addresses(self, addresses: list[str]) -> None:

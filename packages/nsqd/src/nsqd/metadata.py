@@ -38,6 +38,12 @@ class TopicMeta:
     paused: bool = False
     channels: tuple[ChannelMeta, ...] = ()
     message_ttl: int = 0  # beyond NSQ; written only when set (Go's nsqd ignores the key)
+    # beyond NSQ (docs/design/storage.md), each written only when set:
+    retention: int = 0  # ns the log keeps what every channel has read
+    retention_bytes: int = 0  # or the newest segments within this size
+    next_offset: int = 0  # the offset the next message gets (stable across restarts)
+    hold: int | None = None  # without channels: where the first channel starts
+    paused_at: int | None = None  # paused: how far its channels may read
 
 
 def metadata_path(data_path: str) -> Path:
@@ -76,6 +82,16 @@ def _topic_doc(topic: TopicMeta) -> dict[str, object]:
     }
     if topic.message_ttl:
         doc["message_ttl"] = topic.message_ttl
+    if topic.retention:
+        doc["retention"] = topic.retention
+    if topic.retention_bytes:
+        doc["retention_bytes"] = topic.retention_bytes
+    if topic.next_offset:
+        doc["next_offset"] = topic.next_offset
+    if topic.hold is not None and not topic.channels and topic.hold != topic.next_offset:
+        doc["hold"] = topic.hold
+    if topic.paused_at is not None and topic.paused and topic.paused_at != topic.next_offset:
+        doc["paused_at"] = topic.paused_at
     return doc
 
 
@@ -109,7 +125,16 @@ def decode(data: bytes) -> tuple[list[TopicMeta], list[str]]:
         ttl = _count(t.get("message_ttl", 0))
         if ttl is None:
             warnings.append(f"ignoring invalid message_ttl of topic {name}")
-        topics.append(TopicMeta(name, bool(t.get("paused", False)), tuple(channels), ttl or 0))
+        extra = {}
+        for key in ("retention", "retention_bytes", "next_offset", "hold", "paused_at"):
+            if key in t:
+                value = _count(t[key])
+                if value is None:
+                    warnings.append(f"ignoring invalid {key} of topic {name}")
+                else:
+                    extra[key] = value
+        topics.append(TopicMeta(name, bool(t.get("paused", False)), tuple(channels), ttl or 0,
+                                **extra))
     return topics, warnings
 
 
@@ -149,7 +174,8 @@ def topic_metadata(topics: Iterable[Topic]) -> list[TopicMeta]:
         TopicMeta(t.name, t.paused, tuple(
             ChannelMeta(c.name, c.paused, c.max_attempts, c.dead_letter_expired)
             for c in t.channels.values()
-            if not c.ephemeral), t.message_ttl)
+            if not c.ephemeral), t.message_ttl, t.log.retention_ns, t.log.retention_bytes,
+            t.log.end, None if t.channels else t.hold, t.paused_at if t.paused else None)
         for t in topics if not t.ephemeral
     ]
 

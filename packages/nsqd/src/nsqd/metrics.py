@@ -26,7 +26,6 @@ from .stats import topic_stats
 
 if TYPE_CHECKING:
     from .broker import Broker
-    from .diskqueue import DiskQueue
 
 TOPIC = ["topic"]
 CHANNEL = ["topic", "channel"]
@@ -115,7 +114,7 @@ class NsqdCollector(Collector):
             t["paused"].add_metric(labels, int(doc.paused))
             t["channels"].add_metric(labels, len(doc.channels))
             _add_quantiles(t["e2e"], {"topic": name}, doc)
-            _add_disk(disk, [name, ""], topic.backlog.disk)
+            _add_disk(disk, [name, ""], topic.log if topic.log.directory is not None else None)
             for ch in doc.channels:
                 labels = [name, ch.channel_name]
                 _add_depths(c, labels, ch)
@@ -124,13 +123,14 @@ class NsqdCollector(Collector):
                 c["messages"].add_metric(labels, ch.message_count)
                 c["requeued"].add_metric(labels, ch.requeue_count)
                 c["timed_out"].add_metric(labels, ch.timeout_count)
-                c["expired"].add_metric(labels, ch.expired_count)
-                c["dead"].add_metric(labels, ch.dead_letter_count)
+                # (None in /stats until the feature is in use: 0 here, as before)
+                c["expired"].add_metric(labels, ch.expired_count or 0)
+                c["dead"].add_metric(labels, ch.dead_letter_count or 0)
                 c["clients"].add_metric(labels, ch.client_count)
                 c["paused"].add_metric(labels, int(ch.paused))
                 _add_quantiles(c["e2e"], {"topic": name, "channel": ch.channel_name}, ch)
-                channel = topic.channels.get(ch.channel_name)
-                _add_disk(disk, labels, channel.backlog.disk if channel else None)
+                _add_disk(disk, labels, topic.log if not ch.channel_name.endswith("#ephemeral")
+                          and topic.log.directory is not None else None)
         yield from (*t.values(), *c.values(), *disk.values())
 
     def _connections(self) -> Iterator[Metric]:
@@ -167,7 +167,18 @@ def _add_quantiles(family: Metric, labels: dict[str, str],
                           p["value"] / 1e9)
 
 
-def _add_disk(families: dict[str, _Family], labels: list[str], disk: DiskQueue | None) -> None:
+class _Disk(Protocol):
+    @property
+    def healthy(self) -> bool: ...
+
+    @property
+    def write_errors(self) -> int: ...
+
+    @property
+    def sync_errors(self) -> int: ...
+
+
+def _add_disk(families: dict[str, _Family], labels: list[str], disk: _Disk | None) -> None:
     if disk is None:  # ephemeral: memory only
         return
     for key, value in (("healthy", int(disk.healthy)), ("write", disk.write_errors),

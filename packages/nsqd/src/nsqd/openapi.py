@@ -41,6 +41,7 @@ _ID = _query("id", {"type": "string", "minLength": 16, "maxLength": 16}, "a mess
              required=True)
 _TTL = _query("ttl", {"type": "integer", "minimum": 0, "maximum": 2**32 - 1},
               "seconds until the messages expire (beyond NSQ)")
+_GO_DURATION = r"^([0-9]+(\.[0-9]*)?(ns|us|µs|ms|s|m|h))+$|^[0-9]+(\.[0-9]*)?$"
 _BODY = {"required": True, "content": {"application/octet-stream": {"schema": {
     "type": "string", "format": "binary"}}}}
 
@@ -87,7 +88,17 @@ def document() -> dict[str, Any]:
             _OK_TEXT, body=_BODY),
         "/topic/create": _post("create a topic", [_TOPIC, _query(
             "message_ttl", {"type": "integer", "minimum": 0, "maximum": 2**32 - 1},
-            "default TTL in seconds of its messages (beyond NSQ)")]),
+            "default TTL in seconds of its messages (beyond NSQ)"), _query(
+            "retention", {"type": "string", "pattern": _GO_DURATION},
+            "keep what every channel has read this long, a Go duration such as 24h (beyond "
+            "NSQ)"), _query(
+            "retention_bytes", {"type": "integer", "minimum": 0},
+            "or the newest segments within this many bytes (beyond NSQ)")]),
+        "/topic/read": {"get": _op("messages of a topic's log from an offset, touching no "
+                                   "channel (beyond NSQ)", [_TOPIC, _N, _query(
+                                       "offset", {"type": "integer", "minimum": 0},
+                                       "the first offset (default: the earliest stored)")],
+                                   _JSON)},
         "/topic/delete": _post("delete a topic", [_TOPIC]),
         "/topic/empty": _post("drop a topic's queued messages", [_TOPIC]),
         "/topic/pause": _post("pause a topic", [_TOPIC]),
@@ -96,13 +107,22 @@ def document() -> dict[str, Any]:
             "max_attempts", {"type": "integer", "minimum": 0, "maximum": 65535},
             "deliveries before the dead letters (beyond NSQ)"), _query(
             "dead_letter_expired", {"type": "boolean"},
-            "expired messages to the dead letters (beyond NSQ)")]),
+            "expired messages to the dead letters (beyond NSQ)"), _query(
+            "start", {"type": "string", "enum": ["earliest", "latest"]},
+            "where a new channel starts: everything stored, or what comes next (beyond NSQ; "
+            "default: as NSQ)")]),
         "/channel/update": _post("change a channel's settings (beyond NSQ)", [
             *topic_channel,
             _query("max_attempts", {"type": "integer", "minimum": 0, "maximum": 65535},
                    "deliveries before the dead letters"),
             _query("dead_letter_expired", {"type": "boolean"},
                    "expired messages to the dead letters")]),
+        "/channel/rewind": _post("deliver again everything stored from a time or an offset "
+                                 "(beyond NSQ)", [*topic_channel, _query(
+                                     "timestamp", {"type": "number", "minimum": 0},
+                                     "unix seconds"), _query(
+                                     "offset", {"type": "integer", "minimum": 0},
+                                     "an offset of the topic's log")], _JSON),
         "/channel/delete": _post("delete a channel", topic_channel),
         "/channel/empty": _post("drop a channel's queued and in-flight messages", topic_channel),
         "/channel/pause": _post("pause a channel", topic_channel),
@@ -146,7 +166,9 @@ def document() -> dict[str, Any]:
         "openapi": "3.1.0",
         "info": {"title": "nsqd HTTP API", "version": NSQ_VERSION,
                  "description": "NSQ's nsqd HTTP API, with the job features beyond NSQ "
-                                "(docs/jobs.md). Errors are {\"message\": \"<TEXT>\"}."},
+                                "(docs/jobs.md). Errors are {\"message\": \"<TEXT>\"}. "
+                                "lmstfy's APIs, when this nsqd serves them, are described at "
+                                "its --lmstfy-admin-http-address's /openapi.json."},
         "paths": paths,
         "components": {"schemas": {
             "Error": {"type": "object", "required": ["message"],

@@ -47,6 +47,9 @@ def build_flagset() -> FlagSet:
     add("http-client-connect-timeout", "duration", 2.0, "timeout for HTTP connect")
     add("http-client-request-timeout", "duration", 5.0, "timeout for HTTP request")
     add("data-path", "string", "", "path to store disk-backed messages")
+    add("export-go-data-path", "string", "", "offline: write into this empty directory a data "
+        "directory Go's nsqd 1.3 starts on, holding every message of --data-path not finished "
+        "yet, then exit (nsqd must not be running on --data-path)")
     add("mem-queue-size", "int", 10000,
         "number of messages to keep in memory (per topic/channel)")
     add("max-bytes-per-file", "int", 104857600, "number of bytes per diskqueue file before rolling")
@@ -141,6 +144,7 @@ class Options:
     http_client_connect_timeout: float
     http_client_request_timeout: float
     data_path: str
+    export_go_data_path: str
     mem_queue_size: int
     max_bytes_per_file: int
     sync_every: int

@@ -11,7 +11,7 @@ A message frame goes in as three pieces, never copied until the send joins them:
     [ size: int32 ][ type: int32 = 2 ][ timestamp: int64 ][ attempts: uint16 ][ id: 16 ][ body ]
     \\_________________ MESSAGE_FRAME_PREFIX.pack(...) _________________/        piece 2   piece 3
 
-A message delivered as its plain record (``backlog``: the frame's payload, with the attempts
+A message delivered as its plain record (``record``: the frame's payload, with the attempts
 before this delivery) is copied once instead, into one ``bytearray`` for the batch
 (``record_frames``), its attempts written in place.
 """
@@ -19,7 +19,7 @@ before this delivery) is copied once instead, into one ``bytearray`` for the bat
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from nsq_common import FrameType, append_message_frames
@@ -44,7 +44,7 @@ _heads = PackedBySize(lambda size: _FRAME_HEAD.pack(size + 4, FrameType.MESSAGE)
 _PLUS_ONE = bytes(range(1, 256)) + b"\0"
 
 
-def record_frames(records: list[bytes]) -> bytearray:
+def record_frames(records: Sequence[bytes]) -> bytearray:
     """The message frames of plain records delivered once more: each frame's head, then the
     record with its attempts field one higher (65535 stays), all in one buffer.
 
@@ -109,7 +109,7 @@ class OutputBuffer:
         self.out_bytes += append_message_frames(self.out, msgs)
         self._wake_for_messages(first, client_full)
 
-    def add_records(self, records: list[bytes], client_full: bool) -> None:
+    def add_records(self, records: Sequence[bytes], client_full: bool) -> None:
         """``add_messages`` of plain records (see ``record_frames``)."""
         first = not self.out
         frames = record_frames(records)

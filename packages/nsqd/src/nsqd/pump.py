@@ -50,6 +50,10 @@ class Pump:
             for channel in dirty:
                 if not channel.deleted:
                     channel.pump(now)
+                    topic = channel.topic
+                    if (channel.cursor.dirty >= topic.sync_every
+                            and channel.cursor.journal is not None):
+                        topic.persist_soon()  # --sync-every acknowledgements: persist
             for channel in dirty:
                 if channel.dead_letters_pending and not channel.deleted:
                     await self._store_dead_letters(channel)

@@ -2,6 +2,16 @@
 
 nsqadmin, nsq_stat and other NSQ tooling read these; keep names, order, ``null`` vs ``[]``
 exactly as nsqd writes them.
+
+The job features' keys (beyond NSQ) come after Go's, and only once their feature is in use, so
+a daemon whose users use only NSQ's features answers Go's nsqd 1.3 document key for key:
+
+- a topic's ``message_ttl``: while it has a default TTL;
+- a channel's ``max_attempts`` and ``dead_letter_expired``: while set;
+- ``dead_letter_count``: while an attempt limit applies (its own, or ``--max-attempts``), expired
+  messages go to the dead letters, or it holds any;
+- ``expired_count``: while its topic has a TTL, expired messages go to the dead letters, or once
+  it has counted one.
 """
 
 from __future__ import annotations
@@ -56,30 +66,39 @@ def client_stats(client: Client, topic_filter: str | None = None) -> nsqd_stats.
     )
 
 
-def channel_stats(channel: Channel, include_clients: bool) -> nsqd_stats.ChannelStats:
+def channel_stats(channel: Channel, include_clients: bool, topic_ttl: int = 0
+                  ) -> nsqd_stats.ChannelStats:
+    """``channel``'s object; ``topic_ttl``: its topic's default message TTL (see above)."""
     # (a channel's consumers are Clients; the isinstance only tells the type checker so)
     clients = (tuple(client_stats(c) for c in channel.clients.values() if isinstance(c, Client))
                if include_clients else None)
+    to_dead = channel.dead_letter_expired
+    dead, expired = channel.dead_letter_count, channel.expired_count
+    limited = channel.max_attempts or channel.default_max_attempts
     return nsqd_stats.ChannelStats(
         channel_name=channel.name, depth=channel.depth, backend_depth=channel.backend_depth,
         in_flight_count=len(channel.in_flight), deferred_count=len(channel.deferred),
         message_count=channel.message_count, requeue_count=channel.requeue_count,
         timeout_count=channel.timeout_count, client_count=len(channel.clients),
         clients=clients, paused=channel.paused, e2e_processing_latency=_e2e([channel]),
-        expired_count=channel.expired_count, dead_letter_count=channel.dead_letter_count,
+        expired_count=expired if expired or topic_ttl or to_dead else None,
+        dead_letter_count=dead if dead or limited or to_dead else None,
+        max_attempts=channel.max_attempts, dead_letter_expired=to_dead,
     )
 
 
 def topic_stats(topic: Topic, channel_filter: str | None, include_clients: bool
                 ) -> nsqd_stats.TopicStats:
-    channels = tuple(channel_stats(c, include_clients) for name, c in sorted(topic.channels.items())
+    ttl = topic.message_ttl
+    channels = tuple(channel_stats(c, include_clients, ttl)
+                     for name, c in sorted(topic.channels.items())
                      if channel_filter is None or name == channel_filter)
     return nsqd_stats.TopicStats(
         topic_name=topic.name, channels=channels, depth=topic.depth,
         backend_depth=topic.backend_depth, message_count=topic.message_count,
         message_bytes=topic.message_bytes, paused=topic.paused,
         e2e_processing_latency=_e2e(list(topic.channels.values())),
-        message_ttl=topic.message_ttl,
+        message_ttl=ttl,
     )
 
 
@@ -165,19 +184,39 @@ def stats_text(doc: dict[str, Any]) -> str:
         mark = "*P " if t["paused"] else "   "
         out.append(f"\n{mark}[{t['topic_name']:<15}] depth: {t['depth']:<5} "
                    f"be-depth: {t['backend_depth']:<5} msgs: {t['message_count']:<8} "
-                   f"e2e%: {_e2e_text(t)}\n")
+                   f"e2e%: {_e2e_text(t)}{_extensions(t, _TOPIC_EXTENSIONS)}\n")
         for c in t["channels"]:
             mark = "   *P " if c["paused"] else "      "
             out.append(f"{mark}[{c['channel_name']:<25}] depth: {c['depth']:<5} "
                        f"be-depth: {c['backend_depth']:<5} inflt: {c['in_flight_count']:<4} "
                        f"def: {c['deferred_count']:<4} re-q: {c['requeue_count']:<5} "
                        f"timeout: {c['timeout_count']:<5} "
-                       f"msgs: {c['message_count']:<8} e2e%: {_e2e_text(c)}\n")
+                       f"msgs: {c['message_count']:<8} e2e%: {_e2e_text(c)}"
+                       f"{_extensions(c, _CHANNEL_EXTENSIONS)}\n")
             for client in c["clients"] or []:
                 out.append(f"        {_consumer_line(client)}\n")
     out.append(_heading("Producers", doc["producers"], "\n"))
     for p in doc["producers"] or []:
         out.append(f"   {_producer_line(p)}\n")
+    return "".join(out)
+
+
+# The job features' keys in the text form, after Go's line, where the JSON has them.
+_TOPIC_EXTENSIONS = (("message_ttl", "ttl"),)
+_CHANNEL_EXTENSIONS = (("expired_count", "expired"), ("dead_letter_count", "dead"),
+                       ("max_attempts", "max-attempts"),
+                       ("dead_letter_expired", "dead-letter-expired"))
+
+
+def _extensions(obj: dict[str, Any], names: tuple[tuple[str, str], ...]) -> str:
+    """`` ttl: 60s``, `` dead: 3 max-attempts: 5``: the extension keys ``obj`` has, if any."""
+    out = []
+    for key, label in names:
+        if key in obj:
+            value = obj[key]
+            text = (format_go_duration(float(value)) if key == "message_ttl"
+                    else str(value).lower())
+            out.append(f" {label}: {text}")
     return "".join(out)
 
 

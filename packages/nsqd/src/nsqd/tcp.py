@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 
 import trio
 from nsq_common import (
@@ -67,6 +68,11 @@ class Connection:
         self._closing = False
         self._writer_done = trio.Event()
         self._scope: trio.CancelScope | None = None
+        # A plain TCP socket (until an upgrade puts TLS, snappy or deflate over it) is read
+        # and written through Trio's socket and the file descriptor directly: SocketStream's
+        # conflict detector, memoryview loop and a lock and cancel scope per answer were a
+        # good part of a publisher's round trip.
+        self._socket = stream.socket if isinstance(stream, trio.SocketStream) else None
         client.output.wake = self._wake
         client.disconnect = self._disconnect
 
@@ -153,7 +159,10 @@ class Connection:
                     # Answers to this chunk's commands go out now, from here: waking the
                     # writer task for them would add a task switch to every round trip of
                     # a request/response client (a publisher waiting for each OK).
-                    await self._send()
+                    if self._socket is not None:
+                        await self._send_now()
+                    else:
+                        await self._send()
                 elif output.out_bytes > OUTPUT_HIGH_WATER:
                     self._drained = trio.Event()
                     self._wake()
@@ -161,7 +170,8 @@ class Connection:
             hb = client.heartbeat_interval
             timeout = 2 * hb if hb > 0 else math.inf
             with trio.move_on_after(timeout) as scope:
-                data = await self.stream.receive_some(READ_SIZE)
+                data = await (self._receive() if self._socket is not None
+                              else self.stream.receive_some(READ_SIZE))
             if scope.cancelled_caught:
                 log.info("client %s: no data for %.1fs, closing", client.remote_address, timeout)
                 return
@@ -204,6 +214,36 @@ class Connection:
             self._writer_done.set()
 
 
+    async def _receive(self) -> bytes:
+        assert self._socket is not None
+        try:
+            return await self._socket.recv(READ_SIZE)
+        except OSError as exc:
+            raise trio.BrokenResourceError(exc) from exc
+
+    async def _send_now(self) -> None:
+        """Write the output at once on the socket (an answer almost always fits its buffer:
+        no trip through Trio's scheduler, the next receive is the checkpoint); what does not
+        fit is sent as ``_send`` does, within the write deadline."""
+        assert self._socket is not None
+        data = self.client.output.take()
+        if not data:
+            return
+        try:
+            sent = os.write(self._socket.fileno(), data)
+        except BlockingIOError:
+            sent = 0
+        except OSError as exc:
+            raise trio.BrokenResourceError(exc) from exc
+        if sent < len(data):
+            hb = self.client.heartbeat_interval
+            with trio.move_on_after(hb if hb > 0 else math.inf) as scope:
+                async with self._send_lock:
+                    await self.stream.send_all(memoryview(data)[sent:])
+            if scope.cancelled_caught:
+                log.info("client %s: write timed out, closing", self.client.remote_address)
+                self._disconnect()
+
     async def _send(self) -> bool:
         """Send what the output buffer holds once the send lock is ours (an upgrade may have
         sent it meanwhile), within nsqd's write deadline of one heartbeat interval; a client
@@ -228,6 +268,8 @@ class Connection:
             pending = client.output.take()  # the IDENTIFY reply
             if pending:
                 await self.stream.send_all(pending)
+            if not (up.tls or up.snappy or up.deflate):
+                return  # the same stream: what the client sent meanwhile is read as it is
             stream: trio.abc.Stream = self.stream
             ahead = self.reader.take_buffered()
             if ahead:
@@ -252,6 +294,7 @@ class Connection:
                 client.deflate = True
                 await stream.send_all(OK_FRAME)
             self.stream = stream
+            self._socket = stream.socket if isinstance(stream, trio.SocketStream) else None
 
 
 def _common_name(cert: object) -> str:

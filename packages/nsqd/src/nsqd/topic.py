@@ -1,135 +1,245 @@
-"""A topic: it takes published messages and copies each to every one of its channels.
+"""A topic: its log, and its channels, each a cursor into the log (docs/design/storage.md).
 
-Messages published while the topic has no channel, or is paused, wait in the topic's own
-backlog (memory, then disk) and flow to the channels once there are some and it is unpaused:
-that is the job of ``run``, the topic's one task (NSQ's topic messagePump). Otherwise a publish
-goes straight to the channels. The first channel gets the original message object and every
-other channel a copy, so a single-channel topic costs no copies at all; messages published as
-records (``put_records``: PUB and MPUB) are immutable and every channel gets the same ones.
+Publishing appends to the log once, whatever the number of channels, and tells each channel
+how many new messages it has. A topic with no channel holds what is published from ``hold``
+for its first channel, as NSQ's topic queue does; a paused topic holds what is published from
+``paused_at``: its channels read no further (``visible_end``) until it is unpaused.
+
+The topic's task runs its log's (disk reads, fsyncs, removing segments) and persists its
+channels' cursors: every ``--sync-timeout``, and as soon as one has ``--sync-every`` changes
+not persisted (fsynced then, with ``--sync-every=1``).
 """
 
 from __future__ import annotations
 
+import logging
+from functools import partial
 from typing import TYPE_CHECKING
 
 import trio
 from nsq_common import is_ephemeral
 
-from .backlog import Backlog, Records, WithBacklog, decode_records
-from .channel import Channel
+from .record import Records, decode_record, encode_record, encode_records
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from .diskqueue import DiskQueue
+    from .channel import Channel
+    from .clock import Clock
     from .message import QueuedMessage
+    from .topiclog import TopicLog
 
-DRAIN_BATCH = 1000
+log = logging.getLogger("nsqd")
+
+#: Where a new channel's cursor starts (``POST /channel/create?start=``).
+STARTS = ("earliest", "latest")
 
 
-class Topic(WithBacklog):
-    def __init__(self, name: str, *, mem_queue_size: int = 10000, disk: DiskQueue | None = None,
-                 clock: Callable[[], float] = trio.current_time) -> None:
+class Topic:
+    def __init__(self, name: str, log: TopicLog, *, clock: Clock, sync_every: int = 2500,
+                 sync_timeout: float = 2.0) -> None:
         self.name = name
         self.ephemeral = is_ephemeral(name)
-        self.now = clock
+        self.log = log
+        self.clock = clock
+        self.sync_every = sync_every
+        self.sync_timeout = sync_timeout
         self.channels: dict[str, Channel] = {}
-        self.backlog = Backlog(mem_queue_size, disk, self.wake)
         self.paused = False
+        self.paused_at = 0
         self.deleted = False
-        # False while nsqd asks the lookupds which channels this new topic has elsewhere.
+        # False while nsqd asks the lookupds which channels this new topic has elsewhere: what
+        # is published meanwhile is held (from ``_held_from``) for every channel they name.
         self.started = True
+        self._held_from = 0
         self.message_count = 0
         self.message_bytes = 0
         self.message_ttl = 0  # seconds; messages published without a TTL of their own get it
-        self._wake = trio.Event()
+        #: Without channels: the offset the first channel starts at (what the topic holds).
+        self.hold = log.end
+        self._persist_now = trio.Event()
+        log.needed = self.needed
+        log.on_readable = self._readable
 
-    def wake(self) -> None:
-        """Something may flow to the channels now (a new channel, an unpause, disk data)."""
-        self._wake.set()
+    # -- positions ---------------------------------------------------------------------------
+    @property
+    def visible_end(self) -> int:
+        """How far the channels may read: the log's end, or where the topic was paused (or
+        began, while it is not started)."""
+        if not self.started:
+            return self._held_from
+        return self.paused_at if self.paused else self.log.end
 
-    async def put(self, msgs: list[QueuedMessage], *, extended: bool = False) -> None:
-        """Publish: straight to the channels, or held in the backlog. ``extended``: some of
-        ``msgs`` have an expiry of their own or are jobs.
+    def hold_until_started(self) -> None:
+        """Hold what is published until ``start`` (the lookupds are asked for channels)."""
+        self.started = False
+        self._held_from = self.log.end
 
-        Raises:
-            DiskQueueError: the messages could not be stored.
-        """
-        self.message_count += len(msgs)
-        self.message_bytes += sum([len(m.body) for m in msgs])
-        if self.message_ttl:
-            ttl_ns = self.message_ttl * 1_000_000_000
-            for msg in msgs:
-                if not msg.expires:
-                    msg.expires = msg.timestamp + ttl_ns
-        if self.message_ttl or extended:
-            self.backlog.extended = True
-        if self.paused or not self.channels or not self.started:
-            await self.backlog.put(msgs)
+    def start(self) -> None:
+        if self.started:
+            return
+        self.started = True
+        held = self.visible_end - self._held_from
+        for channel in self.channels.values():
+            channel.published(held)
+
+    def needed(self) -> int:
+        """The lowest offset some channel (or the topic's hold) still needs."""
+        channels = self.channels
+        if not channels:
+            return min(self.hold, self.log.end)
+        return min(c.cursor.mark_delete for c in channels.values())
+
+    @property
+    def depth(self) -> int:
+        """Messages the topic holds (NSQ's topic depth): for its first channel, or while
+        paused."""
+        end = self.log.end
+        if not self.channels:
+            start = max(self.hold, self.log.start)
+            return max(end - start - self.log.hole_in(start, end), 0)
+        return end - self.paused_at if self.paused else 0
+
+    @property
+    def backend_depth(self) -> int:
+        if not self.channels:
+            start = max(self.hold, self.log.start)
+        elif self.paused:
+            start = self.paused_at
         else:
-            await self._fan_out(msgs)
+            return 0
+        return max(min(self.log.written_end, self.log.end) - start, 0)
 
-    async def put_records(self, records: list[bytes]) -> None:
-        """Publish new messages as their plain records (``backlog.new_records``), which
-        every channel shares; as ``put``.
+    def start_position(self, start: str | None) -> int:
+        """Where a new channel's cursor starts: ``earliest`` (everything the log still
+        holds), ``latest`` (what comes next), or, by default, as NSQ: what the topic holds
+        for its first channel, or what comes next (held back while paused)."""
+        if start == "earliest":
+            return self.log.start
+        if start == "latest":
+            return self.log.end
+        if not self.channels:
+            return max(self.hold, self.log.start)
+        return self.visible_end
+
+    # -- publishing --------------------------------------------------------------------------
+    async def put_records(self, records: Records) -> None:
+        """Publish new messages as their plain records (``record.new_records``).
 
         Raises:
             DiskQueueError: the messages could not be stored.
         """
         if self.message_ttl:  # each needs its expiry: as messages
+            from .record import decode_records
+
             await self.put(decode_records(records))
             return
-        self.message_count += len(records)
-        self.message_bytes += sum(map(len, records)) - 26 * len(records)
-        if self.paused or not self.channels or not self.started:
-            await self.backlog.put_records(records)
-        else:
-            await self._fan_out_records(records)
+        await self.log.append(records, plain=True)
+        self._published(len(records), sum(map(len, records)) - 26 * len(records))
 
-    def _channels(self) -> list[Channel]:
-        channels = list(self.channels.values())
-        if self.backlog.extended:  # the channels must look at expiries from now on
-            for channel in channels:
-                channel.backlog.extended = True
-        return channels
+    async def put(self, msgs: list[QueuedMessage]) -> None:
+        """Publish messages that need our extension (an expiry, a due time, a job's fields)
+        or are plain but made as messages.
 
-    async def _fan_out(self, msgs: list[QueuedMessage]) -> None:
-        channels = self._channels()
-        now = self.now()
-        for channel in channels[1:]:
-            await channel.put([m.copy() for m in msgs], now)
-        await channels[0].put(msgs, now)
+        Raises:
+            DiskQueueError: the messages could not be stored.
+        """
+        if self.message_ttl:
+            ttl_ns = self.message_ttl * 1_000_000_000
+            for msg in msgs:
+                if not msg.expires:
+                    msg.expires = msg.timestamp + ttl_ns
+        first = await self.log.append(encode_records(msgs),
+                                      plain=not any(m.extended for m in msgs))
+        wall = self.clock.wall_ns()
+        deferred = [(first + i, msg) for i, msg in enumerate(msgs) if msg.due > wall]
+        self._published(len(msgs), sum(len(m.body) for m in msgs), deferred)
 
-    async def _fan_out_records(self, records: list[bytes]) -> None:
-        for channel in self._channels():
-            await channel.put_records(records)
+    def _published(self, count: int, nbytes: int,
+                   deferred: list[tuple[int, QueuedMessage]] | None = None) -> None:
+        self.message_count += count
+        self.message_bytes += nbytes
+        if self.paused or not self.started:
+            return
+        for channel in self.channels.values():
+            if deferred:  # each channel its own copies (its own attempts)
+                channel.published(count, [_copy(msg, offset) for offset, msg in deferred])
+            else:
+                channel.published(count)
 
+    def _readable(self) -> None:
+        """The log read from disk what some channel asked for."""
+        for channel in self.channels.values():
+            channel.changed()
+
+    # -- channels ----------------------------------------------------------------------------
     def add_channel(self, channel: Channel) -> None:
+        if not self.channels:
+            channel.message_count += max(self.visible_end - channel.cursor.read, 0)
         self.channels[channel.name] = channel
-        self.wake()
+        channel.changed()
 
-    def _may_flow(self) -> None:
-        self.wake()
+    def remove_channel(self, name: str) -> Channel:
+        channel = self.channels.pop(name)
+        if not self.channels:
+            self.hold = self.log.end  # from now on, held for the next first channel
+        self.log.poke()
+        return channel
+
+    def pause(self) -> None:
+        if not self.paused:
+            self.paused_at = self.log.end
+            self.paused = True
+
+    def unpause(self) -> None:
+        if not self.paused:
+            return
+        held = self.log.end - self.paused_at
+        self.paused = False
+        for channel in self.channels.values():
+            channel.published(held)
 
     def empty(self) -> None:
-        """Drop what the topic holds in memory; its disk files are dropped by the caller."""
-        self.backlog.clear_memory()
-        self.backlog.ack_all()
+        """Drop what the topic holds (NSQ's topic empty): for its first channel, or
+        published while it was paused."""
+        end = self.log.end
+        if not self.channels:
+            self.hold = end
+        elif self.paused:
+            for channel in self.channels.values():
+                channel.cursor.skip(self.paused_at, end)
+            self.paused_at = end
+        self.log.poke()
+
+    # -- the task ----------------------------------------------------------------------------
+    def persist_soon(self) -> None:
+        """A cursor has ``--sync-every`` changes not persisted."""
+        self._persist_now.set()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Move held messages to the channels whenever that becomes possible."""
         async with trio.open_nursery() as nursery:
-            await nursery.start(self.backlog.run)
+            await nursery.start(self.log.run)
             task_status.started()
             while True:
-                await self._wake.wait()
-                self._wake = trio.Event()
-                while self.started and not self.paused and self.channels:
-                    taken = self.backlog.take_for_delivery(DRAIN_BATCH)
-                    if not taken:
-                        break
-                    if isinstance(taken, Records):
-                        await self._fan_out_records(taken)
-                    else:
-                        await self._fan_out(taken)
-                    self.backlog.ack_all()  # the channels hold them now
+                with trio.move_on_after(self.sync_timeout):
+                    await self._persist_now.wait()
+                self._persist_now = trio.Event()
+                await self.persist_cursors()
+
+    async def persist_cursors(self, *, in_flight: bool = False) -> None:
+        """Write every durable channel's cursor that changed (fsynced with --sync-every=1);
+        ``in_flight``: with the attempts of every message in flight (a clean shutdown)."""
+        sync = self.sync_every == 1
+        for channel in list(self.channels.values()):
+            cursor = channel.cursor
+            if cursor.journal is None or (not cursor.dirty and not in_flight):
+                continue
+            try:
+                await cursor.flush(partial(channel.cursor_state, in_flight=in_flight),
+                                   sync=sync, force=in_flight)
+            except OSError as exc:
+                log.error("TOPIC(%s): channel(%s): failed to persist its cursor - %s",
+                          self.name, channel.name, exc)
+
+
+def _copy(msg: QueuedMessage, offset: int) -> QueuedMessage:
+    """A fresh copy of a message just published, at ``offset``, for one channel."""
+    return decode_record(encode_record(msg), offset)

@@ -1,6 +1,7 @@
 """nsqlookupd's HTTP API: the routes, each a thin view over the registry.
 
-Shapes, status codes and texts are NSQ's (see ``router`` for the conventions they share).
+Shapes, status codes and texts are NSQ's; how NSQ's daemons speak HTTP (routing as Go's
+httprouter, V1 answers, errors) is ``nsq_serving``'s, shared with nsqd.
 Go's ``/debug/pprof`` routes exist so that tools probing them get an answer, but there is no Go
 runtime to profile: the index and ``cmdline`` work, the profiles answer 501.
 """
@@ -11,7 +12,17 @@ import sys
 from typing import TYPE_CHECKING
 
 from nsq_common import NSQ_VERSION, go_json, is_valid_name
-from nsq_serving import ConnectionCounts, metrics_endpoint
+from nsq_serving import (
+    V1_EMPTY,
+    ConnectionCounts,
+    HttpError,
+    Router,
+    metrics_endpoint,
+    plain_text,
+    v1_json,
+    v1_json_bytes,
+    v1_query,
+)
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -19,7 +30,6 @@ from starlette.routing import Route
 
 from .logger import Logger
 from .registry import RegistrationDB
-from .router import HTTPError, Params, Router, plain_text, v1_response
 
 if TYPE_CHECKING:
     from prometheus_client.registry import Collector
@@ -41,20 +51,20 @@ class LookupAPI:
         return plain_text("OK")
 
     async def info(self, request: Request) -> Response:
-        return v1_response({"version": NSQ_VERSION})
+        return v1_json({"version": NSQ_VERSION})
 
     async def topics(self, request: Request) -> Response:
-        return v1_response({"topics": self.db.topics()})
+        return v1_json({"topics": self.db.topics()})
 
     async def channels(self, request: Request) -> Response:
-        topic = _topic(Params.of(request))
-        return v1_response({"channels": self.db.channels(topic)})
+        topic = _topic(v1_query(request))
+        return v1_json({"channels": self.db.channels(topic)})
 
     async def lookup(self, request: Request) -> Response:
-        topic = _topic(Params.of(request))
+        topic = _topic(v1_query(request))
         found = self.db.lookup(topic)
         if found is None:
-            raise HTTPError(404, "TOPIC_NOT_FOUND")
+            raise HttpError(404, "TOPIC_NOT_FOUND")
         channels, peers = found
         # Consumers poll /lookup; its answer changes only when the registry does, so the
         # encoded body is kept by what it is made of (peers by identity: a PeerInfo is fixed
@@ -66,7 +76,7 @@ class LookupAPI:
                 self._answers.clear()
             body = go_json({"channels": channels, "producers": [p.to_json() for p in peers]})
             self._answers[key] = body
-        return v1_response(body, json=True)
+        return v1_json_bytes(body)
 
     def _collector(self) -> Collector:
         from .metrics import LookupdCollector  # deferred to the first scrape: see its module
@@ -76,51 +86,51 @@ class LookupAPI:
     async def nodes(self, request: Request) -> Response:
         producers = [peer.to_json() | {"tombstones": tombstones, "topics": topics}
                      for peer, topics, tombstones in self.db.nodes()]
-        return v1_response({"producers": producers})
+        return v1_json({"producers": producers})
 
     async def debug(self, request: Request) -> Response:
-        return v1_response(self.db.debug())
+        return v1_json(self.db.debug())
 
     async def create_topic(self, request: Request) -> Response:
-        topic = _topic(Params.of(request))
+        topic = _topic(v1_query(request))
         if not is_valid_name(topic):
-            raise HTTPError(400, "INVALID_ARG_TOPIC")
+            raise HttpError(400, "INVALID_ARG_TOPIC")
         self.log.info(f"DB: adding topic({topic})")
         self.db.create_topic(topic)
-        return v1_response()
+        return V1_EMPTY
 
     async def delete_topic(self, request: Request) -> Response:
-        topic = _topic(Params.of(request))
+        topic = _topic(v1_query(request))
         for reg in self.db.delete_topic(topic):
             if reg.category == "channel":
                 self.log.info(f"DB: removing channel({reg.subkey}) from topic({topic})")
             else:
                 self.log.info(f"DB: removing topic({topic})")
-        return v1_response()
+        return V1_EMPTY
 
     async def create_channel(self, request: Request) -> Response:
-        topic, channel = _topic_channel(Params.of(request))
+        topic, channel = _topic_channel(v1_query(request))
         self.log.info(f"DB: adding channel({channel}) in topic({topic})")
         self.log.info(f"DB: adding topic({topic})")
         self.db.create_channel(topic, channel)
-        return v1_response()
+        return V1_EMPTY
 
     async def delete_channel(self, request: Request) -> Response:
-        topic, channel = _topic_channel(Params.of(request))
+        topic, channel = _topic_channel(v1_query(request))
         if not self.db.delete_channel(topic, channel):
-            raise HTTPError(404, "CHANNEL_NOT_FOUND")
+            raise HttpError(404, "CHANNEL_NOT_FOUND")
         self.log.info(f"DB: removing channel({channel}) from topic({topic})")
-        return v1_response()
+        return V1_EMPTY
 
     async def tombstone(self, request: Request) -> Response:
-        params = Params.of(request)
+        params = v1_query(request)
         topic = _topic(params)
         node = params.get("node")
         if node is None:
-            raise HTTPError(400, "MISSING_ARG_NODE")
+            raise HttpError(400, "MISSING_ARG_NODE")
         self.log.info(f"DB: setting tombstone for producer@{node} of topic({topic})")
         self.db.tombstone_topic_producer(topic, node)
-        return v1_response()
+        return V1_EMPTY
 
     async def pprof_index(self, request: Request) -> Response:
         rows = "".join(f'<a href="{name}?debug=1">{name}</a><br>\n' for name in _PROFILES)
@@ -134,30 +144,30 @@ class LookupAPI:
         return plain_text("profiling is not available in this implementation\n", 501)
 
 
-def _topic(params: Params) -> str:
+def _topic(params: dict[str, str]) -> str:
     topic = params.get("topic")
     if topic is None:
-        raise HTTPError(400, "MISSING_ARG_TOPIC")
+        raise HttpError(400, "MISSING_ARG_TOPIC")
     return topic
 
 
-def _topic_channel(params: Params) -> tuple[str, str]:
+def _topic_channel(params: dict[str, str]) -> tuple[str, str]:
     """NSQ's GetTopicChannelArgs: both present and valid, checked in this order."""
     topic = _topic(params)
     if not is_valid_name(topic):
-        raise HTTPError(400, "INVALID_ARG_TOPIC")
+        raise HttpError(400, "INVALID_ARG_TOPIC")
     channel = params.get("channel")
     if channel is None:
-        raise HTTPError(400, "MISSING_ARG_CHANNEL")
+        raise HttpError(400, "MISSING_ARG_CHANNEL")
     if not is_valid_name(channel):
-        raise HTTPError(400, "INVALID_ARG_CHANNEL")
+        raise HttpError(400, "INVALID_ARG_CHANNEL")
     return topic, channel
 
 
 def create_router(db: RegistrationDB, log: Logger, tcp_counts: ConnectionCounts | None = None,
                   http_counts: ConnectionCounts | None = None) -> Router:
     api = LookupAPI(db, log, tcp_counts, http_counts)
-    router = Router(log)
+    router = Router(access_log=log.info, error_log=lambda line, exc: log.error(line))
     for path, handler in (("/ping", api.ping), ("/info", api.info), ("/debug", api.debug),
                           ("/lookup", api.lookup), ("/topics", api.topics),
                           ("/channels", api.channels), ("/nodes", api.nodes)):
@@ -179,12 +189,12 @@ def create_router(db: RegistrationDB, log: Logger, tcp_counts: ConnectionCounts 
 
 def create_app(db: RegistrationDB, log: Logger, tcp_counts: ConnectionCounts | None = None,
                http_counts: ConnectionCounts | None = None) -> Starlette:
-    """The ASGI app: Starlette for the ASGI plumbing (lifespan), our router for every path.
+    """The ASGI app: Starlette for the ASGI plumbing (lifespan), the router for every path.
 
-    ``app.state.endpoints`` has the router's routes for a server to call directly (the same
+    ``app.state.endpoints`` is the router, for a server to call its routes directly (the same
     handlers, errors and log lines as through the app). ``/metrics`` reports the connection
     counts given (the servers keep them)."""
     router = create_router(db, log, tcp_counts, http_counts)
     app = Starlette(routes=[Route("/{path:path}", endpoint=router)])
-    app.state.endpoints = router.endpoints()
+    app.state.endpoints = router
     return app

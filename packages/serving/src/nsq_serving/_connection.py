@@ -11,11 +11,26 @@ After an answer the connection stays open unless the client or the app asked oth
 request was HTTP/1.0, or the app answered without reading the whole body; then the server
 stops sending and drains what the client still sends for a moment before closing, so that
 the client reads the answer instead of a reset.
+
+Against slow and malformed clients (each as Go's net/http answers where it has an answer):
+
+- time: a request's head must arrive within ``request_timeout`` of its first byte, and its body
+  within ``request_timeout`` of the app's first read; else 408 and the connection closes. The
+  server's sweeper checks the deadlines (``reading_until``); nothing is timed per read, so a
+  client trickling one byte at a time gains nothing. A handler's own work is never timed.
+- size: a head over 1 MiB or with more than ``MAX_HEADERS`` header lines is a 431;
+- framing: two ``Host`` headers are a 400; a ``Transfer-Encoding`` other than ``chunked`` is
+  Go's 501 ``Unsupported transfer encoding``; a body that cannot be parsed reaches the app as
+  ``http.disconnect`` (its answer is the app's: ``read_body``), then the connection closes;
+- the client going away: once a request's body is read, ``receive`` waits for the peer to
+  close and answers ``http.disconnect`` (as uvicorn does), keeping any pipelined bytes for the
+  next request; ``client_gone`` asks the socket without waiting.
 """
 
 from __future__ import annotations
 
 import logging
+import select
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -26,7 +41,7 @@ import trio
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ._direct import Endpoints, error_response
+from ._direct import Endpoints, answer_error
 from ._heads import CONTINUE, DateHeader, plain_answer, status_line
 from ._transport import Transport
 
@@ -34,6 +49,11 @@ log = logging.getLogger("nsq_serving")
 
 #: Largest request line plus headers; more is answered with 431 (Go's net/http allows 1 MiB).
 MAX_HEAD_BYTES = 1 << 20
+#: Most header lines in a request; more is answered with 431 (Apache's LimitRequestFields).
+MAX_HEADERS = 100
+#: Seconds for a request's head from its first byte, and for its body from the app's first
+#: read (Go's ReadHeaderTimeout and ReadTimeout, which NSQ leaves unset).
+REQUEST_TIMEOUT = 60.0
 #: How long a closing connection still reads (and drops) what the client sends.
 LINGER_SECONDS = 2.0
 LINGER_BYTES = 1 << 20
@@ -41,6 +61,9 @@ LINGER_BYTES = 1 << 20
 _BAD_REQUEST = plain_answer(400, b"400 Bad Request")
 _NO_HOST = plain_answer(400, b"400 Bad Request: missing required Host header")
 _HEAD_TOO_LARGE = plain_answer(431, b"431 Request Header Fields Too Large")
+_UNSUPPORTED_TE = plain_answer(501, b"Unsupported transfer encoding")
+_TIMED_OUT = plain_answer(408, b"408 Request Timeout")
+_HUNG_UP = select.POLLHUP | select.POLLERR | select.POLLNVAL | getattr(select, "POLLRDHUP", 0)
 _INTERNAL_ERROR = plain_answer(500, b"Internal Server Error")
 _ASGI = {"version": "3.0", "spec_version": "2.3"}
 _DATE = DateHeader()
@@ -51,10 +74,16 @@ _METHODS = {name.encode(): name for name in ("GET", "HEAD", "POST", "PUT", "DELE
 class _Request:
     """One request as it is parsed: head first, then the body, chunk by chunk."""
 
-    __slots__ = ("body", "body_done", "complete", "disconnected", "expect_continue", "has_host",
-                 "head_done", "headers", "http_version", "keep_alive", "method", "url")
+    __slots__ = ("body", "body_done", "body_until", "complete", "connection", "disconnected",
+                 "expect_continue", "has_host", "has_te", "head_done", "headers", "http_version",
+                 "keep_alive", "method", "refusal", "started", "url")
 
-    def __init__(self) -> None:
+    def __init__(self, connection: Connection, started: float) -> None:
+        self.connection = connection
+        self.started = started  # when its first byte arrived
+        self.body_until: float | None = None  # the body's deadline, from the app's first read
+        self.refusal = b""  # the answer instead of the app's (a head Go's net/http refuses)
+        self.has_te = False
         self.url = b""
         self.headers: list[tuple[bytes, bytes]] = []
         self.method = ""
@@ -67,6 +96,13 @@ class _Request:
         self.complete = False  # the parser has seen the end of the body
         self.body_done = False  # the app has been given the end of the body
         self.disconnected = False
+
+    def gone(self) -> bool:
+        """Whether the client has closed its side (or the connection broke), asked of the
+        socket without reading from it."""
+        if not self.disconnected and self.connection.hung_up():
+            self.disconnected = True
+        return self.disconnected
 
 
 class _Response:
@@ -85,12 +121,18 @@ class Connection:
     """The HTTP/1.1 protocol over one byte stream (plain TCP or TLS)."""
 
     def __init__(self, transport: Transport, app: Any, endpoints: Endpoints, *,
-                 scheme: str, server: tuple[str, int] | None, client: tuple[str, int] | None
+                 scheme: str, server: tuple[str, int] | None, client: tuple[str, int] | None,
+                 keep_alive_timeout: float = 75.0, request_timeout: float = REQUEST_TIMEOUT
                  ) -> None:
         self.transport = transport
-        # Set while waiting for a request's head; the server's sweeper cancels ``idle`` when
-        # it has been waiting longer than the keep-alive timeout (no timer per request).
-        self.waiting_since: float | None = None
+        self.keep_alive_timeout = keep_alive_timeout
+        self.request_timeout = request_timeout
+        # Set while waiting for the client's bytes: the time by which they must come. The
+        # server's sweeper calls ``expire`` past it (no timer per request or per read).
+        self.reading_until: float | None = None
+        self.idle_since = trio.current_time()  # since the last answer (or the connection)
+        self.in_request = False  # the bytes awaited are a request's (a 408 if they are late)
+        self.timed_out = False
         self.idle = trio.CancelScope()
         self.app = app
         self.endpoints = endpoints
@@ -99,26 +141,39 @@ class Connection:
         self.client = client
         self.parser = httptools.HttpRequestParser(self)
         self.requests: deque[_Request] = deque()  # parsed, not yet answered; [0] is current
-        self.parsing = _Request()
+        self.parsing = _Request(self, 0.0)
         self.broken = b""  # the answer to a request that could not be parsed
         self.response = _Response()
         self.out: list[bytes] = []  # answers not yet written (pipelined requests)
 
     # -- httptools callbacks ---------------------------------------------------------------
     def on_message_begin(self) -> None:
-        self.parsing = _Request()
+        self.parsing = _Request(self, trio.current_time())
         self.requests.append(self.parsing)
 
     def on_url(self, url: bytes) -> None:
         self.parsing.url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        request = self.parsing
+        if len(request.headers) >= MAX_HEADERS:
+            request.refusal = request.refusal or _HEAD_TOO_LARGE
+            return
         name = name.lower()
-        self.parsing.headers.append((name, value))
+        request.headers.append((name, value))
         if name == b"host":
-            self.parsing.has_host = True
+            if request.has_host:  # Go's net/http: "too many Host headers"
+                request.refusal = request.refusal or _BAD_REQUEST
+            request.has_host = True
         elif name == b"expect" and value.lower() == b"100-continue":
-            self.parsing.expect_continue = True
+            request.expect_continue = True
+        elif name == b"transfer-encoding":
+            # Go's net/http knows one coding (a second header is a 400, another coding a 501)
+            if request.has_te:
+                request.refusal = request.refusal or _BAD_REQUEST
+            elif value.strip().lower() != b"chunked":
+                request.refusal = request.refusal or _UNSUPPORTED_TE
+            request.has_te = True
 
     def on_headers_complete(self) -> None:
         request = self.parsing
@@ -140,10 +195,26 @@ class Connection:
         try:
             with self.idle:
                 await self._serve()
+            if self.timed_out and self.in_request:
+                with trio.CancelScope(shield=True, deadline=trio.current_time() + LINGER_SECONDS):
+                    await self._write(_TIMED_OUT)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
         finally:
             await self.transport.aclose()
+
+    def expire(self) -> None:
+        """The client is late (the server's sweeper saw ``reading_until`` pass): stop, with a
+        408 if it was sending a request."""
+        self.timed_out = True
+        self.idle.cancel()
+
+    def hung_up(self) -> bool:
+        """Whether the peer has closed (or reset) the connection, without reading from it."""
+        poller = select.poll()
+        poller.register(self.transport.fd, select.POLLIN | _HUNG_UP)
+        events = poller.poll(0)
+        return bool(events and events[0][1] & _HUNG_UP)
 
     async def _serve(self) -> None:
         while True:
@@ -155,6 +226,7 @@ class Connection:
                 await self._linger()
                 return
             self.requests.popleft()
+            self.idle_since = trio.current_time()
 
     async def _next_request(self) -> _Request | None:
         """The next request whose head is parsed, reading as needed; None when the connection
@@ -167,9 +239,14 @@ class Connection:
                 return None
             if self.out and not self.requests:
                 await self._flush()
-            self.waiting_since = trio.current_time()
+            if self.requests:  # a head has begun: it has its deadline
+                self.in_request = True
+                self.reading_until = self.requests[0].started + self.request_timeout
+            else:
+                self.in_request = False
+                self.reading_until = self.idle_since + self.keep_alive_timeout
             data = await self.transport.receive()
-            self.waiting_since = None
+            self.reading_until = None
             if not data:
                 await self._flush()
                 return None
@@ -198,13 +275,15 @@ class Connection:
 
     async def _answer(self, request: _Request) -> bool:
         """Answer ``request``; whether the connection can carry another."""
+        if request.refusal:
+            await self._write(request.refusal)
+            return False
         if not request.has_host and request.http_version == "1.1":
             await self._write(_NO_HOST)  # HTTP/1.1 requires it; Go's net/http refuses too
             return False
         path, _, query = request.url.partition(b"?")
-        if not path.startswith(b"/"):  # absolute form, as proxies send it
-            parsed = httptools.parse_url(request.url)
-            path, query = parsed.path or b"/", parsed.query or b""
+        if not path.startswith(b"/"):
+            path, query = _target(request.url)
         text_path = path.decode("latin-1")
         scope: dict[str, Any] = {
             "type": "http", "asgi": _ASGI, "http_version": request.http_version,
@@ -212,6 +291,7 @@ class Connection:
             "path": unquote(text_path) if "%" in text_path else text_path,
             "raw_path": path, "query_string": query, "root_path": "",
             "headers": request.headers, "client": self.client, "server": self.server,
+            "nsq_serving.request": request,
         }
         receive = self._receiver(request)
         methods = self.endpoints.get(scope["path"])
@@ -238,11 +318,13 @@ class Connection:
 
     async def _call_endpoint(self, endpoint: Callable[[Request], Any], scope: dict[str, Any],
                              receive: Callable[[], Any], request: _Request) -> None:
-        starlette_request = Request(scope, receive)
         try:
-            response = await endpoint(starlette_request)
+            response = await endpoint(Request(scope, receive))
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            raise
         except Exception as exc:
-            response = await error_response(self.app, starlette_request, exc)
+            await answer_error(self.app, scope, receive, self._sender(request), exc)
+            return
         if type(response).__call__ is not Response.__call__ or response.background is not None:
             await response(scope, receive, self._sender(request))
             return
@@ -264,17 +346,42 @@ class Connection:
                     if not request.body_done:
                         request.body_done = True
                         return {"type": "http.request", "body": b"", "more_body": False}
-                    await trio.sleep_forever()  # nothing more will come but a disconnect
+                    await self._watch(request)
+                    continue
                 if request.expect_continue:
                     request.expect_continue = False
                     if not self.response.started:
                         await self.transport.send_all(CONTINUE)
-                data = await self.transport.receive()
+                if request.body_until is None:
+                    request.body_until = trio.current_time() + self.request_timeout
+                self.in_request = True
+                self.reading_until = request.body_until
+                try:
+                    data = await self.transport.receive()
+                except trio.BrokenResourceError:
+                    data = b""
+                finally:
+                    self.reading_until = None
                 if not data:
                     request.disconnected = True
                 else:
                     self._feed(data)
         return receive
+
+    async def _watch(self, request: _Request) -> None:
+        """Wait for the client to go away once ``request`` is read whole: what it sends
+        meanwhile is parsed for the requests after it, up to the next whole head (the rest
+        waits in the socket)."""
+        if any(later.head_done for later in self.requests if later is not request):
+            await trio.sleep_forever()
+        try:
+            data = await self.transport.receive()
+        except trio.BrokenResourceError:
+            data = b""
+        if not data:
+            request.disconnected = True
+        else:
+            self._feed(data)
 
     # -- the answer --------------------------------------------------------------------------
     def _sender(self, request: _Request) -> Callable[[dict[str, Any]], Any]:
@@ -319,7 +426,7 @@ class Connection:
             lowered = name.lower()
             if lowered == b"content-length":
                 has_length = True
-            elif lowered == b"connection" and value.lower() == b"close":
+            elif lowered == b"connection" and _has_close(value):
                 response.close = True
             elif lowered == b"transfer-encoding":
                 response.chunked = True
@@ -376,3 +483,22 @@ class Connection:
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
 
+
+
+def _has_close(value: bytes) -> bool:
+    """Whether a ``Connection`` header's token list has ``close`` (any case)."""
+    lowered = value.lower()
+    return lowered == b"close" or b"close" in (token.strip() for token in lowered.split(b","))
+
+
+def _target(url: bytes) -> tuple[bytes, bytes]:
+    """Path and query of a request target that is not a path: the absolute form proxies send
+    (its path), else the target as it is (``*``, a CONNECT's ``host:port``), which no route
+    has."""
+    try:
+        parsed = httptools.parse_url(url)
+    except httptools.HttpParserInvalidURLError:
+        return url, b""
+    if parsed.schema is None:
+        return url, b""
+    return parsed.path or b"/", parsed.query or b""

@@ -5,7 +5,8 @@ Task tree::
     serve_http
     ├── lifespan: the app's startup and shutdown (shielded: it ends when the server has
     │   stopped taking requests, not when the cancellation arrives)
-    ├── sweep_idle: closes connections idle past the keep-alive timeout
+    ├── sweep_late: closes connections idle past the keep-alive timeout, and those whose
+    │   client sends a request slower than the request timeout (408)
     └── one task per listener ── one task per connection (Connection.serve)
 """
 
@@ -20,7 +21,7 @@ from typing import Any
 
 import trio
 
-from ._connection import Connection
+from ._connection import REQUEST_TIMEOUT, Connection
 from ._direct import Endpoints, direct_endpoints
 from ._lifespan import Lifespan
 from ._transport import SocketTransport, StreamTransport, Transport
@@ -29,6 +30,7 @@ log = logging.getLogger("nsq_serving")
 
 #: Go's net/http keeps an idle connection until the client closes it; NSQ's Go daemons set
 #: no idle timeout. A bound is kept so that forgotten connections do not pile up.
+#: (``REQUEST_TIMEOUT`` bounds a request being sent: see ``_connection``.)
 KEEP_ALIVE_TIMEOUT = 75.0
 
 
@@ -48,6 +50,7 @@ async def serve_http(app: Any, sockets: Sequence[socket.socket] = (), *,
                      ssl_context: ssl.SSLContext | None = None,
                      endpoints: Endpoints | None = None,
                      keep_alive_timeout: float = KEEP_ALIVE_TIMEOUT,
+                     request_timeout: float = REQUEST_TIMEOUT,
                      counts: ConnectionCounts | None = None,
                      task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     """Serve ``app`` on listening ``sockets`` (HTTP) and ``tls_sockets`` (HTTPS with
@@ -56,7 +59,10 @@ async def serve_http(app: Any, sockets: Sequence[socket.socket] = (), *,
 
     Args:
         endpoints: routes called directly (see ``direct_endpoints``); by default those of
-            ``app`` when it is a plain Starlette app.
+            ``app`` when it is a ``Router`` or a plain Starlette app.
+        keep_alive_timeout: seconds a connection may wait for its next request.
+        request_timeout: seconds for a request's head from its first byte, and for its body
+            from the app's first read; a client slower than that gets 408 and is closed.
         counts: kept up to date with the connections accepted and open.
 
     Raises:
@@ -92,7 +98,8 @@ async def serve_http(app: Any, sockets: Sequence[socket.socket] = (), *,
             assert ssl_context is not None
             transport = StreamTransport(trio.SSLStream(stream, ssl_context, server_side=True,
                                                        https_compatible=True))
-        conn = Connection(transport, app, table, scheme=scheme, server=server, client=client)
+        conn = Connection(transport, app, table, scheme=scheme, server=server, client=client,
+                          keep_alive_timeout=keep_alive_timeout, request_timeout=request_timeout)
         connections.add(conn)
         try:
             await conn.serve()
@@ -101,18 +108,20 @@ async def serve_http(app: Any, sockets: Sequence[socket.socket] = (), *,
         finally:
             connections.discard(conn)
 
-    async def sweep_idle() -> None:
-        """Close connections that have waited for a request longer than the timeout."""
+    async def sweep_late() -> None:
+        """Close connections whose client is late: idle past the keep-alive timeout, or
+        sending a request slower than the request timeout (each connection keeps its
+        deadline; one sweep over them all every eighth of the shorter timeout)."""
         while True:
-            await trio.sleep(keep_alive_timeout / 8)
-            too_old = trio.current_time() - keep_alive_timeout
+            await trio.sleep(min(keep_alive_timeout, request_timeout) / 8)
+            now = trio.current_time()
             for conn in connections:
-                if conn.waiting_since is not None and conn.waiting_since < too_old:
-                    conn.idle.cancel()
+                if conn.reading_until is not None and conn.reading_until < now:
+                    conn.expire()
 
     connections: set[Connection] = set()
     async with Lifespan(app), trio.open_nursery() as nursery:
-        nursery.start_soon(sweep_idle)
+        nursery.start_soon(sweep_late)
         for listener, scheme in listeners:
             nursery.start_soon(partial(trio.serve_listeners, partial(connection, scheme),
                                        [listener], handler_nursery=nursery))

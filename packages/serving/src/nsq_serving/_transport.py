@@ -58,10 +58,11 @@ class SocketTransport:
 
 
 class StreamTransport:
-    __slots__ = ("stream",)
+    __slots__ = ("fd", "stream")
 
-    def __init__(self, stream: trio.abc.Stream) -> None:
+    def __init__(self, stream: trio.SSLStream[trio.SocketStream]) -> None:
         self.stream = stream
+        self.fd = stream.transport_stream.socket.fileno()  # the TCP socket under it
 
     async def receive(self) -> bytes | bytearray:
         return await self.stream.receive_some(RECEIVE_SIZE)

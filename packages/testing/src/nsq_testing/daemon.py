@@ -101,6 +101,8 @@ def running_daemons() -> set[Daemon]:
 
 
 def _executable(name: str) -> str:
+    if os.sep in name:  # a path: that program
+        return name
     candidate = Path(sys.executable).with_name(name)
     return str(candidate) if candidate.exists() else name
 

@@ -30,7 +30,7 @@ async def serve_lmstfy(broker: Broker, state: State, data_sock: socket.socket | 
         if data_sock is not None:
             app = build_data_app(queues, state, throttle)
             await nursery.start(lambda task_status: serve_http(
-                app, [data_sock], endpoints=app.state.endpoints, task_status=task_status))
+                app, [data_sock], task_status=task_status))
         if admin_sock is not None:
             await nursery.start(lambda task_status: serve_http(
                 build_admin_app(queues, state, throttle, accounts), [admin_sock],

@@ -1,4 +1,6 @@
-"""lmstfy's admin API: tokens, rate limits, the queue list, version and metrics.
+"""lmstfy's admin API: tokens, rate limits, the queue list, version and metrics; and (beyond
+lmstfy) ``/peek/:namespace/:queue``, the jobs of a queue for nsqadmin's Jobs pages, and
+``/openapi.json``, the description of both lmstfy APIs (``openapi``).
 
 Basic auth (``--lmstfy-admin-account user:password``) guards what lmstfy guards when accounts
 are configured: the token and limit routes and ``POST /accesslog``.
@@ -10,27 +12,28 @@ import base64
 import binascii
 import hmac
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 from urllib.parse import parse_qsl
 
 from nsq_common import NSQ_VERSION
+from nsq_serving import HttpError, Router
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector, CollectorRegistry
-from starlette.applications import Starlette
-from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
-from starlette.routing import Route
+from starlette.responses import Response
 
-from . import ids, names
-from .api import Refusal, answer, query_params, refuse
-from .queues import JobQueues
+from ..message import Job, QueuedMessage
+from . import ids, names, openapi
+from .api import answer, gin_conventions, log_bug, query_params, refuse, translate
+from .limiter_json import decode_limiter
+from .queues import JobQueues, job_json
 from .state import Limit, State
 from .throttle import Throttle
 
 MIN_USER_TOKEN = 20
+PEEK_DEFAULT, PEEK_MOST = 10, 100  # jobs of each kind /peek shows
 
 
 class Admin:
@@ -55,7 +58,7 @@ class Admin:
         known = self.accounts.get(user)
         if scheme.lower() != "basic" or known is None or not hmac.compare_digest(
                 known.encode(), password.encode()):
-            raise Refusal(401, None)
+            raise HttpError(401, headers={"WWW-Authenticate": 'Basic realm="Authorization Required"'})
 
     # -- tokens ------------------------------------------------------------------------------
     async def tokens(self, request: Request) -> Response:
@@ -125,14 +128,9 @@ class Admin:
                 self.throttle.forget(namespace, token)
                 await self.state.save()
             return answer(200, {"msg": "success"})
-        try:
-            raw = json.loads(await request.body())
-            limit = Limit(int(raw.get("read", 0)), int(raw.get("write", 0)),
-                          int(raw.get("interval", 0)))
-        except (ValueError, TypeError, AttributeError) as exc:
-            raise Refusal(400, {"error": {"message": str(exc)}}) from None
+        limit = Limit(*decode_limiter(await request.body()))
         if limit.read == 0 and limit.write == 0:
-            raise Refusal(400, {"limiter": limit.to_json()})
+            raise HttpError(400, body={"limiter": limit.to_json()})
         if limit.interval == 0:
             raise refuse(400, "interval should be > 0")
         if limit.interval < 0:
@@ -150,6 +148,42 @@ class Admin:
         self._authorized(request)
         return answer(200, [{"namespace": ns, "token": token, "limiter": limit.to_json()}
                             for (ns, token), limit in self.state.limits.items()])
+
+    # -- a look at a queue's jobs (beyond lmstfy: nsqadmin's Jobs pages) --------------------
+    async def peek(self, request: Request) -> Response:
+        """``GET /peek/:namespace/:queue?count=``: up to ``count`` (10; 1 to 100) jobs ready,
+        delayed and dead, each as the data API's peek answers a job (plus its ``delay``),
+        taken by no one and changing nothing. Guarded as the token routes are: it shows job
+        data, which the data API shows only for a token."""
+        self._authorized(request)
+        namespace, queue = request.path_params["namespace"], request.path_params["queue"]
+        problem = names.name_error(namespace, queue)
+        if problem:
+            raise refuse(400, problem)
+        text = query_params(request).get("count", str(PEEK_DEFAULT))
+        if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= PEEK_MOST:
+            raise refuse(400, "invalid count")
+        count = int(text)
+        ready: list[QueuedMessage] = []
+        delayed: list[QueuedMessage] = []
+        dead: list[QueuedMessage] = []
+        clock = self.queues.broker.clock
+        now_ns = clock.wall_ns()
+        channel = self.queues.channel(namespace, queue)
+        if channel is not None:
+            ready = channel.peek(count, clock.now())
+            delayed = sorted((m for m in channel.deferred if m.due > now_ns),
+                             key=lambda m: m.due)[:count]  # (delayed jobs wait there)
+            if channel.dead_letter_count:
+                dead = channel.dead_letters.peek(count)
+
+        def jobs(msgs: Sequence[QueuedMessage], *, is_dead: bool = False
+                 ) -> list[dict[str, object]]:
+            return [{**job_json(namespace, queue, m, now_ns, dead=is_dead),
+                     "delay": m.delay if isinstance(m, Job) else 0} for m in msgs]
+
+        return answer(200, {"namespace": namespace, "queue": queue, "ready": jobs(ready),
+                            "delayed": jobs(delayed), "deadletter": jobs(dead, is_dead=True)})
 
     # -- the rest ----------------------------------------------------------------------------
     async def info(self, request: Request) -> Response:
@@ -217,29 +251,30 @@ class _JobCollector(Collector):
 
 
 def build_admin_app(queues: JobQueues, state: State, throttle: Throttle,
-                    accounts: dict[str, str]) -> Starlette:
+                    accounts: dict[str, str]) -> Router:
+    """lmstfy's admin API as a ``Router`` (gin's conventions; an unknown route is gin's
+    plain ``404 page not found``, with lmstfy's ``X-Request-ID`` as every answer)."""
     admin = Admin(queues, state, throttle, accounts)
+    router = Router(gin_conventions(HttpError(404, body=b"404 page not found")),
+                    error_log=log_bug, translate=translate)
+    description = json.dumps(openapi.document()).encode()
 
-    async def refused(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, Refusal)
-        if exc.status == 401 and exc.body is None:
-            response = answer(401)
-            response.headers["WWW-Authenticate"] = 'Basic realm="Authorization Required"'
-            return response
-        return answer(exc.status, exc.body)
+    async def openapi_json(request: Request) -> Response:
+        return Response(description, 200, media_type="application/json")
 
-    async def not_found(request: Request, exc: Exception) -> Response:
-        return PlainTextResponse("404 page not found", 404)
-
-    return Starlette(routes=[
-        Route("/info", admin.info, methods=["GET"]),
-        Route("/version", admin.version, methods=["GET"]),
-        Route("/metrics", admin.metrics, methods=["GET"]),
-        Route("/pools", admin.pools, methods=["GET"]),
-        Route("/limits", admin.limits, methods=["GET"]),
-        Route("/accesslog", admin.access_log_state, methods=["GET", "POST"]),
-        Route("/token/{namespace}", admin.tokens, methods=["GET", "POST"]),
-        Route("/token/{namespace}/{token}", admin.delete_token, methods=["DELETE"]),
-        Route("/token/{namespace}/{token}/limit", admin.limit,
-              methods=["GET", "POST", "PUT", "DELETE"]),
-    ], exception_handlers={Refusal: refused, HTTPException: not_found})
+    for method, path, endpoint in (
+        ("GET", "/openapi.json", openapi_json),
+        ("GET", "/info", admin.info), ("GET", "/version", admin.version),
+        ("GET", "/metrics", admin.metrics), ("GET", "/pools", admin.pools),
+        ("GET", "/limits", admin.limits), ("GET", "/peek/:namespace/:queue", admin.peek),
+        ("GET", "/accesslog", admin.access_log_state),
+        ("POST", "/accesslog", admin.access_log_state),
+        ("GET", "/token/:namespace", admin.tokens), ("POST", "/token/:namespace", admin.tokens),
+        ("DELETE", "/token/:namespace/:token", admin.delete_token),
+        ("GET", "/token/:namespace/:token/limit", admin.limit),
+        ("POST", "/token/:namespace/:token/limit", admin.limit),
+        ("PUT", "/token/:namespace/:token/limit", admin.limit),
+        ("DELETE", "/token/:namespace/:token/limit", admin.limit),
+    ):
+        router.add(method, path, endpoint, logged=False)
+    return router

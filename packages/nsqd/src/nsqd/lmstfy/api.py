@@ -1,25 +1,27 @@
-"""lmstfy's data API (``/api/...``) as a Starlette app, answered as lmstfy answers: its
-status codes, its error texts and JSON keys (sorted, as gin writes a map), and a fresh
-``X-Request-ID`` on every answer.
+"""lmstfy's data API (``/api/...``), answered as lmstfy answers: its status codes, its error
+texts and JSON keys (sorted, as gin writes a map), and a fresh ``X-Request-ID`` on every answer
+but a redirect.
 
-Routes have names and queues in their paths, so ``Routes`` resolves a path to its endpoints
-for nsq_serving to call directly, and each endpoint reads its names from the path itself
-(``_parts``); the Starlette routes below are the same endpoints for any other ASGI server.
+The routes are lmstfy's, on nsq_serving's ``Router`` with gin's conventions (``GIN``): a
+``:name`` may be empty (``PUT /api//q`` is lmstfy's 400 on the namespace), a trailing slash
+redirects (301 for GET, 307 otherwise, ``Location`` the path), a method a path does not have is
+a 404, like an unknown path: ``{"error":"api not found"}``. Every refusal is an ``HttpError``
+(``refuse``), answered in lmstfy's JSON; a bug is a 500 ``{"error":"internal error"}``, never
+plain text.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qsl
 
 import trio
-from starlette.applications import Starlette
-from starlette.exceptions import HTTPException
+from nsq_serving import Conventions, HttpError, Router, client_gone, read_body, while_connected
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from ..errors import Exiting, StoreFailed
 from . import ids, names
@@ -37,17 +39,47 @@ DEFAULT_TTL, DEFAULT_TTR = 86400, 120
 UINT32, UINT16 = (1 << 32) - 1, (1 << 16) - 1
 
 
-class Refusal(Exception):
-    """An answer other than success: ``status`` and its JSON body (``None``: no body)."""
-
-    def __init__(self, status: int, body: dict[str, Any] | None) -> None:
-        super().__init__(status)
-        self.status = status
-        self.body = body
+log = logging.getLogger("nsqd")
 
 
-def refuse(status: int, text: str) -> Refusal:
-    return Refusal(status, {"error": text})
+def refuse(status: int, text: str) -> HttpError:
+    """lmstfy's usual refusal: ``{"error": text}`` with ``status``."""
+    return HttpError(status, text)
+
+
+def error_answer(exc: HttpError) -> Response:
+    """An ``HttpError`` in lmstfy's JSON: its ``body``, else ``{"error": text}``, else none;
+    a ``body`` of bytes goes as it is, as text (gin's answers written without a type)."""
+    if isinstance(exc.body, bytes):
+        response = Response(exc.body, exc.status, media_type="text/plain; charset=utf-8",
+                            headers={"X-Request-ID": ids.encode_ulid(ids.new_ulid())})
+    else:
+        body = exc.body if exc.body is not None else ({"error": exc.text} if exc.text else None)
+        response = answer(exc.status, body)
+    if exc.headers:
+        response.headers.update(exc.headers)
+    return response
+
+
+def translate(exc: Exception) -> HttpError | None:
+    """nsqd's errors as lmstfy answers them (``nsqd.errors``); None for a bug."""
+    if isinstance(exc, Exiting):
+        return HttpError(503, "exiting")
+    if isinstance(exc, StoreFailed):
+        return HttpError(500, "internal error")
+    return None
+
+
+def log_bug(line: str, exc: BaseException) -> None:
+    log.error("lmstfy: %s", line, exc_info=exc)
+
+
+def gin_conventions(not_found: HttpError) -> Conventions:
+    """gin 1.6's defaults, as lmstfy runs it: no 405 (a 404), no OPTIONS, no fixed-path
+    redirects, empty ``:name`` segments taken."""
+    return Conventions(error=error_answer, not_found=not_found, method_not_allowed=None,
+                       internal_error=HttpError(500, "internal error"), options=False,
+                       fixed_path=False, empty_params=True)
 
 
 def answer(status: int, body: Any = None, *, indent: bool = False) -> Response:
@@ -86,12 +118,6 @@ def query_params(request: Request) -> dict[str, str]:
     return out
 
 
-def _parts(request: Request) -> list[str]:
-    """The path's segments after ``/api``: namespace, queue, then the rest."""
-    path: str = request.scope["path"]
-    return path.split("/")[2:]
-
-
 def _attributes(request: Request) -> bytes | None:
     """A version 1 job's attributes from ``Job-Attr-*`` headers (None: a version 0 job)."""
     if request.headers.get("enable-job-version", "").upper() != "YES":
@@ -107,17 +133,17 @@ def _attributes(request: Request) -> bytes | None:
     return json.dumps(found, separators=(",", ":"), sort_keys=True).encode()
 
 
-async def _body(request: Request, most: int | None) -> bytes:
-    chunks, size = [], 0
-    try:
-        async for chunk in request.stream():
-            size += len(chunk)
-            if most is not None and size > most:
-                raise refuse(413, "body too large")
-            chunks.append(chunk)
-    except OSError:
-        raise refuse(400, "failed to read body") from None
-    return b"".join(chunks)
+#: lmstfy reads a bulk body whole and then looks at each job; a bound is kept here: more than
+#: this cannot be MAX_BULK jobs within MAX_JOB each.
+MAX_BULK_BODY = MAX_BULK * (MAX_JOB + 1) + 2
+
+
+async def _body(request: Request, most: int) -> bytes:
+    """The whole body: lmstfy's 413 "body too large" over ``most`` (by the declared length,
+    before a byte is read or ``100 Continue`` sent), its 400 "failed to read body" for one
+    that ends early or cannot be parsed."""
+    return await read_body(request, most, too_large=HttpError(413, "body too large"),
+                           unreadable=HttpError(400, "failed to read body"))
 
 
 class DataApi:
@@ -127,13 +153,15 @@ class DataApi:
         self.throttle = throttle
 
     # -- the middleware chain, in lmstfy's order ---------------------------------------------
-    def _queue(self, request: Request) -> tuple[str, str, list[str]]:
-        parts = _parts(request)
-        namespace, queue = parts[0], parts[1]
+    def _queue(self, request: Request) -> tuple[str, str, str | None]:
+        """The namespace, queue and job id (None: none in the route) of the path, checked
+        as lmstfy's ValidateParams does."""
+        params = request.path_params
+        namespace, queue = params["namespace"], params["queue"]
         problem = names.name_error(namespace, queue)
         if problem:
             raise refuse(400, problem)
-        return namespace, queue, parts[2:]
+        return namespace, queue, params.get("job_id")
 
     def _token(self, request: Request, namespace: str, *, check: bool = True) -> str:
         token = request.headers.get("x-token", "") or query_params(request).get("token", "")
@@ -150,21 +178,21 @@ class DataApi:
 
     def _throttled(self, namespace: str, token: str, action: str) -> None:
         if not self.throttle.take(namespace, token, action):
-            raise Refusal(429, {"msg": f"token({token}) {action} reach the limit rate, "
-                                       "please retry later"})
+            raise HttpError(429, body={"msg": f"token({token}) {action} reach the limit rate, "
+                                              "please retry later"})
 
     # -- publishing ----------------------------------------------------------------------------
     async def publish(self, request: Request) -> Response:
-        namespace, queue, rest = self._queue(request)
+        namespace, queue, job_id = self._queue(request)
         token = self._token(request, namespace)
-        if rest:  # republish: the old job goes first, whatever follows
-            self.queues.ack(namespace, queue, rest[1])
+        if job_id is not None:  # republish: the old job goes first, whatever follows
+            await self._ack(namespace, queue, job_id)
         else:
             self._throttled(namespace, token, "produce")
         try:
             return await self._publish(request, namespace, queue, bulk=False)
         except BaseException:
-            if not rest:
+            if job_id is None:
                 self.throttle.give_back(namespace, token, "produce")
             raise
 
@@ -188,22 +216,18 @@ class DataApi:
         tries = _uint(q, "tries", 1, UINT16, "invalid tries")
         if tries == 0:
             raise refuse(400, "tries shouldn't be zero")
-        body = await _body(request, None if bulk else MAX_JOB)
+        body = await _body(request, MAX_BULK_BODY if bulk else MAX_JOB)
         bodies = _bulk_jobs(body) if bulk else [body]
         attributes = _attributes(request)
-        try:
-            job_ids = await self.queues.publish(namespace, queue, bodies, delay=delay, ttl=ttl,
-                                                tries=tries, attributes=attributes)
-        except (Exiting, StoreFailed):
-            raise refuse(500, "internal error") from None
+        job_ids = await self.queues.publish(namespace, queue, bodies, delay=delay, ttl=ttl,
+                                            tries=tries, attributes=attributes)
         if bulk:
             return answer(201, {"msg": "published", "job_ids": job_ids})
         return answer(201, {"msg": "published", "job_id": job_ids[0]})
 
     # -- consuming -----------------------------------------------------------------------------
     async def consume(self, request: Request) -> Response:
-        parts = _parts(request)
-        namespace, queue_list = parts[0], parts[1]
+        namespace, queue_list = request.path_params["namespace"], request.path_params["queue"]
         problem = names.queue_list_error(namespace, queue_list)
         if problem:
             raise refuse(400, problem)
@@ -220,41 +244,61 @@ class DataApi:
             queues = [name for name in queue_list.split(",") if name]
             if not queues:
                 raise refuse(400, "invalid queue name(s)")
-            taken = self.queues.take(namespace, queues, count, ttr)
+            # a client that has gone takes nothing: asked before the first take, then the
+            # wait ends when it goes, and it is asked once more before each take after a wait
+            taken = [] if client_gone(request) else await self.queues.take(
+                namespace, queues, count, ttr)
             if not taken and timeout:
-                with trio.move_on_after(timeout):
-                    while not taken:
-                        await self.queues.wait(namespace, queues)
-                        taken = self.queues.take(namespace, queues, 1, ttr)
+                async with while_connected(request):
+                    with trio.move_on_after(timeout):
+                        while not taken:
+                            await self.queues.wait(namespace, queues)
+                            if client_gone(request):
+                                break
+                            taken = await self.queues.take(namespace, queues, 1, ttr)
             if not taken:
-                raise Refusal(404, {"msg": "no job available"})
+                raise HttpError(404, body={"msg": "no job available"})
             served = True
         finally:
             if not served:
                 self.throttle.give_back(namespace, token, "consume")
-        jobs = [{"msg": "new job", **job_json(namespace, t.queue, t.msg)} for t in taken]
+        now_ns = self.queues.broker.clock.wall_ns()
+        jobs = [{"msg": "new job", **job_json(namespace, t.queue, t.msg, now_ns)} for t in taken]
         return answer(200, jobs if count > 1 else jobs[0])
 
     async def job(self, request: Request) -> Response:
         """``/job/:id``: GET peeks at it, DELETE acknowledges it."""
-        namespace, queue, rest = self._queue(request)
+        namespace, queue, job_id = self._queue(request)
         self._token(request, namespace)
-        job_id = rest[1]
+        assert job_id is not None
         if request.method == "DELETE":
-            self.queues.ack(namespace, queue, job_id)
+            await self._ack(namespace, queue, job_id)
             return answer(204)
-        msg = self.queues.find(namespace, queue, job_id)
+        msg = await self.queues.find(namespace, queue, job_id)
         if msg is None:
             raise refuse(404, "job not found")
-        return answer(200, job_json(namespace, queue, msg, remain_tries=0))
+        channel = self.queues.channel(namespace, queue)
+        dead = channel is not None and self.queues.is_dead(channel, msg)
+        return answer(200, job_json(namespace, queue, msg, self._now(), remain_tries=0,
+                                    dead=dead))
+
+    async def _ack(self, namespace: str, queue: str, job_id: str) -> None:
+        try:
+            await self.queues.ack(namespace, queue, job_id)
+        except (Exiting, StoreFailed):
+            raise refuse(500, "internal error") from None
+
+    def _now(self) -> int:
+        return self.queues.broker.clock.wall_ns()
 
     async def peek(self, request: Request) -> Response:
         namespace, queue, _ = self._queue(request)
         self._token(request, namespace)
-        msg = self.queues.peek(namespace, queue)
-        if msg is None:
+        head = self.queues.peek(namespace, queue)
+        if head is None:
             raise refuse(404, "the queue is empty")
-        return answer(200, job_json(namespace, queue, msg))
+        msg, stale = head
+        return answer(200, job_json(namespace, queue, msg, self._now(), stale=stale))
 
     async def size(self, request: Request) -> Response:
         namespace, queue, _ = self._queue(request)
@@ -265,7 +309,10 @@ class DataApi:
     async def destroy(self, request: Request) -> Response:
         namespace, queue, _ = self._queue(request)
         self._token(request, namespace)
-        await self.queues.destroy(namespace, queue)
+        try:
+            await self.queues.destroy(namespace, queue)
+        except (Exiting, StoreFailed):
+            raise refuse(500, "internal error") from None
         return answer(204)
 
     # -- dead letters -------------------------------------------------------------------------
@@ -275,7 +322,7 @@ class DataApi:
         q = query_params(request)
         if request.method == "GET":
             size, head = self.queues.dead_letter_head(namespace, queue)
-            head_id = "" if head is None else job_json(namespace, queue, head)["job_id"]
+            head_id = "" if head is None else job_json(namespace, queue, head, 0)["job_id"]
             return answer(200, {"namespace": namespace, "queue": queue,
                                 "deadletter_size": size, "deadletter_head": head_id})
         limit = _int64(q, "limit", 1, "invalid limit")
@@ -302,10 +349,10 @@ def _bulk_jobs(body: bytes) -> list[bytes]:
     try:
         items = json.loads(body)
     except ValueError:
-        items = None
-    if not isinstance(items, list):
+        items = False
+    if items is not None and not isinstance(items, list):
         raise refuse(400, "request body should be an array of objects")
-    if not items:
+    if not items:  # (``null`` is no jobs, as Go decodes it into a nil slice)
         raise refuse(400, "no jobs")
     if len(items) > MAX_BULK:
         raise refuse(400, "too many jobs")
@@ -329,65 +376,20 @@ def _raw_elements(text: str, count: int) -> list[bytes]:
     return out
 
 
-class Routes(Mapping[str, Mapping[str, Endpoint]]):
-    """path -> method -> endpoint for nsq_serving's direct calls: resolved by the path's
-    shape (``/api/<ns>/<queue>[/...]``), not looked up."""
-
-    def __init__(self, api: DataApi) -> None:
-        self.shapes: dict[tuple[int, str], dict[str, Endpoint]] = {
-            (2, ""): {"PUT": api.publish, "GET": api.consume, "DELETE": api.destroy},
-            (3, "bulk"): {"PUT": api.publish_bulk},
-            (3, "peek"): {"GET": api.peek},
-            (3, "size"): {"GET": api.size},
-            (3, "deadletter"): {"GET": api.dead_letter, "PUT": api.dead_letter,
-                                "DELETE": api.dead_letter},
-            (4, "deadletter/size"): {"GET": api.dead_letter_size},
-            (4, "job"): {"PUT": api.publish, "GET": api.job, "DELETE": api.job},
-        }
-
-    def __getitem__(self, path: str) -> Mapping[str, Endpoint]:
-        parts = path.split("/")
-        if len(parts) < 4 or parts[0] or parts[1] != "api" or not parts[2] or not parts[3]:
-            raise KeyError(path)
-        rest = parts[4:]
-        if len(rest) == 2 and rest[0] == "job":
-            key = (4, "job") if rest[1] else (0, "")
-        else:
-            key = (2 + len(rest), "/".join(rest))
-        try:
-            return self.shapes[key]
-        except KeyError:
-            raise KeyError(path) from None
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(())
-
-    def __len__(self) -> int:
-        return 0
-
-
-def build_data_app(queues: JobQueues, state: State, throttle: Throttle) -> Starlette:
+def build_data_app(queues: JobQueues, state: State, throttle: Throttle) -> Router:
+    """lmstfy's data API as a ``Router`` (``serve_http`` calls its routes directly)."""
     api = DataApi(queues, state, throttle)
-    routes = Routes(api)
-
-    async def dispatch(request: Request) -> Response:
-        try:
-            endpoint = routes[request.scope["path"]].get(request.method)
-        except KeyError:
-            endpoint = None
-        if endpoint is None:
-            raise refuse(404, "api not found")
-        return await endpoint(request)
-
-    async def refused(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, Refusal)
-        return answer(exc.status, exc.body)
-
-    async def not_found(request: Request, exc: Exception) -> Response:
-        return answer(404, {"error": "api not found"})
-
-    methods = ["GET", "PUT", "DELETE", "POST", "HEAD", "PATCH", "OPTIONS"]
-    app = Starlette(routes=[Route("/api/{path:path}", dispatch, methods=methods)],
-                    exception_handlers={Refusal: refused, HTTPException: not_found})
-    app.state.endpoints = routes
-    return app
+    router = Router(gin_conventions(HttpError(404, "api not found")), error_log=log_bug,
+                    translate=translate)
+    routes: list[tuple[str, str, Endpoint]] = [
+        ("PUT", "", api.publish), ("PUT", "/bulk", api.publish_bulk),
+        ("PUT", "/job/:job_id", api.publish), ("GET", "/peek", api.peek),
+        ("GET", "/job/:job_id", api.job), ("DELETE", "/job/:job_id", api.job),
+        ("DELETE", "", api.destroy), ("GET", "", api.consume),
+        ("GET", "/deadletter", api.dead_letter), ("PUT", "/deadletter", api.dead_letter),
+        ("DELETE", "/deadletter", api.dead_letter), ("GET", "/size", api.size),
+        ("GET", "/deadletter/size", api.dead_letter_size),
+    ]
+    for method, tail, endpoint in routes:
+        router.add(method, "/api/:namespace/:queue" + tail, endpoint, logged=False)
+    return router

@@ -4,16 +4,21 @@ A queue ``<namespace>/<queue>`` is the topic ``lmstfy.<namespace>.<queue>`` with
 ``jobs``. lmstfy's names are ASCII letters, digits, ``-`` and ``_`` (no ``.``), so the dots
 keep every pair apart. NSQ's names stop at 64 characters: a longer pair becomes
 ``lmstfy.<the first 40 characters of namespace.queue>.<16 hex digits of its SHA-256>``, still
-one topic per queue; the queue list (``/info``) keeps the real names.
+one topic per queue; the queue list (``/info``) keeps the real names. The rule is
+``nsq_common.lmstfy_topic_name`` (nsqadmin's Jobs pages use it too).
 """
 
 from __future__ import annotations
 
-import hashlib
 import re
 
-PREFIX = "lmstfy."
-CHANNEL = "jobs"
+from nsq_common import LMSTFY_CHANNEL as CHANNEL
+from nsq_common import LMSTFY_PREFIX as PREFIX
+from nsq_common import lmstfy_topic_name as topic_name
+
+__all__ = ["CHANNEL", "MAX_NAME", "PREFIX", "name_error", "queue_list_error", "topic_name",
+           "valid_namespace"]
+
 MAX_NAME = 255
 _NAME = re.compile(r"[-_A-Za-z0-9]+\Z")
 _QUEUE_LIST = re.compile(r"[-_,A-Za-z0-9]+\Z")
@@ -41,11 +46,3 @@ def queue_list_error(namespace: str, queues: str) -> str | None:
 
 def valid_namespace(namespace: str) -> bool:
     return bool(_NAME.match(namespace))
-
-
-def topic_name(namespace: str, queue: str) -> str:
-    name = f"{PREFIX}{namespace}.{queue}"
-    if len(name) <= 64:
-        return name
-    digest = hashlib.sha256(f"{namespace}/{queue}".encode()).hexdigest()[:16]
-    return f"{PREFIX}{namespace}.{queue}"[:len(PREFIX) + 40] + "." + digest

@@ -4,15 +4,19 @@ A job is a ``Job`` message: published to its queue's topic, delivered through it
 channel to lmstfy consumers (HTTP pulls, in flight for the TTR) and to any NSQ consumer of
 that channel alike. lmstfy's tries are the job's most deliveries: a job whose TTR runs out
 with no try left, or that would be delivered once more than it may, is a dead letter of the
-channel; its TTL is the message's expiry; its delay holds it back until due (``Job.due``).
+channel; its TTL is the message's expiry; its delay holds it back until due (``due``). What
+lmstfy answers (the size of the ready list, its head, a job wherever it is) the channel's
+front door says (``Channel.ready_count``, ``peek_head``, ``find``, ``delete``,
+``purge_ready``), the same whatever the storage flags: a job is visible to the next consume
+the moment its publish is answered, and a DELETE under ``--sync-every=1`` is on disk before
+it is answered.
 """
 
 from __future__ import annotations
 
 import base64
 import json
-import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 
 import attrs
 import trio
@@ -51,8 +55,7 @@ class JobQueues:
         channel = topic.channels.get(names.CHANNEL)
         if channel is None:
             channel = broker.get_channel(topic, names.CHANNEL)
-            self._new_queue.set()
-            self._new_queue = trio.Event()
+        channel.requeue_behind = True  # lmstfy's ready list: back of the queue
         if self.state.add_queue(namespace, queue):
             await self.state.save()
         return channel
@@ -60,105 +63,113 @@ class JobQueues:
     # -- publishing ----------------------------------------------------------------------------
     async def publish(self, namespace: str, queue: str, bodies: Sequence[bytes], *, delay: int,
                       ttl: int, tries: int, attributes: bytes | None) -> list[str]:
-        """Store the jobs; their ids, in order.
+        """Store the jobs; their ids, in order. Waiting consumers see them once stored.
 
         Raises:
             Exiting, StoreFailed: nsqd is exiting or could not store them.
         """
         channel = await self._open(namespace, queue)
-        ts = time.time_ns()
+        ts = self.broker.clock.wall_ns()
         ms = ts // 1_000_000
         expires = ts + ttl * NS if ttl else 0
         due = ts + delay * NS if delay else 0
         jobs: list[QueuedMessage] = [Job(ids.new_message_id(ms), body, ts, expires=expires,
-                                   tries=tries, delay=delay, due=due, attributes=attributes)
-                               for body in bodies]
-        await self.broker.publish(channel.topic_name, jobs, extended=True)
+                                         tries=tries, delay=delay, due=due,
+                                         attributes=attributes)
+                                     for body in bodies]
+        await self.broker.publish(channel.topic_name, jobs)
+        self._new_queue.set()  # a consumer waiting on no queue yet looks again
+        self._new_queue = trio.Event()
         version = 0 if attributes is None else 1
         return [ids.job_id(job.id, delay, version) for job in jobs]
 
     # -- consuming -----------------------------------------------------------------------------
-    def take(self, namespace: str, queues: Sequence[str], count: int, ttr: int) -> list[Taken]:
-        """Up to ``count`` jobs, from the queues in the order given, in flight for ``ttr``."""
+    async def take(self, namespace: str, queues: Sequence[str], count: int, ttr: int
+                   ) -> list[Taken]:
+        """Up to ``count`` jobs, from the queues in the order given, in flight for ``ttr``;
+        as lmstfy pops its ready lists, a job deleted or expired while waiting ends the take
+        (what was taken before it is kept)."""
         out: list[Taken] = []
-        now = self.broker.now()
         for queue in queues:
             channel = self.channel(namespace, queue)
             if channel is None:
                 continue
-            out += [Taken(queue, msg) for msg in channel.pull(count - len(out), ttr, now)]
-            if len(out) >= count:
-                break
+            await channel.fetch()
+            now = self.broker.now()
+            msgs = channel.pull(count - len(out), ttr, now, stop_at_stale=True)
+            out += [Taken(queue, msg) for msg in msgs]
+            if len(out) >= count or channel.stale_popped:
+                break  # full, or a stale job ended the take
         return out
 
     async def wait(self, namespace: str, queues: Sequence[str]) -> None:
-        """Return when one of the queues may have a job (or a queue was made)."""
+        """Return when one of the queues may have a job (or a queue was made). The events
+        are taken before anything can run, so a job stored after the caller's last look is
+        never missed."""
+        events = [self._new_queue]
+        for queue in queues:
+            channel = self.channel(namespace, queue)
+            if channel is not None:
+                if channel.has_pullable():
+                    await trio.lowlevel.checkpoint()
+                    return
+                events.append(channel.pull_wakeup())
         async with trio.open_nursery() as nursery:
-            async def first(wait: Callable[[], Awaitable[object]]) -> None:
-                await wait()
-                nursery.cancel_scope.cancel()
+            for event in events:
+                nursery.start_soon(_first, event, nursery.cancel_scope)
 
-            nursery.start_soon(first, self._new_queue.wait)
-            for queue in queues:
-                channel = self.channel(namespace, queue)
-                if channel is not None:
-                    nursery.start_soon(first, channel.wait_pullable)
+    async def ack(self, namespace: str, queue: str, job_id: str) -> None:
+        """Delete a job wherever it is (unknown ids are fine, as in lmstfy); under
+        ``--sync-every=1`` on disk before this returns.
 
-    def ack(self, namespace: str, queue: str, job_id: str) -> None:
-        """Delete a job: finished when in flight to an HTTP consumer, else removed where it
-        waits (see ``Channel.cancel``). Unknown ids are fine, as in lmstfy."""
+        Raises:
+            StoreFailed: the deletion could not be made durable.
+        """
         channel = self.channel(namespace, queue)
         msg_id = ids.message_id(job_id)
         if channel is None or msg_id is None:
             return
-        if not channel.finish_pulled(msg_id):
-            channel.cancel(msg_id)
+        if await channel.delete(msg_id) and self.broker.opts.sync_every == 1:
+            await self.broker.flush_cursor(channel)
 
     # -- looking ------------------------------------------------------------------------------
-    def peek(self, namespace: str, queue: str) -> QueuedMessage | None:
+    def peek(self, namespace: str, queue: str) -> tuple[QueuedMessage, bool] | None:
+        """The head of the ready list, and whether it is stale (deleted or expired)."""
         channel = self.channel(namespace, queue)
-        if channel is None:
-            return None
-        head = channel.peek(1, self.broker.now())
-        return head[0] if head else None
+        return channel.peek_head() if channel is not None else None
 
-    def find(self, namespace: str, queue: str, job_id: str) -> QueuedMessage | None:
-        """The job wherever it is: in flight, delayed, waiting (in memory or read ahead from
-        disk), or a dead letter."""
+    async def find(self, namespace: str, queue: str, job_id: str) -> QueuedMessage | None:
+        """The job wherever it is (delayed, waiting, in flight, dead), unless it expired or
+        was deleted."""
         channel = self.channel(namespace, queue)
         msg_id = ids.message_id(job_id)
         if channel is None or msg_id is None:
             return None
-        found = channel.in_flight.get(msg_id)
-        if found is not None:
-            return found
-        for msg in channel.deferred:
-            if msg.id == msg_id:
-                return msg
-        for msg in channel.backlog.peek(len(channel.backlog.memory) + 10_000):
-            if msg.id == msg_id:
-                return msg
+        msg = await channel.find(msg_id)
+        if msg is None or (msg.expires and msg.expires <= self.broker.clock.wall_ns()
+                           and not self.is_dead(channel, msg)):
+            return None
+        return msg
+
+    @staticmethod
+    def is_dead(channel: Channel, msg: QueuedMessage) -> bool:
+        """Whether ``msg`` is one of the channel's dead letters (they never expire)."""
         dead = channel.dead_letters_if_any
-        if dead is not None:
-            for msg in dead.peek(10_000):
-                if msg.id == msg_id:
-                    return msg
-        return None
+        return dead is not None and any(m.id == msg.id for m in dead.peek(len(dead)))
 
     def size(self, namespace: str, queue: str) -> int:
+        """lmstfy's size: the ready list's length, stale entries included."""
         channel = self.channel(namespace, queue)
-        return channel.depth if channel is not None else 0
+        return channel.ready_count() if channel is not None else 0
 
     async def destroy(self, namespace: str, queue: str) -> None:
         """Drop the jobs waiting in the queue (not the delayed, in-flight or dead ones) and
-        forget the queue in ``/info``."""
+        forget the queue in ``/info``; under ``--sync-every=1`` on disk before this returns."""
         channel = self.channel(namespace, queue)
         if channel is not None:
-            backlog = channel.backlog
-            backlog.clear_memory()
-            backlog.ack_all()
-            if backlog.disk is not None:
-                await backlog.disk.empty()
+            await channel.purge_ready()
+            if self.broker.opts.sync_every == 1:
+                await self.broker.flush_cursor(channel)
         if self.state.forget_queue(namespace, queue):
             await self.state.save()
 
@@ -175,8 +186,8 @@ class JobQueues:
         if channel is None or not channel.dead_letter_count:
             return 0
         await self.broker.store_dead_letters(channel)
-        expires = time.time_ns() + ttl * NS if ttl else 0
-        return channel.respawn(limit, expires)
+        expires = self.broker.clock.wall_ns() + ttl * NS if ttl else 0
+        return await channel.respawn(limit, expires)
 
     async def delete_dead(self, namespace: str, queue: str, limit: int) -> int:
         channel = self.channel(namespace, queue)
@@ -186,23 +197,36 @@ class JobQueues:
         return len(channel.dead_letters.take(limit))
 
 
-def job_json(namespace: str, queue: str, msg: QueuedMessage, *, remain_tries: int | None = None
+async def _first(event: trio.Event, scope: trio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()
+
+
+def job_json(namespace: str, queue: str, msg: QueuedMessage, now_ns: int, *,
+             remain_tries: int | None = None, stale: bool = False, dead: bool = False
              ) -> dict[str, object]:
     """A job as lmstfy answers it (without ``msg``): ``remain_tries`` is what the job has
-    left after its deliveries so far, unless given."""
-    now_ns = time.time_ns()
+    left after its deliveries so far, unless given; a ``stale`` job (deleted or expired while
+    waiting) shows no data, as lmstfy shows a ready-list entry whose data is gone; a ``dead``
+    job never expires, so its ``ttl`` is 0."""
     job = msg if isinstance(msg, Job) else None
     delay = job.delay if job is not None else 0
     attributes = job.attributes if job is not None else None
     if remain_tries is None:
         remain_tries = max(job.tries - job.attempts, 0) if job is not None else 0
+    job_id = ids.job_id(msg.id, delay, 0 if attributes is None else 1)
+    elapsed = max((now_ns - msg.timestamp) // 1_000_000, 0)
+    if stale:
+        return {"namespace": namespace, "queue": queue, "job_id": job_id, "data": None,
+                "ttl": 0, "elapsed_ms": elapsed, "remain_tries": 0, "attributes": None}
+    ttl = max((msg.expires - now_ns + NS - 1) // NS, 0) if msg.expires and not dead else 0
     return {
         "namespace": namespace,
         "queue": queue,
-        "job_id": ids.job_id(msg.id, delay, 0 if attributes is None else 1),
+        "job_id": job_id,
         "data": base64.b64encode(msg.body).decode("ascii"),
-        "ttl": max((msg.expires - now_ns + NS - 1) // NS, 0) if msg.expires else 0,
-        "elapsed_ms": max((now_ns - msg.timestamp) // 1_000_000, 0),
+        "ttl": ttl,
+        "elapsed_ms": elapsed,
         "remain_tries": remain_tries,
         "attributes": json.loads(attributes) if attributes else None,
     }

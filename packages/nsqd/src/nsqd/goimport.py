@@ -1,0 +1,503 @@
+"""Bringing in the queues of Go's nsqd 1.3, or of an earlier version of this nsqd, at start
+(docs/design/storage.md, "From and back to Go's nsqd").
+
+Both keep Go's layout: a go-diskqueue per topic (``<topic>.diskqueue.*``: messages the topic
+holds for its channels) and per channel (``<topic>:<channel>.diskqueue.*``), listed by
+``nsqd.dat``. An earlier version of this nsqd also wrote records with our extension (an
+expiry, a job's fields: ``nsqd.record`` reads them) and, at shutdown, its deferred messages
+beside a queue with their due times (``<queue>.deferred.dat``, ``gofiles.read_deferred``).
+For each topic of ``nsqd.dat`` that has such files:
+
+- its queue and deferred file are appended to its log, from offset ``first`` (the log's end)
+  to ``end``: every channel then gets them, as Go's topic pump would have delivered them;
+- each channel's queue and deferred file go into that channel's own queue
+  (``<topic>:<channel>#own``), attempts kept; deferred messages keep what is left of their
+  delay (their due time is written in the record);
+- so that they are seen: a channel without a cursor journal gets one at ``first``, a topic
+  without channels holds from ``first`` (``hold`` in nsqd.dat) and a paused topic is paused
+  at ``first`` (``paused_at``), as Go's topic keeps its queue while paused.
+
+One topic at a time, all or nothing, with a marker, ``goimport.json`` in the data directory:
+
+1. the marker, phase ``append``: ``first``, the log's last segment and its size, each own
+   queue's positions (or that it had none), the old queues' names; fsynced;
+2. the records appended to the log and the own queues, fsynced (``TopicLog.close``,
+   ``DiskQueue.close``); the cursor journals and nsqd.dat written (fsynced);
+3. the marker, phase ``remove``;
+4. the old files removed, the directory fsynced; the marker removed.
+
+A start that finds the marker first settles it: in phase ``append`` (killed in 1-2) it puts
+the log and the own queues back as the marker says they were (segments made since removed,
+the last one cut back to its size; the own queues' files cut back and their metadata
+rewritten), then brings the topic in again from the old files, which were not touched; in
+phase ``remove`` it only finishes step 4. So a crash at any point neither loses a message
+nor brings one in twice. A failure (a full disk, a record bigger than ``--max-msg-size``
+allows in an own queue) undoes that topic's import and is logged; nsqd starts without it,
+its old files stay, and the next start tries again. Cursor journals and nsqd.dat written
+before an undo stay: they only say where a channel starts, never past a message.
+
+Ephemeral topics and channels have no files. Files of queues nsqd.dat does not list are left
+alone, with a warning (Go's nsqd ignores them too).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import trio
+from nsq_common import write_atomically
+
+from . import cursorfile, gofiles, metadata
+from .clock import SystemClock
+from .diskfiles import DiskFiles
+from .diskqueue import DiskQueue
+from .errors import DiskQueueError, StartError
+from .record import (
+    HEADER_SIZE,
+    MAX_EXTENSION,
+    decode_record,
+    encode_record,
+    is_plain,
+    record_id,
+)
+from .topiclog import SEGMENT_SUFFIX, TopicLog
+
+if TYPE_CHECKING:
+    from .metadata import TopicMeta
+    from .options import Options
+
+MARKER = "goimport.json"
+TOPICS_DIR = "topics"  # as the broker lays them out
+OWN_SUFFIX = "#own"
+#: Message ids remembered per queue to bring a message in once when Go's files hold it twice.
+IDS_REMEMBERED = 250_000  # about 40 MB of ids at most
+
+
+@attrs.frozen
+class _Plan:
+    """What one topic brings in: its own queue (``topic_queue``) and its channels'."""
+
+    topic: str
+    topic_queue: bool
+    channels: tuple[str, ...]
+
+    @property
+    def queues(self) -> list[str]:
+        """The names of the old queues."""
+        names = [gofiles.queue_name(self.topic, c) for c in self.channels]
+        return [self.topic, *names] if self.topic_queue else names
+
+
+class _Importer:
+    def __init__(self, opts: Options, logger: logging.Logger) -> None:
+        self.opts = opts
+        self.log = logger
+        self.data = Path(opts.data_path or ".")
+        self.marker = self.data / MARKER
+        self.nsqd_dat = metadata.metadata_path(opts.data_path)
+
+    # -- the marker ------------------------------------------------------------------------
+    def _write_marker(self, doc: dict[str, Any]) -> None:
+        write_atomically(self.marker, json.dumps(doc, sort_keys=True).encode(), mode=0o600,
+                         sync_directory=True)
+
+    def _read_marker(self) -> dict[str, Any] | None:
+        try:
+            doc = json.loads(self.marker.read_bytes())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            raise StartError(f"failed to read {self.marker} - {exc}") from None
+        if not isinstance(doc, dict) or doc.get("phase") not in ("append", "remove"):
+            raise StartError(f"failed to read {self.marker} - not an import marker")
+        return doc
+
+    def _remove_marker(self) -> None:
+        self.marker.unlink(missing_ok=True)
+        _sync_directory(self.data)
+
+    # -- settling what a crash left --------------------------------------------------------
+    def settle(self) -> bool:
+        """Finish or undo an import a crash (or a failure) interrupted; False when the marker
+        is still there (its old files could not all be removed: the next start goes on).
+
+        Raises:
+            StartError: the marker cannot be read, or an import cannot be undone (starting
+                then would deliver what the next start would bring in again).
+        """
+        doc = self._read_marker()
+        if doc is None:
+            return True
+        topic = str(doc.get("topic"))
+        if doc["phase"] == "append":
+            self.log.warning("GOIMPORT: TOPIC(%s): an import was interrupted: undoing it",
+                             topic)
+            try:
+                self._undo(doc)
+                self._remove_marker()
+            except (OSError, KeyError, TypeError, ValueError) as exc:
+                raise StartError(f"failed to undo the interrupted import of topic {topic} "
+                                 f"({self.marker}) - {exc}") from None
+            return True
+        try:
+            self._remove_old(doc)
+            self._remove_marker()
+        except (OSError, KeyError, TypeError, ValueError) as exc:
+            self.log.error("GOIMPORT: TOPIC(%s): brought in, but its old files could not be "
+                           "removed (the next start tries again; no other topic is brought in "
+                           "until then) - %s", topic, exc)
+            return False
+        return True
+
+    def _undo(self, doc: dict[str, Any]) -> None:
+        """Put the log and the own queues back as the marker says they were."""
+        directory = self.data / TOPICS_DIR / str(doc["topic"])
+        last = doc["segment"]
+        if directory.is_dir():
+            for path in sorted(directory.iterdir()):
+                if not path.name.endswith(SEGMENT_SUFFIX):
+                    continue
+                if last is None or path.name > last[0]:
+                    path.unlink()
+                    path.with_suffix(".index").unlink(missing_ok=True)
+                elif path.name == last[0] and path.stat().st_size > int(last[1]):
+                    os.truncate(path, int(last[1]))
+                    path.with_suffix(".index").unlink(missing_ok=True)
+                    _fsync(path)
+            _sync_directory(directory)
+        for channel, before in doc["own"].items():
+            _restore_queue(self.data, _own_name(str(doc["topic"]), channel), before)
+        _sync_directory(self.data)
+
+    def _remove_old(self, doc: dict[str, Any]) -> None:
+        for name in doc["queues"]:
+            for path in gofiles.queue_paths(self.data, str(name)):
+                path.unlink(missing_ok=True)
+        _sync_directory(self.data)
+
+    # -- bringing in -----------------------------------------------------------------------
+    async def run(self) -> None:
+        if not await trio.to_thread.run_sync(self.settle):
+            return
+        try:
+            topics, _ = metadata.load(self.nsqd_dat)
+        except ValueError:
+            return  # the broker's load says so, and refuses to start
+        plans = await trio.to_thread.run_sync(self._plans, topics)
+        for i, meta in enumerate(topics):
+            plan = plans.get(meta.name)
+            if plan is None:
+                continue
+            try:
+                topics[i] = await self._bring_in(topics, i, plan)
+            except (OSError, DiskQueueError, ValueError) as exc:
+                self.log.error("GOIMPORT: TOPIC(%s): not brought in, its files are left for "
+                               "the next start - %s", meta.name, exc)
+                if not await trio.to_thread.run_sync(self.settle):
+                    return
+
+    def _plans(self, topics: list[TopicMeta]) -> dict[str, _Plan]:
+        """What each topic of nsqd.dat has to bring in; a warning for files of queues that
+        nsqd.dat does not list."""
+        present = {m.group("queue") for m in map(gofiles.QUEUE_FILE.fullmatch, os.listdir(self.data))
+                   if m is not None}
+        plans = {}
+        for meta in topics:
+            if meta.name.endswith("#ephemeral"):
+                continue
+            topic = meta.name in present
+            present.discard(meta.name)
+            channels = []
+            for channel in meta.channels:
+                name = gofiles.queue_name(meta.name, channel.name)
+                if name in present:
+                    channels.append(channel.name)
+                    present.discard(name)
+            if topic or channels:
+                plans[meta.name] = _Plan(meta.name, topic, tuple(channels))
+        for name in sorted(present):
+            self.log.warning("GOIMPORT: %s: queue files of no topic or channel of %s: left "
+                             "alone", name, self.nsqd_dat.name)
+        return plans
+
+    async def _bring_in(self, topics: list[TopicMeta], index: int, plan: _Plan) -> TopicMeta:
+        meta = topics[index]
+        directory = self.data / TOPICS_DIR / meta.name
+        topic_log = self._open_log(meta.name, directory)
+        first = max(topic_log.end, meta.next_offset,
+                    *await trio.to_thread.run_sync(_cursor_positions, directory, meta))
+        topic_log.resume_at(first)
+        own_before = {channel: await trio.to_thread.run_sync(
+            _queue_positions, self.data, _own_name(meta.name, channel))
+            for channel in plan.channels}
+        doc: dict[str, Any] = {
+            "topic": meta.name, "phase": "append", "first": first,
+            "segment": await trio.to_thread.run_sync(_last_segment, directory),
+            "own": own_before, "queues": plan.queues,
+        }
+        await trio.to_thread.run_sync(self._write_marker, doc)
+        in_log = _Ids()
+        try:
+            if plan.topic_queue:
+                count, deferred = await self._append_to_log(topic_log, meta.name, in_log)
+                self.log.info("GOIMPORT: TOPIC(%s): %d messages (%d deferred) from %s.diskqueue "
+                              "into its log, offsets %d-%d", meta.name, count, deferred,
+                              meta.name, first, topic_log.end)
+        finally:
+            await topic_log.close()
+        twice: dict[str, list[int]] = {}
+        for channel in plan.channels:
+            count, deferred, twice[channel] = await self._put_in_own_queue(
+                meta.name, channel, in_log)
+            self.log.info("GOIMPORT: CHANNEL(%s:%s): %d messages (%d deferred) from "
+                          "%s.diskqueue into its own queue", meta.name, channel, count,
+                          deferred, gofiles.queue_name(meta.name, channel))
+        updated = _metadata_after(meta, first, topic_log.end)
+        topics[index] = updated
+        await trio.to_thread.run_sync(self._positions_after, directory, updated, first, twice,
+                                      topics)
+        doc["phase"] = "remove"
+        await trio.to_thread.run_sync(self._write_marker, doc)
+        await trio.to_thread.run_sync(self._remove_old, doc)
+        await trio.to_thread.run_sync(self._remove_marker)
+        return updated
+
+    def _open_log(self, name: str, directory: Path) -> TopicLog:
+        o = self.opts
+        # every append written through; fsynced when a segment rolls and at close
+        return TopicLog(name, directory, mem_queue_size=0, max_bytes_per_file=o.max_bytes_per_file,
+                        sync_every=1 << 62, sync_timeout=o.sync_timeout, clock=SystemClock(),
+                        logger=self.log)
+
+    async def _append_to_log(self, topic_log: TopicLog, topic: str, in_log: _Ids
+                             ) -> tuple[int, int]:
+        """The topic's queue and deferred file into its log; ``in_log``: the offset of each
+        id appended (``_Ids``). How many, and how many deferred."""
+        count = 0
+
+        async def append(batch: list[bytes]) -> None:
+            nonlocal count
+            batch = [gofiles.checked_record(record) for record in batch]
+            offset = await topic_log.append(batch, plain=all(map(is_plain, batch)))
+            for record in batch:
+                in_log.add(record_id(record), offset)
+                offset += 1
+            count += len(batch)
+
+        await gofiles.each_batch(self.data, gofiles.queue_name(topic), self.log, append)
+        deferred = await trio.to_thread.run_sync(
+            _deferred_records, gofiles.deferred_path(self.data, topic), self.log)
+        if deferred:
+            await topic_log.append(deferred, plain=all(map(is_plain, deferred)))
+        return count + len(deferred), len(deferred)
+
+    async def _put_in_own_queue(self, topic: str, channel: str, in_log: _Ids
+                                ) -> tuple[int, int, list[int]]:
+        """A channel's queue and deferred file into its own queue. How many, how many
+        deferred, and the offsets of the log that got the same message (from the topic's
+        queue: a crash of Go's nsqd before it persisted its topic's read position): the
+        channel passes over those, and a message found twice in its queue (a crash before
+        the read position was persisted, and the message requeued since) comes once."""
+        o = self.opts
+        queue = DiskQueue(_own_name(topic, channel), self.data,
+                          max_bytes_per_file=o.max_bytes_per_file, min_msg_size=HEADER_SIZE,
+                          max_msg_size=o.max_msg_size + HEADER_SIZE + MAX_EXTENSION,
+                          sync_every=1 << 62, sync_timeout=o.sync_timeout, logger=self.log,
+                          explicit_commit=True)
+        count = 0
+        seen = _Ids()
+        twice: list[int] = []
+
+        async def put(batch: list[bytes]) -> None:
+            nonlocal count
+            kept = []
+            for record in batch:
+                message_id = record_id(record)
+                if message_id in seen:
+                    continue
+                seen.add(message_id, 0)
+                offset = in_log.get(message_id)
+                if offset is not None:
+                    twice.append(offset)
+                kept.append(gofiles.checked_record(record))
+            await queue.put(kept)
+            count += len(kept)
+
+        name = gofiles.queue_name(topic, channel)
+        try:
+            await gofiles.each_batch(self.data, name, self.log, put)
+            deferred = await trio.to_thread.run_sync(
+                _deferred_records, gofiles.deferred_path(self.data, name), self.log)
+            await queue.put(deferred)
+        finally:
+            await queue.close()  # fsyncs, and persists the metadata
+        return count + len(deferred), len(deferred), twice
+
+    def _positions_after(self, directory: Path, meta: TopicMeta, first: int,
+                         twice: dict[str, list[int]], topics: list[TopicMeta]) -> None:
+        """Cursor journals: at ``first`` for channels without one, passing over the offsets
+        of ``twice``; then nsqd.dat (all fsynced)."""
+        for channel in meta.channels:
+            path = directory / f"{channel.name}{cursorfile.SUFFIX}"
+            state = cursorfile.load(path, logger=self.log)
+            offsets = twice.get(channel.name, [])
+            if state is not None and not offsets:
+                continue
+            if state is None:
+                state = cursorfile.CursorState(first)
+            state = attrs.evolve(state, ranges=_merged(state.ranges, offsets))
+            directory.mkdir(parents=True, exist_ok=True)
+            journal = cursorfile.CursorJournal(path)
+            try:
+                journal.append(state, sync=True)
+            finally:
+                journal.close()
+        write_atomically(self.nsqd_dat, metadata.encode(topics), mode=0o600,
+                         sync_directory=True)
+        # the names of the files made (segments, own queues, the topic's directory) are
+        # durable too before the old files go
+        for made in (directory, directory.parent, self.data):
+            if made.is_dir():
+                _sync_directory(made)
+
+
+class _Ids:
+    """Message ids brought in, each with an offset, remembered up to ``IDS_REMEMBERED`` (past
+    that a message Go's files hold twice may come twice: at least once, as Go delivers it)."""
+
+    def __init__(self) -> None:
+        self._ids: dict[bytes, int] = {}
+
+    def add(self, message_id: bytes, offset: int) -> None:
+        if len(self._ids) < IDS_REMEMBERED:
+            self._ids.setdefault(message_id, offset)
+
+    def get(self, message_id: bytes) -> int | None:
+        return self._ids.get(message_id)
+
+    def __contains__(self, message_id: bytes) -> bool:
+        return message_id in self._ids
+
+
+def _merged(ranges: tuple[tuple[int, int], ...], offsets: list[int]
+            ) -> tuple[tuple[int, int], ...]:
+    """``ranges`` (sorted, disjoint, half-open) with ``offsets`` added."""
+    spans = sorted([*ranges, *((o, o + 1) for o in offsets)])
+    out: list[list[int]] = []
+    for start, end in spans:
+        if out and start <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], end)
+        else:
+            out.append([start, end])
+    return tuple((start, end) for start, end in out)
+
+
+async def bring_in(opts: Options, logger: logging.Logger) -> None:
+    """Bring in every topic's and channel's Go-layout queue (see the module's docstring).
+
+    Raises:
+        StartError: an interrupted import can be neither finished nor undone.
+    """
+    await _Importer(opts, logger).run()
+
+
+def _own_name(topic: str, channel: str) -> str:
+    return f"{topic}:{channel}{OWN_SUFFIX}"
+
+
+def _metadata_after(meta: TopicMeta, first: int, end: int) -> TopicMeta:
+    """nsqd.dat's entry once the topic's queue is in its log at [first, end)."""
+    hold = meta.hold
+    if not meta.channels:
+        hold = first if hold is None else min(hold, first)
+    paused_at = meta.paused_at
+    if meta.paused:
+        paused_at = first if paused_at is None else min(paused_at, first)
+    return attrs.evolve(meta, next_offset=max(meta.next_offset, end), hold=hold,
+                        paused_at=paused_at)
+
+
+def _cursor_positions(directory: Path, meta: TopicMeta) -> list[int]:
+    positions = []
+    for channel in meta.channels:
+        state = cursorfile.load(directory / f"{channel.name}{cursorfile.SUFFIX}")
+        if state is not None:
+            positions.append(state.mark_delete)
+    return positions
+
+
+def _last_segment(directory: Path) -> list[Any] | None:
+    if not directory.is_dir():
+        return None
+    names = sorted(p.name for p in directory.iterdir() if p.name.endswith(SEGMENT_SUFFIX))
+    if not names:
+        return None
+    return [names[-1], (directory / names[-1]).stat().st_size]
+
+
+def _queue_positions(data: Path, name: str) -> list[int] | None:
+    """A queue's depth, read and write positions as the next open finds them (None: no
+    queue), with the files made to agree with them (a crash's leftovers past the write
+    position are moved on from, as ``DiskFiles.load`` does)."""
+    files = DiskFiles(name, data, 1 << 62, HEADER_SIZE, gofiles.MAX_RECORD, logging.getLogger(
+        "nsqd"))
+    loaded = files.load()
+    files.close_files()
+    if loaded is None:
+        return None
+    return [loaded.depth, *loaded.read, *loaded.write]
+
+
+def _restore_queue(data: Path, name: str, before: list[int] | None) -> None:
+    """Put queue ``name``'s files back as ``before`` (``_queue_positions``) says they were."""
+    if before is None:
+        for _, path in gofiles.data_files(data, name):
+            path.unlink()
+        gofiles.meta_path(data, name).unlink(missing_ok=True)
+        return
+    depth, read_num, read_pos, write_num, write_pos = before
+    for num, path in gofiles.data_files(data, name):
+        if num > write_num:
+            path.unlink()
+        elif num == write_num and path.stat().st_size > write_pos:
+            os.truncate(path, write_pos)
+            _fsync(path)
+    write_atomically(gofiles.meta_path(data, name),
+                     b"%d\n%d,%d\n%d,%d\n" % (depth, read_num, read_pos, write_num, write_pos),
+                     mode=0o600)
+
+
+def _deferred_records(path: Path, logger: logging.Logger) -> list[bytes]:
+    """The records of a deferred side file; those not due yet with their due time in them
+    (what is left of their delay runs on from the import)."""
+    now = time.time_ns()
+    out = []
+    for due, record in gofiles.read_deferred(path, logger):
+        if due > now:
+            msg = decode_record(record)
+            msg.due = due
+            record = encode_record(msg)
+        out.append(record)
+    return out
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _sync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

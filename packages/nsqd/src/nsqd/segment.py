@@ -1,0 +1,614 @@
+"""One segment file of a topic's log: batches of records, appended and read by offset.
+
+The format (docs/design/storage.md, "Segments")::
+
+    NSQSEG1\\n                                   8 bytes of magic, then batches, one per append():
+
+     0        4                12        16                24        28
+     +--------+----------------+---------+-----------------+---------+---------------------+
+     | length | base offset    | count   | max timestamp   | crc32   | records             |
+     | u32    | u64            | u32     | i64 (ns)        | u32     | count x (u32 size,  |
+     |        |                |         |                 |         |   record bytes)     |
+     +--------+----------------+---------+-----------------+---------+---------------------+
+     length: bytes after the length field; crc32: of the records part; big-endian throughout
+
+The records of a batch have consecutive offsets from its base; a later batch's base is at or
+past the previous batch's end (gaps are allowed: records no cursor needed were never written).
+
+**The index** is in memory, one entry per batch in three arrays (24 bytes a batch, no object
+per batch): the batch's *end* offset (base + count), its file position, and the largest max
+timestamp of the batches up to and including it. Ends rather than bases: the batch holding the
+first record at or after any offset is ``bisect_right(ends, offset)``, gaps or not, and the
+batch head read with it gives the base. A running maximum rather than each batch's own: a
+clock that steps back cannot break the bisect of ``find_time``. The same arrays are written to
+``<base>.index`` when the segment rolls (``write_index``)::
+
+    NSQIDX1\\n | segment base u64 | segment size u64 | records u64 | batches u64 |
+    ends (batches x u64) | positions (batches x u64) | running max timestamps (batches x i64) |
+    crc32 u32 of everything before it
+
+An index is used only when its crc holds and it describes the file as it is (same size, and
+the last batch's head agrees); otherwise the segment is scanned.
+
+**Crashes.** A write torn by a crash leaves a short or bad last batch; opening the segment cuts
+it off with ``ftruncate`` (which needs no free space) and logs one warning. A failed append
+(``ENOSPC``) cuts the file back to its size before the call, so a segment is only ever made of
+whole batches that some append() returned for, plus at most a torn tail that the next open cuts.
+
+Used by one thread at a time: the caller serialises (the topic's log does its file work in a
+worker thread). Damage raises ``SegmentError`` (``nsqd.errors``); I/O failures are ``OSError``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import re
+import struct
+import sys
+import zlib
+from array import array
+from bisect import bisect_left, bisect_right
+from pathlib import Path
+
+from .errors import SegmentError
+from .packed import PackedBySize
+
+__all__ = ["BATCH_HEAD", "MAGIC", "Run", "Segment", "SegmentError"]
+
+MAGIC = b"NSQSEG1\n"
+#: length (bytes after this field), base offset, count, max timestamp (ns), crc32 of the records
+BATCH_HEAD = struct.Struct(">IQIqI")
+Run = tuple[int, list[bytes]]  # (offset of the first record, consecutive records)
+
+INDEX_MAGIC = b"NSQIDX1\n"
+_INDEX_HEAD = struct.Struct(">QQQQ")  # segment base, segment size, records, batches
+_CRC = struct.Struct(">I")
+_SIZE = struct.Struct(">I")
+_I64 = struct.Struct(">q")
+_HEAD = BATCH_HEAD.size  # 28
+_HEAD_AND_SIZE = struct.Struct(">IQIqII")  # the head of a batch of one record, and its size
+_JOIN_BELOW = 64 << 10  # a write smaller than this is joined into one buffer first
+_AFTER_LENGTH = _HEAD - 4  # the part of a head that ``length`` counts
+_MAX_LENGTH = 0xFFFFFFFF
+_MAX_OFFSET = (1 << 63) - 1  # offsets are u64 on disk; kept below 2**63 (signed everywhere else)
+_LOWEST = -(1 << 63)
+_SCAN_CHUNK = 1 << 20  # bytes per read while scanning
+_IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
+_NAME = re.compile(r"(\d{20})\.log")
+_NATIVE_IS_BIG = sys.byteorder == "big"
+#: the 4-byte size prefix of a record of each size, looked up in C (see nsqd.packed)
+_size_prefix = PackedBySize(_SIZE.pack).__getitem__
+
+_logger = logging.getLogger(__name__)
+
+
+class Segment:
+    """One segment: blocking file work, used by one thread at a time (the caller serialises).
+
+    Attributes (read them, never set them):
+        base: the offset in the file name (``f"{base:020d}.log"``)
+        path: the file
+        size: bytes in the file (magic included)
+        end: one past the last record's offset (``base`` when empty)
+        count: records in it
+        max_timestamp: the newest record's timestamp in ns (0 when empty), from the batch heads
+    """
+
+    __slots__ = ("_ends", "_fd", "_logger", "_maxes", "_positions", "_torn", "base", "count",
+                 "end", "path", "size")
+
+    def __init__(self, path: Path, base: int, fd: int, logger: logging.Logger) -> None:
+        # Use create() or open().
+        self.path = path
+        self.base = base
+        self.size = len(MAGIC)
+        self.end = base
+        self.count = 0
+        self._fd = fd
+        self._logger = logger
+        self._ends = array("Q")
+        self._positions = array("Q")
+        self._maxes = array("q")
+        self._torn = False  # a failed append could not be cut back: cut before the next one
+
+    def __repr__(self) -> str:
+        return f"<Segment {self.path} offsets {self.base}..{self.end} {self.size} bytes>"
+
+    @property
+    def max_timestamp(self) -> int:
+        return self._maxes[-1] if self._maxes else 0
+
+    @property
+    def batches(self) -> int:
+        """Batches in the segment (entries in its index)."""
+        return len(self._ends)
+
+    @property
+    def index_path(self) -> Path:
+        return self.path.with_suffix(".index")
+
+    # ---- creating and opening ---------------------------------------------------------------
+
+    @classmethod
+    def create(cls, directory: Path, base: int, *, logger: logging.Logger | None = None) -> Segment:
+        """A new, empty segment for offsets from ``base``: the file and its magic.
+
+        The directory is fsynced too, so that the new file's name survives a power cut.
+
+        Raises:
+            FileExistsError: the file exists.
+            OSError: it could not be made (nothing is left behind).
+        """
+        if not 0 <= base <= _MAX_OFFSET:
+            raise ValueError(f"base offset out of range: {base}")
+        path = Path(directory) / f"{base:020d}.log"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            _pwrite_all(fd, [MAGIC], 0, len(MAGIC))
+            _sync_directory(path.parent)
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                path.unlink()
+            raise
+        return cls(path, base, fd, logger or _logger)
+
+    @classmethod
+    def open(cls, path: Path, *, active: bool, logger: logging.Logger | None = None) -> Segment:
+        """Open an existing segment and build its index.
+
+        A segment that is not ``active`` takes its index from ``<base>.index`` when that is
+        valid. Otherwise (and always for the active segment, whose index is then removed as
+        out of date) the file is scanned batch by batch, in reads of 1 MiB.
+
+        A damaged end found by the scan (a short batch, a bad crc, offsets not increasing) is
+        cut off with ``ftruncate`` and logged as one warning. In the active segment that is
+        everything from the first bad batch on: what a crash mid-write leaves. In a closed
+        segment only a bad *last* batch is cut; damage with whole batches after it raises
+        ``SegmentError`` and leaves the file as it is (``open(path, active=True)`` would keep
+        what comes before the damage and cut the rest).
+
+        Raises:
+            ValueError: the name is not ``<20 digits>.log``.
+            SegmentError: shorter than the magic, a wrong magic, or a damaged closed segment.
+            OSError: the file could not be opened or read.
+        """
+        path = Path(path)
+        match = _NAME.fullmatch(path.name)
+        if match is None:
+            raise ValueError(f"not a segment file name: {path.name}")
+        logger = logger or _logger
+        fd = os.open(path, os.O_RDWR)
+        try:
+            segment = cls(path, int(match.group(1)), fd, logger)
+            size = os.fstat(fd).st_size
+            magic = os.pread(fd, len(MAGIC), 0)
+            if magic != MAGIC:
+                what = "shorter than the magic" if len(magic) < len(MAGIC) else "a wrong magic"
+                raise SegmentError(f"segment {path}: {what} ({magic[:len(MAGIC)]!r})")
+            if active:
+                with contextlib.suppress(FileNotFoundError):
+                    segment.index_path.unlink()
+                segment._scan(size, cut_anywhere=True)
+            elif not segment._load_index(size):
+                segment._scan(size, cut_anywhere=False)
+        except BaseException:
+            os.close(fd)
+            raise
+        return segment
+
+    def _load_index(self, size: int) -> bool:
+        """Take the index from ``<base>.index``; False when it is missing or does not hold."""
+        try:
+            data = self.index_path.read_bytes()
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            self._logger.warning("segment %s: cannot read its index (%s), scanning", self.path, exc)
+            return False
+        fixed = len(INDEX_MAGIC) + _INDEX_HEAD.size
+        why = None
+        if len(data) < fixed + _CRC.size or not data.startswith(INDEX_MAGIC):
+            why = "too short or a wrong magic"
+        elif _CRC.unpack_from(data, len(data) - _CRC.size)[0] != zlib.crc32(memoryview(data)[:-4]):
+            why = "bad crc"
+        else:
+            base, indexed_size, count, batches = _INDEX_HEAD.unpack_from(data, len(INDEX_MAGIC))
+            if len(data) != fixed + 24 * batches + _CRC.size:
+                why = "wrong length"
+            elif base != self.base:
+                why = f"base {base} is not the segment's"
+            elif indexed_size != size:
+                why = f"made for {indexed_size} bytes, the segment has {size}"
+            else:
+                cut = 8 * batches
+                ends, positions, maxes = array("Q"), array("Q"), array("q")
+                ends.frombytes(data[fixed : fixed + cut])
+                positions.frombytes(data[fixed + cut : fixed + 2 * cut])
+                maxes.frombytes(data[fixed + 2 * cut : fixed + 3 * cut])
+                if not _NATIVE_IS_BIG:
+                    ends.byteswap()
+                    positions.byteswap()
+                    maxes.byteswap()
+                why = self._check_last_head(ends, positions, size)
+                if why is None:
+                    self._ends, self._positions, self._maxes = ends, positions, maxes
+                    self.size, self.count = size, count
+                    self.end = ends[-1] if ends else self.base
+                    return True
+        self._logger.warning("segment %s: index not used (%s), scanning", self.path, why)
+        return False
+
+    def _check_last_head(self, ends: array[int], positions: array[int], size: int) -> str | None:
+        """Why the index does not fit the file's last batch, or None when it does."""
+        if not ends:
+            return None if size == len(MAGIC) else "no batches in a non-empty segment"
+        head = os.pread(self._fd, _HEAD, positions[-1])
+        if len(head) < _HEAD:
+            return "the last batch is beyond the file"
+        length, base, count, _, _ = BATCH_HEAD.unpack(head)
+        if base + count != ends[-1] or positions[-1] + 4 + length != size:
+            return "the last batch's head does not agree"
+        return None
+
+    def _scan(self, size: int, *, cut_anywhere: bool) -> None:
+        """Build the index from the batches themselves; cut off a damaged end (see open())."""
+        fd, pread, crc32 = self._fd, os.pread, zlib.crc32
+        unpack = BATCH_HEAD.unpack_from
+        ends, positions, maxes = self._ends, self._positions, self._maxes
+        pos = len(MAGIC)
+        chunk, at = b"", pos  # chunk holds the file's bytes from position ``at``
+        view, clen = memoryview(chunk), 0
+        end, count, running = self.base, 0, _LOWEST
+        problem = None
+        while pos < size:
+            off = pos - at
+            if clen - off < _HEAD:
+                chunk, at, off = pread(fd, min(_SCAN_CHUNK, size - pos), pos), pos, 0
+                view, clen = memoryview(chunk), len(chunk)
+                if clen < _HEAD:
+                    problem = "a short batch head"
+                    break
+            length, base, n, max_ts, crc = unpack(chunk, off)
+            stop = off + 4 + length
+            if n == 0 or length < _AFTER_LENGTH + 4 * n:
+                problem = f"a bad batch head (length {length}, count {n})"
+                break
+            if stop > clen:
+                if pos + 4 + length > size:
+                    problem = f"a short batch ({4 + length} bytes, {size - pos} in the file)"
+                    break
+                chunk, at, off = pread(fd, max(4 + length, min(_SCAN_CHUNK, size - pos)), pos), pos, 0
+                view, clen, stop = memoryview(chunk), len(chunk), 4 + length
+                if clen < stop:
+                    problem = "a short read"
+                    break
+            if crc32(view[off + _HEAD : stop]) != crc:
+                problem = "a bad crc"
+                break
+            if base < end or base + n > _MAX_OFFSET:
+                problem = f"offsets not increasing (base {base} after end {end})"
+                break
+            end = base + n
+            count += n
+            if max_ts > running:
+                running = max_ts
+            ends.append(end)
+            positions.append(pos)
+            maxes.append(running)
+            pos += 4 + length
+        self.size, self.end, self.count = pos, end, count
+        if problem is None:
+            return
+        if not cut_anywhere and not self._only_tail_left(pos, size, chunk, at):
+            raise SegmentError(f"segment {self.path}: {problem} at position {pos} "
+                               f"with whole batches after it")
+        self._logger.warning("segment %s: %s at position %d: cutting off the last %d bytes",
+                             self.path, problem, pos, size - pos)
+        try:
+            os.ftruncate(fd, pos)
+        except OSError as exc:
+            self._logger.error("segment %s: cannot cut off the damaged end - %s", self.path, exc)
+            self._torn = True
+
+    def _only_tail_left(self, pos: int, size: int, chunk: bytes, at: int) -> bool:
+        """Whether the bad batch at ``pos`` is the last thing in the file (a torn write)."""
+        off = pos - at
+        if len(chunk) - off < _HEAD:
+            return True  # not even a whole head: the file ends there
+        length: int = _SIZE.unpack_from(chunk, off)[0]
+        return pos + 4 + length >= size
+
+    # ---- writing ----------------------------------------------------------------------------
+
+    def append(self, runs: list[Run], *, timestamps: list[int] | None = None) -> None:
+        """Append each run as one batch, all of them in one write.
+
+        Each run's records get consecutive offsets from its first; the first must be at or past
+        ``end`` (gaps allowed). A batch's max timestamp is the largest of its records' own
+        (bytes 0-8 of an NSQ record, big-endian ns) unless ``timestamps`` gives one per run.
+
+        Raises:
+            ValueError: bad offsets, an empty run, a record shorter than 8 bytes without
+                ``timestamps``, or a batch over 4 GiB (nothing written).
+            OSError: the write failed (``ENOSPC``...): the file is cut back to its size before
+                the call, and the segment is exactly as it was.
+        """
+        if self._fd < 0:
+            raise ValueError(f"segment {self.path} is closed")
+        if timestamps is not None and len(timestamps) != len(runs):
+            raise ValueError("one timestamp per run")
+        ends, positions, maxes = self._ends, self._positions, self._maxes
+        batches_before = len(ends)
+        bufs: list[bytes] = []
+        before = pos = self.size
+        end, added = self.end, 0
+        running = maxes[-1] if maxes else _LOWEST
+        crc32 = zlib.crc32
+        try:
+            for k, (first, records) in enumerate(runs):
+                n = len(records)
+                if first < end or n == 0:
+                    raise ValueError(f"offset {first} is below the segment's end {end}" if n
+                                     else "an empty run")
+                end = first + n
+                if end > _MAX_OFFSET:
+                    raise ValueError(f"offset {end} out of range")
+                if n == 1:
+                    # A batch of one record (--mem-queue-size=0, --sync-every=1): its head and
+                    # the record's size in one pack, the crc over both parts without a join.
+                    record = records[0]
+                    size = len(record)
+                    if timestamps is not None:
+                        max_ts = timestamps[k]
+                    elif size >= 8:
+                        max_ts = _I64.unpack_from(record)[0]
+                    else:
+                        raise ValueError("a record shorter than 8 bytes has no timestamp: "
+                                         "give timestamps")
+                    length = _AFTER_LENGTH + 4 + size
+                    if length > _MAX_LENGTH:
+                        raise ValueError(f"a batch of {length} bytes is over 4 GiB")
+                    crc = crc32(record, crc32(_size_prefix(size)))
+                    bufs += (_HEAD_AND_SIZE.pack(length, first, 1, max_ts, crc, size), record)
+                else:
+                    # The size prefixes and records interleaved by slice assignment, in C.
+                    parts = [b""] * (2 * n)
+                    parts[0::2] = map(_size_prefix, map(len, records))
+                    parts[1::2] = records
+                    body = b"".join(parts)
+                    length = _AFTER_LENGTH + len(body)
+                    if length > _MAX_LENGTH:
+                        raise ValueError(f"a batch of {length} bytes is over 4 GiB")
+                    max_ts = _max_timestamp(records) if timestamps is None else timestamps[k]
+                    bufs += (BATCH_HEAD.pack(length, first, n, max_ts, crc32(body)), body)
+                if max_ts > running:
+                    running = max_ts
+                ends.append(end)
+                positions.append(pos)
+                maxes.append(running)
+                pos += 4 + length
+                added += n
+            if not bufs:
+                return
+            if self._torn:
+                os.ftruncate(self._fd, before)
+                self._torn = False
+            if pos - before <= _JOIN_BELOW:  # one copy of a few KiB costs less than an iovec
+                bufs = [b"".join(bufs)]
+            _pwrite_all(self._fd, bufs, before, pos - before)
+        except BaseException as exc:
+            del ends[batches_before:], positions[batches_before:], maxes[batches_before:]
+            if bufs and not isinstance(exc, ValueError | struct.error):
+                # Cut off whatever part got written: the file ends on a whole batch again.
+                try:
+                    os.ftruncate(self._fd, before)
+                except OSError as cut:
+                    self._logger.error("segment %s: cannot cut back a failed write - %s",
+                                       self.path, cut)
+                    self._torn = True
+            raise
+        self.size, self.end = pos, end
+        self.count += added
+
+    def sync(self) -> None:
+        """fdatasync: what was appended survives a power cut."""
+        os.fdatasync(self._fd)
+
+    def write_index(self) -> None:
+        """Write ``<base>.index`` from the index in memory (no fsync: a bad one is rebuilt).
+
+        Call it when the segment is complete (rolled), after ``sync()`` if the batches must be
+        durable before the index says they are there.
+
+        Raises:
+            OSError: it could not be written (no partial index file is left).
+        """
+        ends, positions, maxes = array("Q", self._ends), array("Q", self._positions), array(
+            "q", self._maxes)
+        if not _NATIVE_IS_BIG:
+            ends.byteswap()
+            positions.byteswap()
+            maxes.byteswap()
+        head = _INDEX_HEAD.pack(self.base, self.size, self.count, len(ends))
+        data = b"".join([INDEX_MAGIC, head, ends.tobytes(), positions.tobytes(), maxes.tobytes()])
+        path = self.index_path
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            _pwrite_all(fd, [data, _CRC.pack(zlib.crc32(data))], 0, len(data) + 4)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                path.unlink()
+            raise
+        finally:
+            os.close(fd)
+
+    # ---- reading ----------------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int) -> list[Run]:
+        """Runs of records from the first record at or after ``offset``.
+
+        Whole batches are read, in one ``pread``, until about ``max_bytes`` of the file
+        (always the batch holding that first record, whatever its size); batches with
+        consecutive offsets come back as one run. Empty when no record is at or after
+        ``offset``.
+
+        Raises:
+            SegmentError: a batch read does not hold (bad crc, or not what the index says).
+            OSError: the read failed.
+        """
+        if self._fd < 0:
+            raise ValueError(f"segment {self.path} is closed")
+        ends, positions = self._ends, self._positions
+        i = bisect_right(ends, offset)
+        last = len(ends) - 1
+        if i > last:
+            return []
+        start = positions[i]
+        # Whole batches from i while they end within max_bytes of start; at least batch i.
+        limit = start + max_bytes
+        k = bisect_right(positions, limit, i + 1)  # positions[i+1:k] <= limit
+        stop_batch = last if k > last and self.size <= limit else max(i, k - 2)
+        stop = positions[stop_batch + 1] if stop_batch < last else self.size
+        data = os.pread(self._fd, stop - start, start)
+        if len(data) != stop - start:
+            raise SegmentError(f"segment {self.path}: short read at {start} "
+                               f"({len(data)} of {stop - start} bytes)")
+        try:
+            return self._parse(data, start, i, stop_batch, offset)
+        except struct.error:  # sizes that run past their batch, in a batch whose crc holds
+            raise SegmentError(f"segment {self.path}: a batch from {start} is malformed") from None
+
+    def _parse(self, data: bytes, start: int, first: int, last: int, offset: int) -> list[Run]:
+        """The records of batches ``first..last`` in ``data`` (file bytes from ``start``), from
+        ``offset`` on, each batch checked against its crc and the index."""
+        runs: list[Run] = []
+        view = memoryview(data)
+        unpack_head, unpack_size, crc32 = BATCH_HEAD.unpack_from, _SIZE.unpack_from, zlib.crc32
+        ends = self._ends
+        p = 0
+        records: list[bytes] = []
+        append = records.append
+        run_end = -1
+        for j in range(first, last + 1):
+            length, base, n, _, crc = unpack_head(data, p)
+            q = p + _HEAD  # the records part is data[q:p] once p is moved past the batch
+            p += 4 + length
+            if base + n != ends[j] or p > len(data) or n == 0:
+                raise SegmentError(f"segment {self.path}: the batch at {start + q - _HEAD} is "
+                                   f"not what the index says")
+            if crc32(view[q:p]) != crc:
+                raise SegmentError(f"segment {self.path}: bad crc in the batch at {start + q - _HEAD}")
+            if offset > base:
+                for _ in range(offset - base):
+                    q += 4 + unpack_size(data, q)[0]
+                n -= offset - base
+                base = offset
+            if base != run_end:
+                records = []
+                append = records.append
+                runs.append((base, records))
+            run_end = base + n
+            if n == 1:
+                if unpack_size(data, q)[0] != p - q - 4:
+                    raise struct.error("a size that does not fill the batch")
+                append(data[q + 4 : p])
+                continue
+            # Records of one size (the checks of its size prefixes done in C, by strided
+            # slices): sliced in a comprehension, 25% less per record than the loop below.
+            stride, rest = divmod(p - q, n)
+            if not rest and stride >= 4:
+                prefix = _size_prefix(stride - 4)
+                if (data[q + 3 : p : stride] == prefix[3:] * n
+                        and data[q + 2 : p : stride] == prefix[2:3] * n
+                        and data[q + 1 : p : stride] == prefix[1:2] * n
+                        and data[q:p:stride] == prefix[:1] * n):
+                    size = stride - 4
+                    records += [data[k : k + size] for k in range(q + 4, p + 4, stride)]
+                    continue
+            for _ in range(n):
+                (size,) = unpack_size(data, q)
+                q += 4
+                append(data[q : q + size])
+                q += size
+            if q != p:
+                raise struct.error("sizes that do not fill the batch")
+        return runs
+
+    def find_time(self, timestamp_ns: int) -> int | None:
+        """The offset of the first record whose own timestamp is >= ``timestamp_ns``, or None.
+
+        A bisect on the running max timestamps finds the first batch that can hold one; its
+        records' own timestamps (bytes 0-8) say which (records shorter than 8 bytes have none).
+
+        Raises:
+            SegmentError, OSError: as read().
+        """
+        i = bisect_left(self._maxes, timestamp_ns)
+        unpack = _I64.unpack_from
+        while i < len(self._ends):
+            # One batch at a time: max_bytes=0 reads batch i alone.
+            for base, records in self.read(self._ends[i - 1] if i else self.base, 0):
+                for k, record in enumerate(records):
+                    if len(record) >= 8 and unpack(record)[0] >= timestamp_ns:
+                        return base + k
+            i += 1
+        return None
+
+    # ---- closing and removing ---------------------------------------------------------------
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            fd, self._fd = self._fd, -1
+            os.close(fd)
+
+    def remove(self) -> None:
+        """Close, and unlink the file and its index (either missing is fine)."""
+        self.close()
+        for path in (self.path, self.index_path):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+
+def _max_timestamp(records: list[bytes]) -> int:
+    # Big-endian bytes compare as unsigned numbers, so the largest record (compared in C, no
+    # slice per record) starts with the largest timestamp, unless some have the sign bit set.
+    top = max(records)
+    if len(top) >= 8:
+        value: int = _I64.unpack_from(top)[0]
+        if value >= 0:
+            return value
+    if min(map(len, records)) < 8:
+        raise ValueError("a record shorter than 8 bytes has no timestamp: give timestamps")
+    return max(int(_I64.unpack_from(r)[0]) for r in records)
+
+
+def _pwrite_all(fd: int, bufs: list[bytes], offset: int, total: int) -> None:
+    """Write ``bufs`` at ``offset`` in one system call, looping only on a short write."""
+    if len(bufs) == 1:
+        done = os.pwrite(fd, bufs[0], offset)
+    elif len(bufs) <= _IOV_MAX:
+        done = os.pwritev(fd, bufs, offset)
+    else:
+        bufs = [b"".join(bufs)]
+        done = os.pwrite(fd, bufs[0], offset)
+    if done == total:
+        return
+    rest = memoryview(b"".join(bufs))[done:]
+    while rest:
+        n = os.pwrite(fd, rest, offset + done)
+        if n <= 0:
+            raise OSError(errno.EIO, "write made no progress")
+        done += n
+        rest = rest[n:]
+
+
+def _sync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

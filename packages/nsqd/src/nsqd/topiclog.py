@@ -1,0 +1,769 @@
+"""A topic's log: every message of the topic once, by offset, newest in memory, older ones in
+segment files (docs/design/storage.md).
+
+Offsets. ``append`` gives records the next offsets; ``end`` is the next offset to be given,
+``start`` the first still stored. Readers (the topic's channels, ``/topic/read``) ask for
+records from an offset and get *runs* (``runs.Run``): the records are shared, never copied per
+reader.
+
+Memory and disk. New records go to the memory tail (``_tail``). While at most
+``mem_queue_size`` records in it are not written, nothing is written (NSQ's memory queue);
+past that, the oldest unwritten ones are written as one batch before the publisher is
+answered. Records every durable cursor has passed (``needed``) before they were written are
+dropped instead, unless the topic has a retention. Written records stay in the tail as a cache
+for a while (``TAIL_CACHE_BYTES``): a consume right after a publish reads memory even with
+``--mem-queue-size=0``. Older records are read from the segments by the background task into
+``_cache``, one read for every reader near the same offset; a reader that asks for records
+not in memory is answered ``None`` and woken (``on_readable``) when they are in.
+
+Order. Appends that must write go through ``_commit`` one group at a time under the I/O lock
+(a group commit: every append waiting when a write starts is written by it, with one fsync
+under ``--sync-every=1``), and become visible in offset order only once stored. A failed write
+leaves the log as it was: nothing of the group is visible, the segment is cut back (see
+``segment``), and the publishers get the error.
+
+Concurrency: all file work runs in worker threads (or inline, for a small write with no fsync
+due) under one ``trio.Lock``; every other method is synchronous on the Trio thread.
+
+Errors: ``DiskQueueError`` (nsqd.errors) from ``append`` when the write failed, ``close`` and
+``delete`` when they could not finish; read-side problems are logged, never raised.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import os
+import shutil
+from collections import deque
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
+
+import trio
+from nsq_common import write_atomically
+
+from .errors import DiskQueueClosed, DiskQueueError, SegmentError
+from .runs import Run, RunStore
+from .segment import Segment
+
+if TYPE_CHECKING:
+    from .clock import Clock
+
+T = TypeVar("T")
+
+#: Written records kept in memory as a cache (bytes).
+TAIL_CACHE_BYTES = 16 << 20
+#: Records read from disk and kept for the readers (bytes), and one read's size.
+READ_CACHE_BYTES = 8 << 20
+READ_BYTES = 1 << 20
+#: Offsets are reserved this many at a time in the log's ``offsets`` file before they are
+#: given, so that no offset is given twice even when a crash loses the memory tail: the next
+#: start begins past the last reservation (a gap, never a reuse).
+RESERVE = 1 << 20
+OFFSETS_FILE = "offsets"
+#: A write this small, with no fsync due, is done on the Trio thread (a page-cache copy).
+_INLINE_WRITE_BYTES = 256 << 10
+SEGMENT_SUFFIX = ".log"
+
+
+class _Append:
+    __slots__ = ("done", "error", "first", "plain", "records")
+
+    def __init__(self, records: Sequence[bytes], plain: bool) -> None:
+        self.records = records
+        self.plain = plain
+        self.first = -1
+        self.done = False
+        self.error: DiskQueueError | None = None
+
+
+def segment_name(base: int) -> str:
+    return f"{base:020d}{SEGMENT_SUFFIX}"
+
+
+def _all_needed() -> int:
+    return 0
+
+
+class TopicLog:
+    def __init__(self, name: str, directory: Path | None, *, mem_queue_size: int,
+                 max_bytes_per_file: int = 100 << 20, sync_every: int = 2500,
+                 sync_timeout: float = 2.0, clock: Clock, logger: logging.Logger | None = None,
+                 on_readable: Callable[[], None] = lambda: None) -> None:
+        self.name = name
+        self.directory = directory  # None: memory only (an ephemeral topic)
+        self.mem_queue_size = mem_queue_size
+        self.max_bytes_per_file = max_bytes_per_file
+        self.sync_every = sync_every
+        self.sync_timeout = sync_timeout
+        self.clock = clock
+        self.log = logger if logger is not None else logging.getLogger("nsqd")
+        self.on_readable = on_readable
+        #: The lowest offset some durable cursor (or the topic's hold) still needs; set by
+        #: the topic. Nothing at or above it is ever dropped or removed.
+        self.needed: Callable[[], int] = _all_needed
+        self.retention_ns = 0  # keep segments this long past every cursor (0: not at all)
+        self.retention_bytes = 0  # or the newest segments within this size
+        self._tail = RunStore()
+        self._cache = RunStore()
+        self._skips: dict[int, int] = {}  # disk reads that found a gap: offset -> next one
+        self._segments: list[Segment] = []
+        self._end = 0
+        #: Offsets given before the last start that no message has (a crash lost them).
+        self.hole: tuple[int, int] | None = None
+        # Offsets below may be given (reserved on disk); a memory-only log needs none.
+        self._reserved = 0 if directory is not None else 1 << 62
+        self._written_end = 0  # every offset below is on disk, or was never to be written
+        self._unwritten = 0  # records in the tail at offsets >= _written_end
+        self._appends: deque[_Append] = deque()
+        self._committing = False
+        self._io_lock = trio.Lock()
+        self._wanted: set[int] = set()
+        self._wake = trio.Event()
+        self._tidy_now = False  # poked: remove what nobody needs without waiting for the tick
+        self._ops_since_sync = 0
+        self._closed = False
+        self.healthy = True  # False after a failed write or sync, True after a good write
+        self.write_errors = 0
+        self.sync_errors = 0
+        self.dropped = 0  # memory only: records dropped past mem_queue_size, as NSQ does
+        if directory is not None:
+            self._load(directory)
+
+    # -- positions ---------------------------------------------------------------------------
+    @property
+    def end(self) -> int:
+        """The offset the next message gets."""
+        return self._end
+
+    @property
+    def start(self) -> int:
+        """The first offset still stored (``end`` when nothing is)."""
+        for segment in self._segments:
+            if segment.count:
+                first = segment.base
+                return min(first, self._tail.start) if self._tail else first
+        return self._tail.start if self._tail else self._end
+
+    @property
+    def written_end(self) -> int:
+        """Offsets below are on disk (or were never to be written): past --mem-queue-size,
+        what ``/stats`` counts as a backend depth."""
+        return self._written_end
+
+    @property
+    def memory_start(self) -> int:
+        """Offsets from here on are in memory (``/stats``' backend depth counts below it)."""
+        return self._tail.start if self._tail else self._end
+
+    @property
+    def disk_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    def _load(self, directory: Path) -> None:
+        """Open the segments a previous run left (no write: a full disk must not stop nsqd
+        from starting; segments are made on the first write)."""
+        if not directory.is_dir():
+            return
+        paths = sorted(p for p in directory.iterdir() if p.name.endswith(SEGMENT_SUFFIX))
+        for i, path in enumerate(paths):
+            segment: Segment | None
+            try:
+                segment = Segment.open(path, active=i == len(paths) - 1, logger=self.log)
+            except SegmentError as exc:
+                segment = self._salvage(path, exc)
+            except ValueError as exc:
+                self.log.error("LOG(%s): not a segment, set aside: %s - %s", self.name, path,
+                               exc)
+                self._set_aside(path)
+                continue
+            if segment is not None:
+                self._segments.append(segment)
+        if self._segments:
+            last = self._segments[-1]
+            self._end = self._written_end = max(last.end, last.base)
+        self.resume_at(_read_offsets(directory / OFFSETS_FILE))
+
+    def _salvage(self, path: Path, damage: SegmentError) -> Segment | None:
+        """A damaged segment: a copy set aside (``.bad``), and the whole batches before the
+        damage kept (what comes after it is lost, as go-diskqueue loses the rest of a
+        damaged file)."""
+        self.log.error("LOG(%s): %s; keeping what comes before the damage, the file as it "
+                       "was saved as %s.bad", self.name, damage, path.name)
+        try:
+            shutil.copyfile(path, path.with_name(path.name + ".bad"))
+        except OSError as exc:
+            self.log.error("LOG(%s): cannot copy %s - %s", self.name, path, exc)
+        try:
+            return Segment.open(path, active=True, logger=self.log)
+        except (SegmentError, OSError) as exc:
+            self.log.error("LOG(%s): cannot read %s, set aside - %s", self.name, path, exc)
+            self._set_aside(path)
+            return None
+
+    def _set_aside(self, path: Path) -> None:
+        try:
+            path.rename(path.with_name(path.name + ".bad"))
+        except OSError as exc:
+            self.log.error("LOG(%s): cannot rename %s - %s", self.name, path, exc)
+
+    def resume_at(self, offset: int) -> None:
+        """Start giving offsets at ``offset`` at least (what the ``offsets`` file, cursors
+        and nsqd.dat say was given before). Offsets skipped so are a ``hole``: no message
+        has them, and cursors pass over them as done."""
+        if offset > self._end and not self._tail:
+            start = self.hole[0] if self.hole is not None else self._end
+            self.hole = (start, offset)
+            self._end = self._written_end = offset
+
+    def hole_in(self, start: int, end: int) -> int:
+        """How many offsets of [start, end) are in the ``hole``."""
+        if self.hole is None:
+            return 0
+        return max(0, min(end, self.hole[1]) - max(start, self.hole[0]))
+
+    # -- writing -----------------------------------------------------------------------------
+    async def append(self, records: Sequence[bytes], *, plain: bool) -> int:
+        """Store ``records`` (``plain``: all of them plain records); the offset of the first.
+
+        Raises:
+            DiskQueueError: they could not be written; none of them is stored.
+        """
+        n = len(records)
+        if (not self._appends and not self._committing
+                and self._unwritten + n <= self.mem_queue_size and not self._closed
+                and self._end + n <= self._reserved):
+            first = self._end
+            self._tail.append(first, records, plain)
+            self._end = first + n
+            self._unwritten += n
+            return first
+        return await self._append_written(records, plain)
+
+    async def _append_written(self, records: Sequence[bytes], plain: bool) -> int:
+        if self._closed:
+            raise DiskQueueClosed
+        request = _Append(records, plain)
+        self._appends.append(request)
+        try:
+            async with self._io_lock:
+                if not request.done:
+                    await self._commit()
+        finally:
+            if not request.done:  # cancelled while waiting: never stored
+                self._appends.remove(request)
+        if request.error is not None:
+            raise request.error
+        return request.first
+
+    async def _commit(self) -> None:
+        """Store every waiting append, writing what must be written (lock held)."""
+        group = list(self._appends)
+        self._appends.clear()
+        self._committing = True
+        try:
+            await self._commit_group(group)
+        finally:
+            self._committing = False
+            for request in group:
+                request.done = True
+
+    async def _commit_group(self, group: list[_Append]) -> None:
+        if self._closed:
+            for request in group:
+                request.error = DiskQueueClosed()
+            return
+        total = sum(len(r.records) for r in group)
+        if self._end + total > self._reserved:
+            try:
+                await self._reserve(self._end + total + RESERVE)
+            except OSError as exc:
+                self.healthy = False
+                self.write_errors += 1
+                self.log.error("LOG(%s): failed to reserve offsets - %s", self.name, exc)
+                error = DiskQueueError(f"failed to reserve offsets - {exc}")
+                for request in group:
+                    request.error = error
+                return
+        self._skip_unneeded()
+        over = self._unwritten + total - self.mem_queue_size
+        if self.directory is None:
+            self._visible(group)
+            if over > 0:  # memory only: what does not fit is dropped, as in NSQ
+                self.dropped += self._tail.drop_before(self._tail.start + over)
+                self._unwritten = self._tail.count
+            return
+        old = min(max(over, 0), self._unwritten)
+        new = max(over, 0) - old
+        runs: list[tuple[int, Sequence[bytes]]] = []
+        if old:
+            runs += self._tail.runs_between(self._written_end, self._written_end + old)
+        first = self._end
+        if new:
+            for request in group:
+                part = request.records[:new]
+                if part:
+                    runs.append((first, part))
+                first += len(part)
+                new -= len(part)
+                if not new:
+                    break
+        if runs:
+            try:
+                await self._write(runs)
+            except OSError as exc:
+                self.healthy = False
+                self.write_errors += 1
+                self.log.error("LOG(%s): failed to write - %s", self.name, exc)
+                error = DiskQueueError(f"failed to write messages - {exc}")
+                for request in group:
+                    request.error = error
+                if exc.errno == errno.ENOSPC:
+                    self._wake.set()  # see what can be removed
+                return
+            self.healthy = True
+            written = sum(len(r) for _, r in runs)
+            self._written_end = runs[-1][0] + len(runs[-1][1])
+            self._unwritten -= old
+            self._visible(group, written_new=written - old)
+        else:
+            self._visible(group)
+
+    def _visible(self, group: list[_Append], written_new: int = 0) -> None:
+        """The group's records into the tail, in order (the first ``written_new`` of them
+        already on disk)."""
+        first = self._end
+        for request in group:
+            request.first = first
+            self._tail.append(first, request.records, request.plain)
+            first += len(request.records)
+        self._unwritten += first - self._end - written_new
+        self._end = first
+
+    def _skip_unneeded(self) -> None:
+        """Unwritten records every durable cursor has passed are never written (unless the
+        topic keeps what it delivered: a retention)."""
+        if self.retention_ns or self.retention_bytes:
+            return
+        needed = min(self.needed(), self._end)
+        if needed > self._written_end:
+            skipped = min(needed - self._written_end, self._unwritten)
+            self._unwritten -= skipped
+            self._written_end = needed
+            self._tail.drop_before(needed)
+
+    async def _write(self, runs: list[tuple[int, Sequence[bytes]]]) -> None:
+        """Write ``runs`` as one batch each into the active segment (a new one first when
+        it is full); fsync when the sync policy says so (lock held).
+
+        Raises:
+            OSError: nothing of ``runs`` was written.
+        """
+        assert self.directory is not None
+        count = sum(len(r) for _, r in runs)
+        nbytes = sum(sum(map(len, r)) for _, r in runs) + 32 * len(runs) + 4 * count
+        sync = self._ops_since_sync + count >= self.sync_every
+        active = self._segments[-1] if self._segments else None
+        roll = active is None or (active.count > 0
+                                  and active.size + nbytes > self.max_bytes_per_file)
+        if not sync and not roll and nbytes <= _INLINE_WRITE_BYTES:
+            assert active is not None
+            active.append(runs)  # type: ignore[arg-type]
+        else:
+            await self._in_thread(self._write_blocking, runs, roll, sync)
+        if sync:
+            self._ops_since_sync = 0
+        else:
+            self._ops_since_sync += count
+
+    def _write_blocking(self, runs: list[tuple[int, Sequence[bytes]]], roll: bool,
+                        sync: bool) -> None:
+        assert self.directory is not None
+        if roll:
+            if self._segments:
+                old = self._segments[-1]
+                old.sync()
+                old.write_index()
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._segments.append(Segment.create(self.directory, runs[0][0], logger=self.log))
+        active = self._segments[-1]
+        active.append(runs)  # type: ignore[arg-type]
+        if sync:
+            active.sync()
+
+    # -- reading -----------------------------------------------------------------------------
+    def read(self, offset: int, n: int) -> list[Run] | None:
+        """Up to ``n`` records from ``offset`` (or the first stored after it) as runs, from
+        memory; ``None`` when they are on disk and not read yet: they are asked for, and
+        ``on_readable`` is called once they are in. Empty: nothing is stored from ``offset``
+        to the end (offsets given to messages that were never stored: a torn write, memory
+        lost to a crash)."""
+        tail = self._tail
+        if (tail and offset >= tail.start) or offset >= self._end or self.directory is None:
+            return tail.read(offset, n)
+        start = self.start
+        if offset < start:
+            offset = start
+            if tail and offset >= tail.start:
+                return tail.read(offset, n)
+        offset = self._skips.get(offset, offset)
+        if offset >= self._end:
+            return []
+        if tail and offset >= tail.start:
+            return tail.read(offset, n)
+        cache = self._cache
+        if cache.covers(offset):
+            runs = _contiguous(cache.read(offset, n))
+            got = sum(len(r) for _, r, _ in runs)
+            if got < n and tail and runs:  # the cache reaches the tail: go on there
+                last, records, _ = runs[-1]
+                if last + len(records) >= tail.start:
+                    runs += tail.read(last + len(records), n - got)
+            return runs
+        if offset not in self._wanted:
+            self._wanted.add(offset)
+            self._wake.set()
+        return None
+
+    async def fetch(self, offset: int) -> None:
+        """Have the records from ``offset`` in memory (read from disk now if they are not),
+        so that ``read`` answers at once."""
+        if self.read(offset, 1) is not None:
+            return
+        async with self._io_lock:
+            await self._read_wanted()
+
+    async def read_at(self, offset: int, n: int, max_bytes: int = READ_BYTES) -> list[Run]:
+        """``read``, waiting for the disk when it must (``/topic/read``): never caches."""
+        runs = self.read(offset, n)
+        if runs is not None:
+            return runs
+        self._wanted.discard(offset)
+        async with self._io_lock:
+            found = await self._in_thread(self._read_blocking, offset, max_bytes)
+        out: list[Run] = []
+        for first, records in found:
+            records = records[:n]
+            out.append((first, records, False))
+            n -= len(records)
+            if n <= 0:
+                break
+        return out
+
+    def _read_blocking(self, offset: int, max_bytes: int) -> list[tuple[int, list[bytes]]]:
+        """Runs from the first record at or after ``offset`` on disk (a worker thread)."""
+        for segment in self._segments:
+            if segment.count and segment.end > offset:
+                at = max(offset, segment.base)
+                try:
+                    found = segment.read(at, max_bytes)
+                except SegmentError as exc:
+                    self.log.error("LOG(%s): %s", self.name, exc)
+                    found = self._read_to_damage(segment, at)
+                if found:
+                    return found
+        return []
+
+    @staticmethod
+    def _read_to_damage(segment: Segment, offset: int) -> list[tuple[int, list[bytes]]]:
+        """The whole batches from ``offset`` up to a damaged one (the rest of the segment is
+        lost, as go-diskqueue loses the rest of a damaged file)."""
+        found: list[tuple[int, list[bytes]]] = []
+        while offset < segment.end:
+            try:
+                batch = segment.read(offset, 0)  # one batch
+            except SegmentError:
+                break
+            if not batch:
+                break
+            found += batch
+            first, records = batch[-1]
+            offset = first + len(records)
+        return found
+
+    async def find_time(self, timestamp_ns: int) -> int:
+        """The offset of the first stored message published at or after ``timestamp_ns``
+        (``end`` when there is none)."""
+        async with self._io_lock:
+            for segment in self._segments:
+                if segment.count and segment.max_timestamp >= timestamp_ns:
+                    found = await self._in_thread(segment.find_time, timestamp_ns)
+                    if found is not None:
+                        return found
+        for first, records, _ in self._tail.read(self.memory_start, self._tail.count):
+            for i, record in enumerate(records):
+                if int.from_bytes(record[:8], "big") >= timestamp_ns:
+                    return first + i
+        return self._end
+
+    # -- the background task -----------------------------------------------------------------
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Disk reads for readers, the periodic fsync, removing segments nobody needs."""
+        task_status.started()
+        tick = self.clock.now() + self.sync_timeout
+        while not self._closed:
+            if self.clock.now() >= tick:
+                tick = self.clock.now() + self.sync_timeout
+                async with self._io_lock:
+                    await self._tidy(sync=True)
+            if self._wanted:
+                async with self._io_lock:
+                    await self._read_wanted()
+                continue
+            with trio.move_on_at(tick):
+                await self._wake.wait()
+            self._wake = trio.Event()
+            if self._tidy_now or (self.directory is not None and not self.healthy):
+                self._tidy_now = False
+                async with self._io_lock:
+                    await self._tidy(sync=False)
+
+    def poke(self) -> None:
+        """Cursors moved a long way (empty, rewind, a channel gone, a retention changed):
+        tidy up now."""
+        self._tidy_now = True
+        self._wake.set()
+
+    async def tidy(self) -> None:
+        """Remove what nobody needs and trim memory now (tests; ``/topic/empty``)."""
+        async with self._io_lock:
+            await self._tidy(sync=False)
+
+    async def _read_wanted(self) -> None:
+        wanted = sorted(self._wanted)
+        self._wanted.clear()
+        got = False
+        fresh: set[int] = set()  # runs read now: kept, or the reader that asked never gets them
+        for offset in wanted:
+            if self._cache.covers(offset) or offset >= self.memory_start:
+                got = True
+                continue
+            found = await self._in_thread(self._read_blocking, offset, READ_BYTES)
+            if found and found[0][0] > offset:
+                self._skips[offset] = found[0][0]
+            elif not found:
+                self._skips[offset] = self.memory_start
+            for first, records in found:
+                self._cache.insert(first, records, False)
+                fresh.add(first)
+            got = True
+        while self._cache.bytes > READ_CACHE_BYTES and self._cache.drop_oldest_run(fresh):
+            pass
+        if len(self._skips) > 1024:
+            self._skips.clear()
+        if got:
+            self.on_readable()
+
+    async def _tidy(self, *, sync: bool) -> None:
+        """Lock held: the periodic fsync, then segments and memory nobody needs."""
+        if self.directory is None:
+            self._trim_memory()
+            return
+        if sync and self._ops_since_sync and self._segments:
+            try:
+                await self._in_thread(self._segments[-1].sync)
+                self._ops_since_sync = 0
+            except OSError as exc:
+                self.sync_errors += 1
+                self.healthy = False
+                self.log.error("LOG(%s): failed to sync - %s", self.name, exc)
+        await self._remove_unneeded()
+        self._trim_memory()
+
+    def _removable(self, segment: Segment, needed: int, retained_bytes: int) -> bool:
+        if segment.end > needed:
+            return False
+        if not (self.retention_ns or self.retention_bytes):
+            return True
+        old = (self.retention_ns > 0
+               and segment.max_timestamp < self.clock.wall_ns() - self.retention_ns)
+        over = self.retention_bytes > 0 and retained_bytes - segment.size >= self.retention_bytes
+        return old or over
+
+    async def _remove_unneeded(self) -> None:
+        needed = min(self.needed(), self._written_end)
+        retained = self.disk_bytes
+        gone: list[Segment] = []
+        for segment in self._segments[:-1]:
+            if not self._removable(segment, needed, retained):
+                break
+            gone.append(segment)
+            retained -= segment.size
+        if gone:
+            del self._segments[:len(gone)]
+            await self._in_thread(_remove_all, gone)
+            self.log.info("LOG(%s): removed %d segment(s) up to offset %d", self.name,
+                          len(gone), gone[-1].end)
+        if self._segments and not self._segments[:-1]:
+            active = self._segments[-1]
+            if active.count and self._removable(active, needed, retained):
+                # Every cursor is past the active segment: it is cut to nothing and renamed
+                # after the next offset (no data written: this must work on a full disk).
+                await self._in_thread(self._reset_active, active)
+                self.log.info("LOG(%s): removed the active segment up to offset %d",
+                              self.name, self._written_end)
+                gone.append(active)
+        if gone:
+            self._forget_removed()
+
+    def _forget_removed(self) -> None:
+        """Segments were removed: their records go from memory too (the tail keeps written
+        records as a cache, the read cache what it read), so that no reader, ``start`` or a
+        rewind finds a record the disk no longer has."""
+        below = self._written_end
+        for segment in self._segments:
+            if segment.count:
+                below = min(segment.base, below)
+                break
+        self._tail.drop_before(below)
+        self._cache.drop_before(below)
+        self._skips.clear()
+
+    def _reset_active(self, active: Segment) -> None:
+        base = self._written_end
+        path = active.path
+        active.close()
+        os.truncate(path, len(b"NSQSEG1\n"))
+        new_path = path.with_name(segment_name(base))
+        active.index_path.unlink(missing_ok=True)
+        os.rename(path, new_path)
+        self._segments[-1] = Segment.open(new_path, active=True, logger=self.log)
+
+    def _trim_memory(self) -> None:
+        """Drop from memory what nobody needs (and, written, what is past the cache size)."""
+        tail = self._tail
+        if not tail:
+            return
+        needed = min(self.needed(), self._end)
+        if self.directory is None:
+            tail.drop_before(needed)
+            self._unwritten = tail.count
+            return
+        written_end = self._written_end
+        keep = needed if not (self.retention_ns or self.retention_bytes) else 0
+        if keep > tail.start and keep <= written_end:
+            tail.drop_before(keep)
+        elif keep > written_end:
+            tail.drop_before(written_end)
+        while tail and tail.start < written_end and tail.bytes > TAIL_CACHE_BYTES:
+            tail.drop_before(min(written_end, tail.start + max(tail.count // 4, 1)))
+
+    # -- the end -----------------------------------------------------------------------------
+    async def _reserve(self, until: int) -> None:
+        """Offsets below ``until`` may be given (lock held).
+
+        Raises:
+            OSError: the reservation could not be written.
+        """
+        assert self.directory is not None
+        await self._in_thread(_write_offsets, self.directory, until)
+        self._reserved = until
+
+    async def close(self) -> None:
+        """Write what some cursor or the retention still needs, fsync, close the files.
+
+        Raises:
+            DiskQueueError: the memory tail could not be written (its messages are lost, as a
+                memory queue's are when nsqd cannot save them).
+        """
+        if self._closed:
+            return
+        self._closed = True
+        self._wake.set()
+        with trio.CancelScope(shield=True):
+            async with self._io_lock:
+                if self.directory is None:
+                    return
+                self._skip_unneeded()
+                error = None
+                if self._unwritten:
+                    runs = self._tail.runs_between(self._written_end, self._end)
+                    self._ops_since_sync = self.sync_every  # fsync with this write
+                    try:
+                        await self._write(runs)
+                        self._written_end = self._end
+                        self._unwritten = 0
+                    except OSError as exc:
+                        error = DiskQueueError(f"failed to write messages at close - {exc}")
+                elif self._ops_since_sync and self._segments:
+                    try:
+                        await self._in_thread(self._segments[-1].sync)
+                    except OSError as exc:
+                        error = DiskQueueError(f"failed to sync at close - {exc}")
+                await self._in_thread(self._close_segments)
+                if self._reserved > self._end and self.directory.is_dir():
+                    try:  # exact again: the next start goes on from the end, no gap
+                        await self._in_thread(_write_offsets, self.directory, self._end)
+                    except OSError as exc:
+                        self.log.warning("LOG(%s): offsets not written - %s", self.name, exc)
+        if error is not None:
+            raise error
+
+    def _close_segments(self) -> None:
+        for segment in self._segments:
+            try:
+                if segment.count:
+                    segment.write_index()
+            except OSError as exc:
+                self.log.warning("LOG(%s): index of %s not written - %s", self.name,
+                                 segment.path, exc)
+            segment.close()
+
+    async def delete(self) -> None:
+        """Close without writing and remove every file of the log."""
+        self._closed = True
+        self._wake.set()
+        with trio.CancelScope(shield=True):
+            async with self._io_lock:
+                for request in self._appends:
+                    request.error, request.done = DiskQueueClosed(), True
+                self._appends.clear()
+                self._tail.clear()
+                self._cache.clear()
+                segments, self._segments = self._segments, []
+                await self._in_thread(_delete_all, segments, self.directory)
+
+    async def _in_thread(self, fn: Callable[..., T], *args: object) -> T:
+        # Shielded so that a started file operation is always followed by its bookkeeping.
+        with trio.CancelScope(shield=True):
+            result = await trio.to_thread.run_sync(fn, *args)
+        return result
+
+
+def _contiguous(runs: list[Run]) -> list[Run]:
+    """``runs`` up to the first gap: between two runs of the read cache are records not read
+    yet (or never stored: the disk read that follows says which), never to be passed over."""
+    for i in range(1, len(runs)):
+        first, records, _ = runs[i - 1]
+        if runs[i][0] != first + len(records):
+            return runs[:i]
+    return runs
+
+
+def _read_offsets(path: Path) -> int:
+    """The next offset the ``offsets`` file allows (0 when it is missing or unreadable)."""
+    try:
+        value = json.loads(path.read_bytes()).get("next", 0)
+    except (OSError, ValueError, AttributeError):
+        return 0
+    return value if isinstance(value, int) and value >= 0 else 0
+
+
+def _write_offsets(directory: Path, next_offset: int) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    write_atomically(directory / OFFSETS_FILE, b'{"next":%d}\n' % next_offset, mode=0o600)
+
+
+def _remove_all(segments: list[Segment]) -> None:
+    for segment in segments:
+        segment.close()
+        segment.remove()
+
+
+def _delete_all(segments: list[Segment], directory: Path | None) -> None:
+    for segment in segments:
+        segment.close()
+    if directory is not None:
+        shutil.rmtree(directory, ignore_errors=True)
