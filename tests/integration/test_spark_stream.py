@@ -62,6 +62,30 @@ def wait_progressing(condition, progress, what: str, details=lambda: ""):
     return found
 
 
+#: Spark's own error when the Python process of a streaming source did not connect back to the
+#: JVM within the 10 s it waits (PythonWorkerFactory, fixed): it compiles pyspark from its zip
+#: as it starts, about 0.9 s of CPU, which took longer than that at load 17-19 on 2 cores.
+WORKER_TIMEOUT = "Python worker failed to connect back"
+
+
+def started(start, root: Path):
+    """``start(checkpoint)`` a streaming query and wait until its source is up (or the query
+    ended). A query that Spark failed with ``WORKER_TIMEOUT`` is started again, with a new
+    checkpoint, up to three times; any other end is the test's to judge. Returns the query and
+    its checkpoint."""
+    for attempt in range(3):
+        checkpoint = root / f"checkpoint-{attempt}"
+        query = start(checkpoint)
+        wait_progressing(  # "Initializing StreamExecution", then "Initializing sources"
+            lambda q=query: not q.isActive or not q.status["message"].startswith("Initializing"),
+            lambda q=query: q.status["message"], "the query's source up")
+        error = query.exception()
+        if error is None or WORKER_TIMEOUT not in str(error) or attempt == 2:
+            return query, checkpoint
+        print(f"attempt {attempt}: {WORKER_TIMEOUT}; starting the query again")
+    raise AssertionError("unreachable")
+
+
 def publish(nsqd, topic: str, count: int, channel: str = "spark") -> list[bytes]:
     base = f"http://{nsqd.http_address}"
     assert httpx.post(f"{base}/topic/create", params={"topic": topic}).status_code == 200
@@ -113,11 +137,12 @@ def stream(spark, nsqd, topic: str, checkpoint: Path, mode: str = "tcp", **optio
 def test_ten_thousand_messages_in_several_batches(spark, nsqd, tmp_path, mode):
     topic = f"ten_k_{mode}"
     bodies = publish(nsqd, topic, 10_000)
-    checkpoint = tmp_path / "checkpoint"
-    query = (stream(spark, nsqd, topic, checkpoint, mode, maxMessagesPerTrigger="1000")
-             .writeStream.format("memory").queryName(topic)
-             .option("checkpointLocation", str(checkpoint))
-             .trigger(processingTime="100 milliseconds").start())
+    query, checkpoint = started(
+        lambda checkpoint: stream(spark, nsqd, topic, checkpoint, mode,
+                                  maxMessagesPerTrigger="1000")
+        .writeStream.format("memory").queryName(topic)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime="100 milliseconds").start(), tmp_path)
 
     def count() -> int:
         return spark.sql(f"SELECT count(*) AS n FROM {topic}").first().n
@@ -144,12 +169,13 @@ def test_ten_thousand_messages_in_several_batches(spark, nsqd, tmp_path, mode):
 
 def test_available_now_takes_what_is_queued_and_ends(spark, nsqd, tmp_path):
     bodies = publish(nsqd, "avail_now", 1500)
-    checkpoint = tmp_path / "checkpoint"
     out = tmp_path / "out"
-    query = (stream(spark, nsqd, "avail_now", checkpoint, maxMessagesPerTrigger="400")
-             .select("id", "body", "timestamp").writeStream.format("parquet")
-             .option("path", str(out)).option("checkpointLocation", str(checkpoint))
-             .trigger(availableNow=True).start())
+    query, _ = started(
+        lambda checkpoint: stream(spark, nsqd, "avail_now", checkpoint,
+                                  maxMessagesPerTrigger="400")
+        .select("id", "body", "timestamp").writeStream.format("parquet")
+        .option("path", str(out)).option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True).start(), tmp_path)
     query.awaitTermination()
     rows = spark.read.parquet(str(out)).collect()
     assert sorted(bytes(r.body) for r in rows) == sorted(bodies)
@@ -171,7 +197,6 @@ def test_a_batch_longer_than_the_message_timeout_loses_nothing(spark, nsqd, tmp_
                                                                record_property):
     topic = f"slow_batch_{mode}"
     bodies = publish(nsqd, topic, 300)
-    checkpoint = tmp_path / "checkpoint"
     seen: list[bytes] = []
     timeout = round(slowdown(), 1)  # seconds: 1 on a quiet machine
     record_property("msg_timeout", timeout)
@@ -182,9 +207,11 @@ def test_a_batch_longer_than_the_message_timeout_loses_nothing(spark, nsqd, tmp_
             time.sleep(4 * timeout)  # the workload: a batch four times the messages' timeout
         seen.extend(bytes(r.body) for r in rows)
 
-    query = (stream(spark, nsqd, topic, checkpoint, mode, msgTimeout=f"{timeout}s")
-             .writeStream.foreachBatch(slow).option("checkpointLocation", str(checkpoint))
-             .trigger(availableNow=True).start())
+    query, _ = started(
+        lambda checkpoint: stream(spark, nsqd, topic, checkpoint, mode,
+                                  msgTimeout=f"{timeout}s")
+        .writeStream.foreachBatch(slow).option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True).start(), tmp_path)
     query.awaitTermination()
     assert sorted(seen) == sorted(bodies)  # each message once: nothing lost, nothing twice
     stats = wait_until(lambda: drained(nsqd, topic), what="channel depth 0, in_flight 0")
@@ -213,12 +240,14 @@ def test_touching_many_messages_at_once(nsqd):
     assert channel_stats(nsqd, topic)["timeout_count"] == 0
 
 
-def test_a_stream_refused_at_start_says_why(spark):
+def test_a_stream_refused_at_start_says_why(spark, tmp_path):
     """endingOffsets is for batch reads: a stream can tell only once it runs (Spark makes its
     reader then), and the query ends with the connector's error, not PySpark's own."""
-    query = (spark.readStream.format("nsq").option("nsqdHttp", "127.0.0.1:1").option("topic", "t")
-             .option("endingOffsets", "latest").load()
-             .writeStream.format("memory").queryName("refused").start())
+    query, _ = started(
+        lambda checkpoint: spark.readStream.format("nsq").option("nsqdHttp", "127.0.0.1:1")
+        .option("topic", "t").option("endingOffsets", "latest").load()
+        .writeStream.format("memory").queryName("refused")
+        .option("checkpointLocation", str(checkpoint)).start(), tmp_path)
     wait_progressing(lambda: not query.isActive, lambda: query.status["message"],
                      "the query's end")
     with pytest.raises(Exception, match="OptionError: option endingOffsets is for batch reads"):
@@ -244,8 +273,8 @@ class Driver:
 
     def progress(self) -> tuple[int, int, int]:
         """What grows while the driver works: its log, the checkpoint, the sink."""
-        def files(root: Path) -> int:
-            return sum(1 for _ in root.rglob("*")) if root.exists() else 0
+        def files(root: Path) -> int:  # os.walk: Spark removes directories meanwhile
+            return sum(len(dirs) + len(names) for _, dirs, names in os.walk(root))
         return self.log.stat().st_size, files(self.checkpoint), files(self.out)
 
     def wait_for(self, condition, what: str, *, exiting: bool = False):
