@@ -1,13 +1,18 @@
-"""Fixtures shared by nsqd's storage tests: a real, tiny file system that fills up."""
+"""Fixtures shared by nsqd's tests: a real, tiny file system that fills up; channels and
+topics in memory (``World``); Trio's virtual clock for a broker that writes files
+(``io_clock``)."""
 
 from __future__ import annotations
 
+import math
 import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import trio
+import trio.testing
 
 TINY_FS_BYTES = 1 << 20
 
@@ -54,6 +59,38 @@ def tiny_fs(tmp_path: Path) -> Iterator[TinyFs]:
             # anyway, so that no mount outlives the test.
             subprocess.run([umount, "-l", str(where)], capture_output=True, check=False)
 
+
+@pytest.fixture
+def io_clock() -> trio.testing.MockClock:
+    """Trio's virtual clock for a test whose broker reads and writes files in worker threads.
+    ``autojump_clock`` jumps to the next deadline as soon as every task waits, also while a
+    task waits for a thread: a file write in a thread then takes "ten seconds" and a test's
+    ``fail_after`` goes off. This clock does not move by itself; ``jump_when_idle`` (started
+    by ``io_clock_moving``) moves it only once no thread is at work either. The test names it
+    among its arguments: pytest-trio runs a test on a clock it names."""
+    return trio.testing.MockClock()
+
+
+@pytest.fixture
+async def io_clock_moving(io_clock: trio.testing.MockClock, nursery: trio.Nursery) -> None:
+    """``io_clock`` moving (for the fixture that starts a broker on it)."""
+    nursery.start_soon(jump_when_idle, io_clock)
+
+
+async def jump_when_idle(clock: trio.testing.MockClock) -> None:
+    """Move ``clock`` to the next deadline whenever every other task waits and no worker
+    thread runs (a task waiting for one will be woken by it, in no virtual time)."""
+    while True:
+        await trio.testing.wait_all_tasks_blocked()
+        if trio.testing.active_thread_count():
+            await trio.testing.wait_all_threads_completed()
+            continue
+        jump = trio.lowlevel.current_statistics().seconds_to_next_deadline
+        if 0 < jump < math.inf:
+            clock.jump(jump)
+        elif jump == math.inf:  # nothing scheduled: only real I/O can wake anything
+            await trio.testing.wait_all_tasks_blocked(0.01)
+        await trio.lowlevel.checkpoint()
 
 
 class FakeOwner:

@@ -234,11 +234,12 @@ def test_state_table() -> None:
 
 
 # -- REQ with a delay, DPUB, timeouts and TOUCH on Trio's virtual clock ----------------------
-# The broker reads ``MockClock(autojump_threshold=0)`` through a ``VirtualClock``: a delay or a
-# timeout runs out the moment every task waits for it, and nothing here waits in real time.
+# The broker reads Trio's virtual clock (``io_clock``) through a ``VirtualClock``: a delay or a
+# timeout runs out the moment every task waits for it and no file write is under way, and
+# nothing here waits in real time.
 
 @pytest.fixture
-async def virtual_broker(autojump_clock: trio.testing.MockClock, nursery: trio.Nursery,
+async def virtual_broker(io_clock_moving: None, nursery: trio.Nursery,
                          tmp_path: Path) -> Broker:
     from nsqd.clock import VirtualClock
 
@@ -267,7 +268,7 @@ async def message(peer: Peer) -> tuple[int, bytes, bytes]:
 
 
 async def test_req_with_a_delay_redelivers_when_due(
-        autojump_clock: trio.testing.MockClock, nursery: trio.Nursery,
+        io_clock: trio.testing.MockClock, nursery: trio.Nursery,
         virtual_broker: Broker) -> None:
     publisher = await connect(nursery, virtual_broker)
     consumer = await consumer_of(nursery, virtual_broker, 1)
@@ -289,7 +290,7 @@ async def test_req_with_a_delay_redelivers_when_due(
 
 
 async def test_dpub_arrives_no_earlier_than_its_delay(
-        autojump_clock: trio.testing.MockClock, nursery: trio.Nursery,
+        io_clock: trio.testing.MockClock, nursery: trio.Nursery,
         virtual_broker: Broker) -> None:
     publisher = await connect(nursery, virtual_broker)
     consumer = await consumer_of(nursery, virtual_broker, 5)
@@ -303,7 +304,7 @@ async def test_dpub_arrives_no_earlier_than_its_delay(
 
 
 async def test_a_timeout_redelivers_and_touch_keeps_a_message(
-        autojump_clock: trio.testing.MockClock, nursery: trio.Nursery,
+        io_clock: trio.testing.MockClock, nursery: trio.Nursery,
         virtual_broker: Broker) -> None:
     publisher = await connect(nursery, virtual_broker)
     consumer = await consumer_of(nursery, virtual_broker, 2, msg_timeout=1000)

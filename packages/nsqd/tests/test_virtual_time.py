@@ -5,8 +5,9 @@ together). Each case looks just before and just after the moment that matters.
 
 Channels and topics in memory (``virtual_world``: the broker's queue scan runs over them), and
 lmstfy's queues on a real ``Broker`` with its data in a temporary directory (``queues``).
-Each test names ``autojump_clock``: pytest-trio runs a test on the clock among its own
-arguments (a fixture's is not enough)."""
+Each test names its clock (``autojump_clock``, or ``io_clock`` where a broker writes files in
+worker threads): pytest-trio runs a test on the clock among its own arguments (a fixture's is
+not enough)."""
 
 from __future__ import annotations
 
@@ -146,7 +147,7 @@ async def test_an_unfinished_message_comes_back_after_its_timeout_then_is_dead(a
 # -- lmstfy: delay, ttl, ttr, tries, respawn -------------------------------------------------
 
 @pytest.fixture
-async def queues(autojump_clock, nursery: trio.Nursery, tmp_path: Path) -> JobQueues:
+async def queues(io_clock_moving, nursery: trio.Nursery, tmp_path: Path) -> JobQueues:
     """lmstfy's queues on a broker whose clock is the virtual one."""
     broker = Broker(Options.defaults(data_path=str(tmp_path)), VirtualClock())
     await nursery.start(broker.run)
@@ -168,7 +169,7 @@ async def consume(queues: JobQueues, ttr: int = 600) -> dict[str, object] | None
     return job_json("ns", one.queue, one.msg, queues.broker.clock.wall_ns())
 
 
-async def test_a_delayed_job_is_ready_when_due(autojump_clock, queues):
+async def test_a_delayed_job_is_ready_when_due(io_clock, queues):
     job_id = await publish(queues, delay=30)
     assert await queues.find("ns", "q", job_id) is not None  # GET /job finds it meanwhile
     await trio.sleep(29.8)
@@ -180,7 +181,7 @@ async def test_a_delayed_job_is_ready_when_due(autojump_clock, queues):
     assert job is not None and job["job_id"] == job_id and job["elapsed_ms"] >= 30_000
 
 
-async def test_a_job_ttl_runs_out_while_it_waits(autojump_clock, queues):
+async def test_a_job_ttl_runs_out_while_it_waits(io_clock, queues):
     job_id = await publish(queues, ttl=10)
     await trio.sleep(9.5)
     found = await queues.find("ns", "q", job_id)
@@ -195,7 +196,7 @@ async def test_a_job_ttl_runs_out_while_it_waits(autojump_clock, queues):
     assert await consume(queues) is None and queues.size("ns", "q") == 0
 
 
-async def test_a_job_whose_ttl_runs_out_in_flight_never_comes_back(autojump_clock, queues):
+async def test_a_job_whose_ttl_runs_out_in_flight_never_comes_back(io_clock, queues):
     """lmstfy's timer drops an entry whose job is gone when its ttr ends: never ready again."""
     job_id = await publish(queues, ttl=10, tries=3)
     assert await consume(queues, ttr=30) is not None
@@ -206,7 +207,7 @@ async def test_a_job_whose_ttl_runs_out_in_flight_never_comes_back(autojump_cloc
                                                                                         None)
 
 
-async def test_ttr_tries_dead_letter_and_respawn(autojump_clock, queues):
+async def test_ttr_tries_dead_letter_and_respawn(io_clock, queues):
     job_id = await publish(queues, tries=2)
     job = await consume(queues, ttr=30)
     assert job is not None and job["remain_tries"] == 1
