@@ -19,6 +19,10 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Container, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .cursor import Cursor
 
 #: Records a chunk grows to before it is frozen into a tuple.
 CHUNK = 4096
@@ -157,3 +161,63 @@ class RunStore:
         self._records.clear()
         self._plain.clear()
         self.bytes = self.count = 0
+
+
+def cut(runs: list[Run], end: int) -> list[Run]:
+    """``runs`` without the records at ``end`` or after."""
+    out: list[Run] = []
+    for first, records, plain in runs:
+        if first >= end:
+            break
+        if first + len(records) > end:
+            records = records[:end - first]
+        out.append((first, records, plain))
+    return out
+
+
+
+def pass_gaps(runs: list[Run], read: int, cursor: Cursor) -> None:
+    """Offsets between ``read`` and the runs, or between two runs, hold no message (never
+    stored: reserved offsets a crash left unused, a torn write): done with, so that the
+    mark-delete position moves on over them."""
+    for first, records, _ in runs:
+        if first > read:
+            cursor.skip(read, first)
+        read = first + len(records)
+
+
+
+def without_acked(runs: list[Run], cursor: Cursor) -> list[Run]:
+    """``runs`` without the records the cursor passes over (acknowledged, or held ahead)."""
+    out: list[Run] = []
+    for first, records, plain in runs:
+        start = None
+        for i in range(len(records)):
+            if cursor.passes(first + i):
+                if start is not None:
+                    out.append((first + start, records[start:i], plain))
+                    start = None
+            elif start is None:
+                start = i
+        if start is not None:
+            out.append((first + start, records[start:] if start else records, plain))
+    return out
+
+
+
+def split(runs: list[Run], pos: int, n: int) -> list[tuple[int, Sequence[bytes]]]:
+    """``n`` records from position ``pos`` of the runs' records laid end to end, as
+    ``(first offset, records)`` pieces of the runs they come from."""
+    out: list[tuple[int, Sequence[bytes]]] = []
+    for first, records, _ in runs:
+        if pos >= len(records):
+            pos -= len(records)
+            continue
+        part = records[pos:pos + n]
+        out.append((first + pos, part))
+        n -= len(part)
+        pos = 0
+        if not n:
+            break
+    return out
+
