@@ -14,9 +14,11 @@ due times) and writes what the logs hold in memory, for the next start.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
+import shutil
 import ssl
 import time
 from collections.abc import Awaitable, Callable
@@ -54,7 +56,7 @@ from .record import MAX_EXTENSION, Records, new_records
 from .statsd import run_statsd
 from .tls import server_context, tls_required
 from .topic import Topic
-from .topiclog import TopicLog
+from .topiclog import DELETED_MARK, TopicLog
 
 if TYPE_CHECKING:
     import httpx
@@ -155,6 +157,7 @@ class Broker:
                     await channel.restore_deferred()
                 nursery.start_soon(self.pump.run)
                 nursery.start_soon(self.pump.run_scan)
+                nursery.start_soon(trio.to_thread.run_sync, self._remove_deleted)
                 nursery.start_soon(self.metadata.run)
                 await nursery.start(self.lookup.run)
                 if self.opts.statsd_address:
@@ -175,6 +178,24 @@ class Broker:
             from .goimport import bring_in
 
             await bring_in(self.opts, log)
+
+    def _remove_deleted(self) -> None:
+        """Remove what deletions left when the last run stopped (``DELETED_MARK``): topic
+        directories and channels' journals moved aside, not yet removed. In a worker
+        thread, after the start (a full disk must not stop nsqd from starting)."""
+        topics = Path(self.opts.data_path or ".") / TOPICS_DIR
+        try:
+            directories = [p for p in topics.iterdir() if p.is_dir()]
+        except OSError:
+            return
+        for directory in directories:
+            if DELETED_MARK in directory.name:
+                shutil.rmtree(directory, ignore_errors=True)
+                continue
+            with contextlib.suppress(OSError):
+                for path in directory.iterdir():
+                    if DELETED_MARK in path.name:
+                        path.unlink(missing_ok=True)
 
     def _load(self) -> None:
         """Topics, channels and their positions from what the last run left; nothing is
@@ -325,6 +346,7 @@ class Broker:
         for channel_name in list(topic.channels):
             self._remove_channel(topic, channel_name)
         self._stop(topic)
+        topic.log.detach()  # out of the way now: the name may be published to again at once
         if self._nursery is not None:
             self._nursery.start_soon(topic.log.delete)
         self.metadata_changed()
@@ -353,6 +375,7 @@ class Broker:
         channel.clients.clear()
         channel.empty()
         if channel.cursor.journal is not None:
+            channel.cursor.journal.detach(DELETED_MARK)  # a channel made again starts anew
             self._spawn_once(channel.cursor.forget())
         for queue in (channel.own, channel.dead_letters_if_any):
             if queue is not None:

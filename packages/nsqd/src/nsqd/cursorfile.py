@@ -38,6 +38,7 @@ import itertools
 import logging
 import os
 import re
+import secrets
 import struct
 import sys
 import zlib
@@ -268,6 +269,16 @@ class CursorJournal:
 
     def close(self) -> None:
         self._close_fd()
+
+    def detach(self, mark: str) -> None:
+        """The channel is deleted: the journal is renamed out of the way at once (its name
+        + ``mark`` + a random suffix), so that a channel made again with the same name
+        starts from nothing; writes under way go on into the renamed file, ``remove``
+        removes it."""
+        gone = self.path.with_name(f"{self.path.name}{mark}{secrets.token_hex(4)}")
+        with contextlib.suppress(FileNotFoundError):
+            self.path.rename(gone)
+        self.path = gone
 
     def remove(self) -> None:
         """Close, and unlink the journal and any temp files beside it (missing is fine)."""

@@ -35,6 +35,7 @@ import errno
 import json
 import logging
 import os
+import secrets
 import shutil
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -63,6 +64,9 @@ READ_BYTES = 1 << 20
 #: start begins past the last reservation (a gap, never a reuse).
 RESERVE = 1 << 20
 OFFSETS_FILE = "offsets"
+#: Between the name of a deleted topic's directory (or a deleted channel's cursor journal)
+#: and a random suffix: what is being removed (no topic or channel name has a ``~``).
+DELETED_MARK = "~deleted-"
 #: A write this small, with no fsync due, is done on the Trio thread (a page-cache copy).
 _INLINE_WRITE_BYTES = 256 << 10
 SEGMENT_SUFFIX = ".log"
@@ -710,6 +714,26 @@ class TopicLog:
                 self.log.warning("LOG(%s): index of %s not written - %s", self.name,
                                  segment.path, exc)
             segment.close()
+
+    def detach(self) -> None:
+        """The topic is deleted: the log takes no more writes, and its directory is renamed
+        out of the way at once (``DELETED_MARK``), so that a topic made again with the
+        same name starts empty in a directory of its own while ``delete`` removes this
+        one. A start removes what a crash left so."""
+        self._closed = True
+        directory = self.directory
+        if directory is None:
+            return
+        gone = directory.with_name(f"{directory.name}{DELETED_MARK}{secrets.token_hex(4)}")
+        try:
+            directory.rename(gone)
+        except FileNotFoundError:
+            return  # nothing was ever written
+        except OSError as exc:
+            self.log.error("LOG(%s): cannot move %s aside to delete it - %s", self.name,
+                           directory, exc)
+            return
+        self.directory = gone
 
     async def delete(self) -> None:
         """Close without writing and remove every file of the log."""
