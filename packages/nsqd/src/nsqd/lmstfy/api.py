@@ -37,6 +37,8 @@ MAX_COUNT = 100
 MAX_ATTRIBUTES = 16
 DEFAULT_TTL, DEFAULT_TTR = 86400, 120
 UINT32, UINT16 = (1 << 32) - 1, (1 << 16) - 1
+#: Most (namespace, queue) pairs remembered as checked names (then forgotten all at once).
+GOOD_NAMES = 4096
 
 
 log = logging.getLogger("nsqd")
@@ -188,6 +190,7 @@ class DataApi:
         self.queues = queues
         self.state = state
         self.throttle = throttle
+        self._good_names: set[tuple[str, str]] = set()  # pairs whose names were checked
 
     # -- the middleware chain, in lmstfy's order ---------------------------------------------
     def _queue(self, request: Request) -> tuple[str, str, str | None]:
@@ -195,9 +198,13 @@ class DataApi:
         as lmstfy's ValidateParams does."""
         params = request.path_params
         namespace, queue = params["namespace"], params["queue"]
-        problem = names.name_error(namespace, queue)
-        if problem:
-            raise refuse(400, problem)
+        if (namespace, queue) not in self._good_names:
+            problem = names.name_error(namespace, queue)
+            if problem:
+                raise refuse(400, problem)
+            if len(self._good_names) >= GOOD_NAMES:
+                self._good_names.clear()
+            self._good_names.add((namespace, queue))
         return namespace, queue, params.get("job_id")
 
     def _token(self, request: Request, namespace: str, *, check: bool = True) -> str:

@@ -84,6 +84,14 @@ def new_message_id(now_ms: int | None = None) -> bytes:
     return base64.urlsafe_b64encode(ms.to_bytes(6, "big") + _rng.randbytes(6))
 
 
+def new_job(now_ms: int, delay: int, version: int) -> tuple[bytes, str]:
+    """A new job's NSQ message id (``new_message_id``) and its job id (``job_id`` of it),
+    made from the same 12 bytes without decoding the one to make the other."""
+    head = now_ms.to_bytes(6, "big") + _rng.randbytes(6)
+    text = encode_ulid(head + _DELAY.pack(delay & 0xFFFFFFFF))
+    return base64.urlsafe_b64encode(head), f"{version}{text}" if version else text
+
+
 def job_id(message_id: bytes, delay: int, version: int) -> str:
     """The lmstfy job id of a message id (16 base64 characters)."""
     try:

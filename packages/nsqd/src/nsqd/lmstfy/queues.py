@@ -44,6 +44,7 @@ class JobQueues:
         self.broker = broker
         self.state = state
         self._new_queue = trio.Event()  # waiting consumers look at queues made since
+        self._waiting = 0  # consumers in ``wait``: only they need ``_new_queue`` set
 
     # -- queues ------------------------------------------------------------------------------
     def channel(self, namespace: str, queue: str) -> Channel | None:
@@ -74,15 +75,19 @@ class JobQueues:
         ms = ts // 1_000_000
         expires = ts + ttl * NS if ttl else 0
         due = ts + delay * NS if delay else 0
-        jobs: list[QueuedMessage] = [Job(ids.new_message_id(ms), body, ts, expires=expires,
-                                         tries=tries, delay=delay, due=due,
-                                         attributes=attributes)
-                                     for body in bodies]
-        await self.broker.publish(channel.topic_name, jobs)
-        self._new_queue.set()  # a consumer waiting on no queue yet looks again
-        self._new_queue = trio.Event()
         version = 0 if attributes is None else 1
-        return [ids.job_id(job.id, delay, version) for job in jobs]
+        jobs: list[QueuedMessage] = []
+        job_ids: list[str] = []
+        for body in bodies:
+            message_id, job_id = ids.new_job(ms, delay, version)
+            jobs.append(Job(message_id, body, ts, expires=expires, tries=tries, delay=delay,
+                            due=due, attributes=attributes))
+            job_ids.append(job_id)
+        await self.broker.publish(channel.topic_name, jobs)
+        if self._waiting:  # a consumer waiting on no queue yet looks again
+            self._new_queue.set()
+            self._new_queue = trio.Event()
+        return job_ids
 
     # -- consuming -----------------------------------------------------------------------------
     async def take(self, namespace: str, queues: Sequence[str], count: int, ttr: int
@@ -115,9 +120,13 @@ class JobQueues:
                     await trio.lowlevel.checkpoint()
                     return
                 events.append(channel.pull_wakeup())
-        async with trio.open_nursery() as nursery:
-            for event in events:
-                nursery.start_soon(_first, event, nursery.cancel_scope)
+        self._waiting += 1
+        try:
+            async with trio.open_nursery() as nursery:
+                for event in events:
+                    nursery.start_soon(_first, event, nursery.cancel_scope)
+        finally:
+            self._waiting -= 1
 
     async def ack(self, namespace: str, queue: str, job_id: str) -> None:
         """Delete a job wherever it is (unknown ids are fine, as in lmstfy); under

@@ -38,6 +38,7 @@ class State:
         self.tokens: dict[str, dict[str, str]] = {}  # namespace -> token -> description
         self.limits: dict[tuple[str, str], Limit] = {}  # (namespace, token) -> limit
         self.queues: dict[str, list[str]] = {}  # namespace -> queues, in publish order
+        self._known: set[tuple[str, str]] = set()  # the same (namespace, queue) pairs
 
     def load(self) -> None:
         """Read ``lmstfy.dat`` if there is one.
@@ -56,6 +57,7 @@ class State:
             int(item["read"]), int(item["write"]), int(item["interval"]))
             for item in raw.get("limits", [])}
         self.queues = {ns: list(queues) for ns, queues in raw.get("queues", {}).items()}
+        self._known = {(ns, queue) for ns, queues in self.queues.items() for queue in queues}
 
     def _encode(self) -> bytes:
         raw: dict[str, Any] = {
@@ -79,17 +81,20 @@ class State:
         return token in self.tokens.get(namespace, {})
 
     def add_queue(self, namespace: str, queue: str) -> bool:
-        """Remember a queue; True when it is new."""
-        queues = self.queues.setdefault(namespace, [])
-        if queue in queues:
+        """Remember a queue; True when it is new (asked at every publish: a set, not the
+        namespace's list)."""
+        key = (namespace, queue)
+        if key in self._known:
             return False
-        queues.append(queue)
+        self._known.add(key)
+        self.queues.setdefault(namespace, []).append(queue)
         return True
 
     def forget_queue(self, namespace: str, queue: str) -> bool:
-        queues = self.queues.get(namespace, [])
-        if queue not in queues:
+        if (namespace, queue) not in self._known:
             return False
+        self._known.discard((namespace, queue))
+        queues = self.queues[namespace]
         queues.remove(queue)
         if not queues:
             del self.queues[namespace]
