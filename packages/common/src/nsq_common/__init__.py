@@ -10,7 +10,7 @@ that only parses its flags (``nsqd --version``) does not load the rest.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at start-up
 
 from ._lazy import lazy_exports
 

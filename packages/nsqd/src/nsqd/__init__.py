@@ -6,7 +6,7 @@ The names below are imported on first use (``nsq_common.lazy_exports``), so that
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at start-up
 
 from nsq_common import lazy_exports
 

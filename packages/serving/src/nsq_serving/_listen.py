@@ -6,6 +6,9 @@ at once with the line an operator of Go's NSQ knows, naming the address::
     listen (127.0.0.1:4150) failed - listen tcp 127.0.0.1:4150: bind: address already in use
 
 The daemon puts its own ``failed to instantiate <daemon> - `` in front, as Go's do.
+
+A socket the daemon's early start bound for the same address (``_early``) is taken instead of
+binding again.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from __future__ import annotations
 import socket
 
 from nsq_common import go_errno_text, join_host_port
+
+from . import _early
 
 
 class ListenError(OSError):
@@ -52,6 +57,17 @@ def bound_address(sock: socket.socket) -> str:
 
 
 def listen_tcp(address: str, backlog: int = 1024) -> socket.socket:
+    """A listening TCP socket on ``address``: the one the early start bound for it, else one
+    bound now (``bind_listener``).
+
+    Raises:
+        ListenError: ``listen (<address>) failed - listen tcp <addr>: bind: <reason>``.
+    """
+    early = _early.take_listener(address)
+    return early if early is not None else bind_listener(address, backlog)
+
+
+def bind_listener(address: str, backlog: int = 1024) -> socket.socket:
     """A listening (blocking) TCP socket on ``address``; port 0 takes any free port.
 
     An empty host listens on every IPv4 address (``0.0.0.0``), an empty port on any free one;
