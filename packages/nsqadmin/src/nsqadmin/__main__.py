@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 
-from nsq_serving import early, exit_on, version_string
+from nsq_serving import exit_on, version_string
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -83,6 +83,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     from .flags import build_flagset
 
     values = build_flagset().parse_command_line(args, version_string(NAME))
+    from nsq_serving import early  # not before: --version and --help need no socket
     bound = early.start(values["http_address"], [], ping_path=ping_path(values["base_path"]))
     try:
         options = options_of(values)

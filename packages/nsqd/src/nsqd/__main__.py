@@ -12,7 +12,7 @@ from __future__ import annotations
 import gc
 import sys
 
-from nsq_serving import early, exit_on, version_string
+from nsq_serving import exit_on, version_string
 
 from .errors import NsqdError
 
@@ -62,6 +62,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     from .flags import build_flagset
 
     values = build_flagset().parse_command_line(args, version_string("nsqd"))
+    from nsq_serving import early  # not before: --version and --help need no socket
     bound = (not values["export_go_data_path"]
              and early.start(values["http_address"], [values["tcp_address"]]))
     data_lock: int | None = None

@@ -13,7 +13,6 @@ from __future__ import annotations
 import signal
 import sys
 
-from nsq_serving import early
 from nsq_serving import version_string as daemon_version
 
 TYPE_CHECKING = False
@@ -45,6 +44,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     if values["version"]:
         print(version_string())
         raise SystemExit(0)
+    from nsq_serving import early  # not before: --version and --help need no socket
+
     # the addresses of a config file are not known before it is read (by parse_args, below)
     bound = not values["config"] and early.start(values["http_address"],
                                                  [values["tcp_address"]])

@@ -93,8 +93,10 @@ def bind_listener(address: str, backlog: int = 1024) -> socket.socket:
         except OSError:
             raise failed(f": lookup tcp/{port}: unknown port") from None
     try:
-        infos = socket.getaddrinfo(host or "0.0.0.0", port, type=socket.SOCK_STREAM,
-                                   flags=socket.AI_PASSIVE)
+        # an ASCII host as bytes: a str would load the idna codec (and re), a few ms of start
+        name = host or "0.0.0.0"
+        infos = socket.getaddrinfo(name.encode() if name.isascii() else name, port,
+                                   type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as exc:
         reason = "no such host" if exc.errno == socket.EAI_NONAME else str(exc.strerror)
         raise failed(f": lookup {host}: {reason}") from None
