@@ -26,11 +26,12 @@ flags loads neither Trio nor prometheus-client.
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at start-up
-
 from nsq_common import lazy_exports
 
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at start-up
+
 if TYPE_CHECKING:
+    from . import _early as early
     from ._answers import V1_EMPTY, HttpError, plain_text, v1_error, v1_json, v1_json_bytes, v1_text
     from ._body import declared_length, read_body
     from ._client import client_gone, wait_until_gone, while_connected
@@ -43,7 +44,6 @@ if TYPE_CHECKING:
         version_string,
         warm_up,
     )
-    from . import _early as early
     from ._direct import direct_endpoints
     from ._gate import HttpGate
     from ._listen import ListenError, bound_address, listen_tcp, split_host_port
