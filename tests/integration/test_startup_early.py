@@ -63,8 +63,9 @@ OTHER = {"nsqd": b"GET /info HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
 @pytest.mark.parametrize("daemon", ["nsqd", "nsqlookupd", "nsqadmin"])
 def test_first_ping_and_requests_during_start(daemon, tmp_path):
     port = free_port()
+    log = (tmp_path / "log").open("wb")
     process = subprocess.Popen([str(BIN / daemon), *argv(daemon, port, tmp_path)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                               stdout=log, stderr=subprocess.STDOUT)
     try:
         # as soon as anything listens: a /ping, and another request on its own connection
         first = wait_until(lambda: exchange(port, PING) or process.poll() is not None,
@@ -78,7 +79,11 @@ def test_first_ping_and_requests_during_start(daemon, tmp_path):
     finally:
         process.terminate()
         process.wait(DEADLINE)
+        log.close()
     assert DATE.sub(b"", first) == DATE.sub(b"", later)
+    if daemon != "nsqd":  # they log every request: the early /ping too
+        pings = re.findall(r"INFO: 200 GET /ping \(127\.0\.0\.1:\d+\) ", (tmp_path / "log").read_text())
+        assert len(pings) >= 2
     assert first.startswith(b"HTTP/1.1 200 OK\r\n") and first.endswith(b"\r\n\r\nOK")
     # the request sent during start-up got the real server's answer (its body and status)
     assert other_early.split(b"\r\n", 1)[0] == other_later.split(b"\r\n", 1)[0]

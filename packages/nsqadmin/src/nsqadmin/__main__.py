@@ -92,11 +92,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise
     if bound and _answers_early(options):
         early.ready()
+    from functools import partial
+
     from nsq_serving import run_daemon, start_logging
 
     from .server import serve
 
     log = start_logging(NAME, options.log_prefix, options.log_level)
+    early.access_log(partial(log.info, "%s"))  # as RequestLog logs every request
     run_daemon(NAME, log, serve, options)
 
 

@@ -77,6 +77,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     log = Logger(options.log_prefix, options.log_level)
     log.info(version_string())
+    early.access_log(log.info)  # as the HTTP API logs every request
     try:
         listeners = bind_listeners(options)
     except ListenError as exc:

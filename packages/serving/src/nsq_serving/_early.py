@@ -38,7 +38,7 @@ import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
 #: The most of a request head looked at for ``/ping``; a longer head goes to the real server.
 _MAX_HEAD = 8192
@@ -131,6 +131,7 @@ class _Responder:
         self.held: list[socket.socket] = []  # a /ping waiting for ready()
         self.handed: list[socket.socket] = []  # for the real server
         self.closing: dict[int, socket.socket] = {}  # answered and closing: read until EOF
+        self.answered: list[tuple[str, int, float]] = []  # (client host, port, seconds)
         self.wake_r, self.wake_w = os.pipe()
         self.running = _thread.allocate_lock()
         self.running.acquire()
@@ -215,13 +216,16 @@ class _Responder:
             self.handed.append(conn)
             return
         keep_alive, http11 = parsed
+        began = time.perf_counter()
         conn.recv(end)  # exactly the head: whatever follows stays for the real server
         conn.setblocking(True)
         try:
+            peer = conn.getpeername()
             conn.sendall(self.answer.bytes_for(keep_alive, http11, time.time()))
         except OSError:
             conn.close()
             return
+        self.answered.append((str(peer[0]), int(peer[1]), time.perf_counter() - began))
         conn.setblocking(False)
         if keep_alive:
             self.handed.append(conn)
@@ -267,6 +271,7 @@ class _EarlyStart:
         self.listeners: dict[str, socket.socket] = {}
         self.responders: dict[int, _Responder] = {}
         self.switch_interval: float | None = None
+        self.access_log: Callable[[str], object] | None = None
 
 
 _state = _EarlyStart()
@@ -332,6 +337,14 @@ def ready() -> None:
         responder.wake()
 
 
+def access_log(write: Callable[[str], object]) -> None:
+    """Log the ``/ping``s answered early as the daemon logs its requests
+    (``200 GET /ping (<ip>:<port>) <elapsed>``), with ``write``: called by the real server
+    as it takes over (in its own thread, not this one's), so their time stamps are that
+    moment's."""
+    _state.access_log = write
+
+
 def take_listener(address: str) -> socket.socket | None:
     """The socket bound early for ``address`` (once), for ``listen_tcp``."""
     return _state.listeners.pop(address, None)
@@ -344,6 +357,12 @@ def take_connections(listener: socket.socket) -> list[socket.socket]:
     if responder is None:
         return []
     connections = responder.stop()
+    if _state.access_log is not None and responder.answered:
+        from nsq_common import format_go_duration
+
+        path = responder.answer.path.decode()
+        for host, port, seconds in responder.answered:
+            _state.access_log(f"200 GET {path} ({host}:{port}) {format_go_duration(seconds)}")
     if not _state.responders and _state.switch_interval is not None:
         sys.setswitchinterval(_state.switch_interval)
         _state.switch_interval = None
