@@ -264,11 +264,10 @@ class _Responder:
 
 
 class _EarlyStart:
-    """What the early start holds until the real server takes it: sockets by address, and
-    the responders by listening socket."""
+    """What the early start holds until the real server takes it: the responders by
+    listening socket (the sockets by address are ``_listen.PREBOUND``)."""
 
     def __init__(self) -> None:
-        self.listeners: dict[str, socket.socket] = {}
         self.responders: dict[int, _Responder] = {}
         self.switch_interval: float | None = None
         self.access_log: Callable[[str], object] | None = None
@@ -302,7 +301,7 @@ def listen(addresses: Sequence[str], backlog: int = 1024) -> list[socket.socket]
     function binds them), keeping them for the real server's ``listen_tcp``; None, with
     nothing left bound, if any of them fails (the real start then fails on it, in its words).
     """
-    from ._listen import ListenError, bind_listener
+    from ._listen import PREBOUND, ListenError, bind_listener
 
     bound: list[socket.socket] = []
     for address in addresses:
@@ -311,10 +310,10 @@ def listen(addresses: Sequence[str], backlog: int = 1024) -> list[socket.socket]
         except ListenError:
             for done in bound:
                 done.close()
-            _state.listeners.clear()
+            PREBOUND.clear()
             return None
         bound.append(sock)
-        _state.listeners.setdefault(address, sock)
+        PREBOUND.setdefault(address, sock)
     return bound
 
 
@@ -346,8 +345,10 @@ def access_log(write: Callable[[str], object]) -> None:
 
 
 def take_listener(address: str) -> socket.socket | None:
-    """The socket bound early for ``address`` (once), for ``listen_tcp``."""
-    return _state.listeners.pop(address, None)
+    """The socket bound early for ``address`` (once), as ``listen_tcp`` takes it."""
+    from ._listen import PREBOUND
+
+    return PREBOUND.pop(address, None)
 
 
 def take_connections(listener: socket.socket) -> list[socket.socket]:
@@ -375,6 +376,8 @@ def abandon() -> None:
         responder = _state.responders[fd]
         for conn in take_connections(responder.listener):
             conn.close()
-    for sock in _state.listeners.values():
+    from ._listen import PREBOUND
+
+    for sock in PREBOUND.values():
         sock.close()
-    _state.listeners.clear()
+    PREBOUND.clear()

@@ -17,7 +17,8 @@ import socket
 
 from nsq_common import go_errno_text, join_host_port
 
-from . import _early
+#: Sockets the daemon's early start bound (``_early.listen``), by the address given for each.
+PREBOUND: dict[str, socket.socket] = {}
 
 
 class ListenError(OSError):
@@ -63,7 +64,7 @@ def listen_tcp(address: str, backlog: int = 1024) -> socket.socket:
     Raises:
         ListenError: ``listen (<address>) failed - listen tcp <addr>: bind: <reason>``.
     """
-    early = _early.take_listener(address)
+    early = PREBOUND.pop(address, None)
     return early if early is not None else bind_listener(address, backlog)
 
 
