@@ -10,9 +10,9 @@ that only parses its flags (``nsqd --version``) does not load the rest.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ._lazy import lazy_exports
+
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at start-up
 
 if TYPE_CHECKING:  # the names as type checkers see them; at run time see _MODULES below
     from . import _commands as commands

@@ -6,18 +6,22 @@ Accepted forms: ``-flag value``, ``-flag=value``, ``--flag value``, ``--flag=val
 Parsing stops at the first non-flag argument or at ``--``. Repeatable flags (``kind="strings"``)
 collect every occurrence. Values may also come from a TOML config file keyed by each flag's
 config name; flags given on the command line win over the file, as in NSQ.
+
+A daemon parses its flags first thing, and its early start (``nsq_serving``'s) waits for them:
+this module imports nothing beyond ``sys`` and ``_gostr`` (no ``typing``, no attrs; ``tomllib``
+only to read a ``--config`` file), see docs/performance.md.
 """
 
 from __future__ import annotations
 
 import sys
-import tomllib
-from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
-
-import attrs
 
 from ._gostr import format_go_duration, go_quote, parse_go_duration
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # no run-time import: a daemon parses its flags before anything else loads
+    from collections.abc import Callable, Sequence
+    from typing import Any, NoReturn
 
 _TRUE = {"1", "t", "T", "TRUE", "true", "True"}
 _FALSE = {"0", "f", "F", "FALSE", "false", "False"}
@@ -61,14 +65,25 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
 }
 
 
-@attrs.frozen
 class Flag:
-    name: str
-    kind: str
-    default: Any
-    help: str
-    config_key: str
-    deprecated: bool = False
+    """One flag: its Go name and kind, default, help text and config-file key.
+
+    A plain class rather than attrs (this module must load without it); never changed once
+    made."""
+
+    __slots__ = ("config_key", "default", "deprecated", "help", "kind", "name")
+
+    def __init__(self, name: str, kind: str, default: Any, help: str, config_key: str,
+                 deprecated: bool = False) -> None:
+        self.name = name
+        self.kind = kind
+        self.default = default
+        self.help = help
+        self.config_key = config_key
+        self.deprecated = deprecated
+
+    def __repr__(self) -> str:
+        return f"Flag({self.name!r}, {self.kind!r}, {self.default!r})"
 
     def parse(self, text: str) -> Any:
         return _PARSERS[self.kind](text)
@@ -89,12 +104,14 @@ class Flag:
         return f" (default {value})"
 
 
-@attrs.define
 class FlagSet:
     """The flags of one program; ``parse`` returns a dict keyed by config name."""
 
-    program: str
-    flags: dict[str, Flag] = attrs.field(factory=dict)
+    __slots__ = ("flags", "program")
+
+    def __init__(self, program: str, flags: dict[str, Flag] | None = None) -> None:
+        self.program = program
+        self.flags: dict[str, Flag] = {} if flags is None else flags
 
     def add(self, name: str, kind: str, default: Any, help: str, *, config_key: str | None = None,
             deprecated: bool = False) -> None:
@@ -190,6 +207,8 @@ class FlagSet:
 
     def apply_config_file(self, path: str, values: dict[str, Any], given: set[str]) -> None:
         """Fill ``values`` from a TOML file; keys given on the command line keep their value."""
+        import tomllib  # only here: most starts have no config file
+
         try:
             with open(path, "rb") as fh:
                 data = tomllib.load(fh)

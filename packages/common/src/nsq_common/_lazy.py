@@ -12,10 +12,12 @@ through ``if TYPE_CHECKING:`` imports beside ``__all__``.
 
 from __future__ import annotations
 
-import importlib
 import sys
-from collections.abc import Callable, Mapping
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # kept out of a command's start (``typing`` alone is several ms to import)
+    from collections.abc import Callable, Mapping
+    from typing import Any
 
 
 def lazy_exports(package: str, modules: Mapping[str, str]) -> Callable[[str], Any]:
@@ -25,6 +27,8 @@ def lazy_exports(package: str, modules: Mapping[str, str]) -> Callable[[str], An
         module = modules.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        import importlib
+
         imported = importlib.import_module(f"{package}.{module}")
         value = imported if module == f"_{name}" else getattr(imported, name)
         setattr(sys.modules[package], name, value)  # the next use is a plain global

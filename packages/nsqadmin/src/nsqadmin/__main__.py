@@ -1,19 +1,23 @@
 """The nsqadmin command: Go-style flags and config file -> Options -> serve.
 
-Trio, the server, TLS and the HTTP client are imported only once the flags are parsed, so that
-``--version``, ``--help`` and a bad flag answer without loading them, and a lone ``--version``
-is answered before the flags are even described (see docs/performance.md).
+Only the flag parser is loaded before the flags are parsed, so that ``--version``, ``--help``
+and a bad flag answer at once, and a lone ``--version`` before the flags are even described.
+Then comes the early start (``nsq_serving.early``, docs/architecture.md): the listener is bound
+and ``/ping`` is answered from a thread while Trio, the server and the HTTP client are imported,
+once the options are checked and nothing is left that could fail the start.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
-from nsq_serving import exit_on, run_daemon, start_logging, version_string
+from nsq_serving import exit_on, version_string
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from typing import Any
+
     from .options import Options
 
 NAME = "nsqadmin"
@@ -22,19 +26,53 @@ VERSION_FLAGS = (["--version"], ["-version"])
 
 
 def parse_options(argv: Sequence[str]) -> Options:
-    from .options import Options, build_flagset
+    from .flags import build_flagset
 
-    options = Options.from_values(build_flagset().parse_command_line(argv, version_string(NAME)))
-    from .auth import PasswordFileError, load_password_file  # deferred: see the module's docstring
-    from .upstream import tls_context
+    return options_of(build_flagset().parse_command_line(argv, version_string(NAME)))
 
-    with exit_on(ValueError, PasswordFileError, prefix=options.log_prefix,
+
+def options_of(values: Mapping[str, Any]) -> Options:
+    """The validated options, their files read (TLS, password file); a bad one exits 1 with
+    the Go nsqadmin's message."""
+    from .options import Options
+
+    options = Options.from_values(dict(values))
+    with exit_on(ValueError, prefix=options.log_prefix,
                  context="failed to instantiate nsqadmin - "):
         options.validate()
-        tls_context(options)  # the files are read now, so a bad one stops nsqadmin here
-        if options.admin_basic_auth_file:
+    if _has_tls_files(options):
+        from .upstream import tls_context  # deferred: httpx and ssl
+
+        with exit_on(ValueError, prefix=options.log_prefix,
+                     context="failed to instantiate nsqadmin - "):
+            tls_context(options)  # the files are read now, so a bad one stops nsqadmin here
+    if options.admin_basic_auth_file:
+        from .auth import PasswordFileError, load_password_file
+
+        with exit_on(PasswordFileError, prefix=options.log_prefix,
+                     context="failed to instantiate nsqadmin - "):
             load_password_file(options.admin_basic_auth_file)
     return options
+
+
+def _has_tls_files(options: Options) -> bool:
+    return bool(options.http_client_tls_root_ca_file or options.http_client_tls_cert
+                or options.http_client_tls_insecure_skip_verify)
+
+
+def _answers_early(options: Options) -> bool:
+    """Whether nothing left could fail the start once the options are checked: not with
+    files the app loads as it is made (a history file, a static directory), nor a basic-auth
+    file (``/ping`` then goes through its middleware) or client TLS."""
+    return not (options.history_file or options.dev_static_dir
+                or options.admin_basic_auth_file or _has_tls_files(options))
+
+
+def ping_path(base_path: str) -> str:
+    """Where ``/ping`` is: under ``--base-path`` (as ``Options`` normalizes it)."""
+    from .flags import normalize_base_path
+
+    return normalize_base_path(base_path).rstrip("/") + "/ping"
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -42,10 +80,26 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args in VERSION_FLAGS:
         print(version_string(NAME))
         return
-    options = parse_options(args)
+    from .flags import build_flagset
+
+    values = build_flagset().parse_command_line(args, version_string(NAME))
+    from nsq_serving import early  # not before: --version and --help need no socket
+    bound = early.start(values["http_address"], [], ping_path=ping_path(values["base_path"]))
+    try:
+        options = options_of(values)
+    except BaseException:
+        early.abandon()
+        raise
+    if bound and _answers_early(options):
+        early.ready()
+    from functools import partial
+
+    from nsq_serving import run_daemon, start_logging
+
     from .server import serve
 
     log = start_logging(NAME, options.log_prefix, options.log_level)
+    early.access_log(partial(log.info, "%s"))  # as RequestLog logs every request
     run_daemon(NAME, log, serve, options)
 
 

@@ -1,32 +1,46 @@
 """The nsqd command: flags (Go syntax) and config file -> Options -> serve.
 
-Trio, the server and logging are imported only once the flags are parsed, so that ``--version``,
-``--help`` and a bad flag answer without loading them, and a lone ``--version`` is answered
-before the flags are even described (see docs/performance.md).
+Only the flag parser is loaded before the flags are parsed, so that ``--version``, ``--help``
+and a bad flag answer at once, and a lone ``--version`` before the flags are even described.
+Then comes the early start (``nsq_serving.early``, docs/architecture.md): the listeners are
+bound and ``/ping`` is answered from a thread while Trio and the server are imported, once
+nothing is left that could fail the start (``_early_checks``).
 """
 
 from __future__ import annotations
 
 import gc
 import sys
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
-from nsq_serving import exit_on, serve_until_signalled, start_logging, version_string
+from nsq_serving import exit_on, version_string
 
 from .errors import NsqdError
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from typing import Any
+
     from .options import Options
 
 #: What Go's flag package takes for "print the version" alone on the command line.
 VERSION_FLAGS = (["--version"], ["-version"])
+#: Names in a data path that nsqd reads at start (its metadata, queues of an older layout):
+#: with any of them there, loading could still fail, so ``/ping`` waits for the real server.
+_LOADED_AT_START = ("nsqd.dat", "goimport.json")
 
 
 def parse_options(argv: Sequence[str]) -> Options:
-    from .options import Options, build_flagset
+    from .flags import build_flagset
 
-    opts = Options.from_values(build_flagset().parse_command_line(argv, version_string("nsqd")))
+    return options_of(build_flagset().parse_command_line(argv, version_string("nsqd")))
+
+
+def options_of(values: Mapping[str, Any]) -> Options:
+    """The validated options; a bad one exits 1 with NSQ's message."""
+    from .options import Options
+
+    opts = Options.from_values(values)
     with exit_on(ValueError, prefix="[nsqd] "):
         opts.validate()
     return opts
@@ -45,19 +59,78 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args in VERSION_FLAGS:
         print(version_string("nsqd"))
         return
-    opts = parse_options(args)
+    from .flags import build_flagset
+
+    values = build_flagset().parse_command_line(args, version_string("nsqd"))
+    from nsq_serving import early  # not before: --version and --help need no socket
+    bound = (not values["export_go_data_path"]
+             and early.start(values["http_address"], [values["tcp_address"]]))
+    data_lock: int | None = None
+    try:
+        opts = options_of(values)
+        if bound and _answers_early(opts):
+            data_lock = _early_checks(opts)
+            if data_lock is not None:
+                early.ready()
+    except BaseException:
+        early.abandon()
+        raise
     if opts.export_go_data_path:
         from .goexport import main as export  # deferred: an offline mode
 
         raise SystemExit(export(opts))
+    _serve(opts, data_lock)
+
+
+def _answers_early(opts: Options) -> bool:
+    """Whether everything that could still fail this start can be checked before Trio is
+    imported: not with TLS files to load, auth servers, lmstfy's state or statsd to set up,
+    and not while lookupds are to hear of nsqd before its first ``/ping`` (``Lookup.run``)."""
+    return not (opts.tls_cert or opts.tls_key or opts.tls_root_ca_file
+                or opts.auth_http_addresses or opts.nsqlookupd_tcp_addresses
+                or opts.lmstfy_http_address or opts.lmstfy_admin_http_address
+                or opts.statsd_address)
+
+
+def _early_checks(opts: Options) -> int | None:
+    """The data path's lock (held for ``app.serve``), if nothing there is loaded at start;
+    None (and no lock) otherwise, or if it is locked or missing: the real start then says
+    why, in its words."""
+    import fcntl
+    import os
+
+    directory = opts.data_path or os.getcwd()
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return None
+    if any(name in _LOADED_AT_START or ".diskqueue." in name or name.endswith("deferred.dat")
+           for name in names):
+        return None
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _serve(opts: Options, data_lock: int | None) -> None:
+    from functools import partial
+
     import trio  # deferred: see the module's docstring
+    from nsq_serving import serve_until_signalled, start_logging
 
     from .app import serve  # before tune_gc, so that gc.freeze() covers the server's modules too
 
     tune_gc()
     log = start_logging("nsqd", opts.log_prefix, opts.log_level)
     try:
-        trio.run(serve_until_signalled, serve, opts)
+        trio.run(serve_until_signalled, partial(serve, opts, data_lock=data_lock))
     except (Exception, BaseExceptionGroup) as exc:
         for leaf in _leaves(exc):
             if isinstance(leaf, EXPECTED):

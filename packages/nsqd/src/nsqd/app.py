@@ -84,11 +84,12 @@ def lock_data_path(path: str) -> int:
     return fd
 
 
-async def serve(opts: Options, *, task_status: trio.TaskStatus[Broker] = trio.TASK_STATUS_IGNORED
-                ) -> None:
-    """Run nsqd until cancelled."""
+async def serve(opts: Options, *, data_lock: int | None = None,
+                task_status: trio.TaskStatus[Broker] = trio.TASK_STATUS_IGNORED) -> None:
+    """Run nsqd until cancelled. ``data_lock``: the data path's lock, taken already
+    (``lock_data_path``, by the command's early start); closed at the end."""
     try:
-        lock_fd = lock_data_path(opts.data_path)
+        lock_fd = lock_data_path(opts.data_path) if data_lock is None else data_lock
     except StartError as exc:
         raise StartError(f"failed to instantiate nsqd - {exc}") from None
     bound: list[socket.socket] = []

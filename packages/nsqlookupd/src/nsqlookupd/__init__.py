@@ -8,9 +8,9 @@ The names below are imported on first use (``nsq_common.lazy_exports``), so that
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from nsq_common import lazy_exports
+
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at start-up
 
 if TYPE_CHECKING:
     from .app import Addresses, serve

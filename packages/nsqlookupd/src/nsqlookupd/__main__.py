@@ -2,17 +2,22 @@
 
 Trio, the server and the logger are imported only once the flags are parsed, so that
 ``--version``, ``--help`` and a bad flag answer without loading them, and a lone ``--version``
-is answered before the flags are even described (see docs/performance.md).
+is answered before the flags are even described (see docs/performance.md). Then comes the
+early start (``nsq_serving.early``, docs/architecture.md): both listeners are bound and
+``/ping`` is answered from a thread while Trio and the server are imported (once the config
+file, if any, has been read: nothing after it can fail the start).
 """
 
 from __future__ import annotations
 
 import signal
 import sys
-from collections.abc import Sequence
-from functools import partial
 
 from nsq_serving import version_string as daemon_version
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 #: What Go's flag package takes for "print the version" alone on the command line.
 VERSION_FLAGS = (["--version"], ["-version"])
@@ -29,22 +34,41 @@ def main(argv: Sequence[str] | None = None) -> None:
         return
     from nsq_common import FlagError, exit_with_flag_error
 
-    from .options import ConfigError, flag_set, parse_args
+    from .flags import flag_set
 
     flags = flag_set()
     try:
-        parsed = parse_args(args, flags)
+        values, _, _ = flags.parse(args)
     except FlagError as exc:
         exit_with_flag_error(flags, exc)
-    except ConfigError as exc:
-        from .logger import Logger
-
-        Logger().fatal(str(exc))
-        raise SystemExit(1) from None
-    if parsed.version:
+    if values["version"]:
         print(version_string())
         raise SystemExit(0)
+    from nsq_serving import early  # not before: --version and --help need no socket
+
+    # the addresses of a config file are not known before it is read (by parse_args, below)
+    bound = not values["config"] and early.start(values["http_address"],
+                                                 [values["tcp_address"]])
+    try:
+        from .options import ConfigError, parse_args
+
+        try:
+            parsed = parse_args(args, flags)
+        except FlagError as exc:
+            exit_with_flag_error(flags, exc)
+        except ConfigError as exc:
+            from .logger import Logger
+
+            Logger().fatal(str(exc))
+            raise SystemExit(1) from None
+    except BaseException:
+        early.abandon()
+        raise
+    if bound:
+        early.ready()
     options = parsed.options
+    from functools import partial
+
     import trio
     from nsq_serving import ListenError, serve_until_signalled
 
@@ -53,6 +77,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     log = Logger(options.log_prefix, options.log_level)
     log.info(version_string())
+    early.access_log(log.info)  # as the HTTP API logs every request
     try:
         listeners = bind_listeners(options)
     except ListenError as exc:

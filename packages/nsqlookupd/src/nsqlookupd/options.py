@@ -13,7 +13,10 @@ from typing import Any
 import attrs
 from nsq_common import FlagError, FlagSet, go_quote
 
+from .flags import flag_set
 from .logger import LogLevel
+
+__all__ = ["ConfigError", "Options", "Parsed", "flag_set", "parse_args"]
 
 
 @attrs.frozen
@@ -25,29 +28,6 @@ class Options:
     tombstone_lifetime: float = 45.0  # seconds
     log_level: LogLevel = LogLevel.INFO
     log_prefix: str = "[nsqlookupd] "
-
-
-def flag_set() -> FlagSet:
-    defaults = Options()
-    flags = FlagSet("nsqlookupd")
-    flags.add("config", "string", "", "path to config file")
-    flags.add("version", "bool", False, "print version string")
-    flags.add("log-level", "string", "info",
-              "set log verbosity: debug, info, warn, error, or fatal")
-    flags.add("log-prefix", "string", defaults.log_prefix, "log message prefix")
-    flags.add("verbose", "bool", False, "[deprecated] has no effect, use --log-level",
-              deprecated=True)
-    flags.add("tcp-address", "string", defaults.tcp_address,
-              "<addr>:<port> to listen on for TCP clients")
-    flags.add("http-address", "string", defaults.http_address,
-              "<addr>:<port> to listen on for HTTP clients")
-    flags.add("broadcast-address", "string", defaults.broadcast_address,
-              "address of this lookupd node, (default to the OS hostname)")
-    flags.add("inactive-producer-timeout", "duration", defaults.inactive_producer_timeout,
-              "duration of time a producer will remain in the active list since its last ping")
-    flags.add("tombstone-lifetime", "duration", defaults.tombstone_lifetime,
-              "duration of time a producer will remain tombstoned if registration remains")
-    return flags
 
 
 class ConfigError(Exception):

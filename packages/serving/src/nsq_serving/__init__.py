@@ -14,7 +14,8 @@ a handler raises (``HttpError``), the query as Go reads it (``v1_query``), bodie
 ``client_gone``).
 
 Also shared by the daemons: start-up (``version_string``, ``exit_on``, ``start_logging``,
-``run_daemon``), one app on one address (``serve_app``), ``GET /metrics``
+``run_daemon``; ``early``: listeners bound and ``/ping`` answered while the server loads),
+one app on one address (``serve_app``), ``GET /metrics``
 (``metrics_endpoint``; ``build_info``, ``connection_metrics``, ``registry_with`` and
 ``render`` for the daemons' collectors) and middleware that may answer a request before the
 app does (``HttpGate``).
@@ -25,11 +26,12 @@ flags loads neither Trio nor prometheus-client.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from nsq_common import lazy_exports
 
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING, without importing typing at start-up
+
 if TYPE_CHECKING:
+    from . import _early as early
     from ._answers import V1_EMPTY, HttpError, plain_text, v1_error, v1_json, v1_json_bytes, v1_text
     from ._body import declared_length, read_body
     from ._client import client_gone, wait_until_gone, while_connected
@@ -54,7 +56,8 @@ if TYPE_CHECKING:
 __all__ = ["KEEP_ALIVE_TIMEOUT", "NSQ", "REQUEST_TIMEOUT", "V1_EMPTY", "ConnectionCounts",
            "Conventions", "HttpError", "HttpGate", "ListenError", "Router", "bound_address",
            "build_info", "client_gone", "connection_metrics", "declared_length",
-           "direct_endpoints", "exit_on", "listen_tcp", "metrics_endpoint", "plain_text",
+           "direct_endpoints", "early", "exit_on", "listen_tcp", "metrics_endpoint",
+           "plain_text",
            "read_body", "registry_with", "render", "run_daemon", "serve_app", "serve_http",
            "serve_until_signalled", "split_host_port", "start_logging", "v1_error", "v1_json",
            "v1_json_bytes", "v1_query", "v1_query_all", "v1_text", "version_string",
@@ -69,7 +72,8 @@ __getattr__ = lazy_exports(__name__, {
     "KEEP_ALIVE_TIMEOUT": "_server", "ConnectionCounts": "_server", "serve_http": "_server",
     "ListenError": "_listen", "bound_address": "_listen", "listen_tcp": "_listen",
     "split_host_port": "_listen", "direct_endpoints": "_direct", "HttpGate": "_gate",
-    "exit_on": "_daemon", "run_daemon": "_daemon", "serve_until_signalled": "_daemon",
+    "early": "_early", "exit_on": "_daemon", "run_daemon": "_daemon",
+    "serve_until_signalled": "_daemon",
     "start_logging": "_daemon", "version_string": "_daemon", "warm_up": "_daemon",
     "serve_app": "_one_address",
     "metrics_endpoint": "_scrape", "build_info": "_metrics",

@@ -14,23 +14,24 @@ functions that run after the flags (``start_logging``, ``serve_until_signalled``
 
 from __future__ import annotations
 
-import platform
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from functools import partial
-from typing import TYPE_CHECKING, Any
 
 from nsq_common import NSQ_VERSION
 
-if TYPE_CHECKING:
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # not at run time: a command loads this module before its early start
     import logging
+    from collections.abc import Awaitable, Callable, Iterator
+    from typing import Any
 
 
 def version_string(name: str) -> str:
     """What ``<name> --version`` prints and the first log line says."""
-    return f"{name} v{NSQ_VERSION} (built w/python{platform.python_version()})"
+    # platform.python_version() without importing platform: CPython's version is the first
+    # word of sys.version ("3.11.7 (main, ...)"), which is what platform parses it from
+    return f"{name} v{NSQ_VERSION} (built w/python{sys.version.split()[0]})"
 
 
 @contextmanager
@@ -95,6 +96,8 @@ def run_daemon(name: str, log: logging.Logger, serve: Callable[..., Awaitable[An
     """Run ``serve(*args)`` under Trio until signalled (``serve_until_signalled``), then log
     ``exiting``. An OSError (a port taken) exits 1 with ``failed to instantiate <name> - ``
     and the error, as Go's daemons do."""
+    from functools import partial
+
     import trio
 
     try:

@@ -6,6 +6,9 @@ at once with the line an operator of Go's NSQ knows, naming the address::
     listen (127.0.0.1:4150) failed - listen tcp 127.0.0.1:4150: bind: address already in use
 
 The daemon puts its own ``failed to instantiate <daemon> - `` in front, as Go's do.
+
+A socket the daemon's early start bound for the same address (``_early``) is taken instead of
+binding again.
 """
 
 from __future__ import annotations
@@ -13,6 +16,9 @@ from __future__ import annotations
 import socket
 
 from nsq_common import go_errno_text, join_host_port
+
+#: Sockets the daemon's early start bound (``_early.listen``), by the address given for each.
+PREBOUND: dict[str, socket.socket] = {}
 
 
 class ListenError(OSError):
@@ -52,6 +58,17 @@ def bound_address(sock: socket.socket) -> str:
 
 
 def listen_tcp(address: str, backlog: int = 1024) -> socket.socket:
+    """A listening TCP socket on ``address``: the one the early start bound for it, else one
+    bound now (``bind_listener``).
+
+    Raises:
+        ListenError: ``listen (<address>) failed - listen tcp <addr>: bind: <reason>``.
+    """
+    early = PREBOUND.pop(address, None)
+    return early if early is not None else bind_listener(address, backlog)
+
+
+def bind_listener(address: str, backlog: int = 1024) -> socket.socket:
     """A listening (blocking) TCP socket on ``address``; port 0 takes any free port.
 
     An empty host listens on every IPv4 address (``0.0.0.0``), an empty port on any free one;
@@ -77,8 +94,10 @@ def listen_tcp(address: str, backlog: int = 1024) -> socket.socket:
         except OSError:
             raise failed(f": lookup tcp/{port}: unknown port") from None
     try:
-        infos = socket.getaddrinfo(host or "0.0.0.0", port, type=socket.SOCK_STREAM,
-                                   flags=socket.AI_PASSIVE)
+        # an ASCII host as bytes: a str would load the idna codec (and re), a few ms of start
+        name = host or "0.0.0.0"
+        infos = socket.getaddrinfo(name.encode() if name.isascii() else name, port,
+                                   type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as exc:
         reason = "no such host" if exc.errno == socket.EAI_NONAME else str(exc.strerror)
         raise failed(f": lookup {host}: {reason}") from None

@@ -21,6 +21,7 @@ from typing import Any
 
 import trio
 
+from . import _early
 from ._connection import REQUEST_TIMEOUT, Connection
 from ._direct import Endpoints, direct_endpoints
 from ._lifespan import Lifespan
@@ -55,7 +56,8 @@ async def serve_http(app: Any, sockets: Sequence[socket.socket] = (), *,
                      task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     """Serve ``app`` on listening ``sockets`` (HTTP) and ``tls_sockets`` (HTTPS with
     ``ssl_context``) until cancelled. ``task_status.started()`` once the app's lifespan has
-    started and requests are being accepted.
+    started and requests are being accepted. Connections the daemon's early start accepted
+    on ``sockets`` and did not finish (``_early``) are served first.
 
     Args:
         endpoints: routes called directly (see ``direct_endpoints``); by default those of
@@ -122,6 +124,10 @@ async def serve_http(app: Any, sockets: Sequence[socket.socket] = (), *,
     connections: set[Connection] = set()
     async with Lifespan(app), trio.open_nursery() as nursery:
         nursery.start_soon(sweep_late)
+        for sock in sockets:
+            for early in _early.take_connections(sock):
+                stream = trio.SocketStream(trio.socket.from_stdlib_socket(early))
+                nursery.start_soon(connection, "http", stream)
         for listener, scheme in listeners:
             nursery.start_soon(partial(trio.serve_listeners, partial(connection, scheme),
                                        [listener], handler_nursery=nursery))

@@ -1,0 +1,170 @@
+"""The early start (``nsq_serving.early``): ``/ping`` answered from a thread on a socket bound
+before the server runs, byte for byte as the real server answers it, and every other request
+(and whatever follows an early ``/ping``) served by the real server once it takes over.
+
+The real server here is ``serve_http`` with a ``Router`` whose ``/ping`` is the daemons'
+(``plain_text("OK")``), in this process; the early thread runs beside Trio.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+from collections.abc import Iterator
+
+import pytest
+import trio
+from nsq_serving import NSQ, Router, early, listen_tcp, plain_text, serve_http, v1_text
+from nsq_serving._early import parse_ping
+from starlette.requests import Request
+from starlette.responses import Response
+
+DATE = re.compile(rb"date: [A-Z][a-z]{2}, \d\d [A-Z][a-z]{2} \d{4} \d\d:\d\d:\d\d GMT\r\n")
+
+
+def app() -> Router:
+    async def ping(request: Request) -> Response:
+        return plain_text("OK")
+
+    async def info(request: Request) -> Response:
+        return v1_text("real")
+
+    router = Router(NSQ)
+    router.add("GET", "/ping", ping)
+    router.add("GET", "/info", info)
+    return router
+
+
+@pytest.fixture
+def address() -> Iterator[str]:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    yield f"127.0.0.1:{port}"
+    early.abandon()  # whatever a failed test left
+
+
+def exchange(address: str, request: bytes) -> bytes:
+    """Send ``request``, read until the server closes (blocking: the early thread answers)."""
+    host, port = address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(request)
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def undated(answer: bytes) -> bytes:
+    assert DATE.search(answer), answer
+    return DATE.sub(b"date: -\r\n", answer)
+
+
+PING_CLOSE = b"GET /ping HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+PING_10 = b"GET /ping HTTP/1.0\r\n\r\n"
+
+
+async def serve_real(address: str, nursery: trio.Nursery) -> None:
+    sock = listen_tcp(address)  # the early start's socket
+    await nursery.start(serve_http, app(), [sock])
+
+
+async def test_early_ping_is_the_real_servers_answer_byte_for_byte(address: str) -> None:
+    assert early.start(address, [])
+    early.ready()
+    early_answers = [await trio.to_thread.run_sync(exchange, address, request)
+                     for request in (PING_CLOSE, PING_10)]
+    async with trio.open_nursery() as nursery:
+        await serve_real(address, nursery)
+        real_answers = [await trio.to_thread.run_sync(exchange, address, request)
+                        for request in (PING_CLOSE, PING_10)]
+        nursery.cancel_scope.cancel()
+    assert [undated(a) for a in early_answers] == [undated(a) for a in real_answers]
+    assert early_answers[0].startswith(b"HTTP/1.1 200 OK\r\n")
+    assert early_answers[0].endswith(b"\r\n\r\nOK")
+
+
+async def test_other_requests_wait_for_the_real_server(address: str) -> None:
+    assert early.start(address, [])
+    early.ready()
+    host, port = address.rsplit(":", 1)
+    # sent while only the early thread runs: /info, and a kept-alive /ping then /info
+    info = socket.create_connection((host, int(port)), timeout=30)
+    info.sendall(b"GET /info HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    both = socket.create_connection((host, int(port)), timeout=30)
+    both.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n"
+                 b"GET /info HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    try:
+        async with trio.open_nursery() as nursery:
+            await serve_real(address, nursery)
+
+            def read_all(sock: socket.socket) -> bytes:
+                chunks = []
+                while chunk := sock.recv(65536):
+                    chunks.append(chunk)
+                return b"".join(chunks)
+
+            info_answer = await trio.to_thread.run_sync(read_all, info)
+            both_answer = await trio.to_thread.run_sync(read_all, both)
+            nursery.cancel_scope.cancel()
+    finally:
+        info.close()
+        both.close()
+    assert info_answer.endswith(b"\r\n\r\nreal") and b" 200 OK" in info_answer
+    assert both_answer.count(b"HTTP/1.1 200 OK") == 2
+    assert both_answer.endswith(b"\r\n\r\nreal")
+    ping, _, _ = both_answer.partition(b"OKHTTP/1.1")
+    assert ping.startswith(b"HTTP/1.1 200 OK\r\n")
+
+
+async def test_ping_waits_until_ready(address: str) -> None:
+    """Before ``ready()`` a /ping is held: the real server answers it after taking over."""
+    assert early.start(address, [])
+    host, port = address.rsplit(":", 1)
+    client = socket.create_connection((host, int(port)), timeout=30)
+    client.sendall(PING_CLOSE)
+    client.setblocking(False)
+    responder = next(iter(early._state.responders.values()))
+    try:
+        async with trio.open_nursery() as nursery:
+            while not responder.held:  # the early thread has read the /ping, and holds it
+                await trio.sleep(0.001)
+            with pytest.raises(BlockingIOError):  # unanswered
+                client.recv(1)
+            await serve_real(address, nursery)
+            client.setblocking(True)
+            answer = await trio.to_thread.run_sync(lambda: client.recv(65536))
+            nursery.cancel_scope.cancel()
+    finally:
+        client.close()
+    assert answer.startswith(b"HTTP/1.1 200 OK\r\n") and answer.endswith(b"OK")
+
+
+def test_a_taken_address_abandons_the_early_start(address: str) -> None:
+    host, port = address.rsplit(":", 1)
+    with socket.socket() as taken:
+        taken.bind((host, int(port)))
+        taken.listen()
+        free = "127.0.0.1:0"
+        assert not early.start(address, [free])
+        assert early.take_listener(free) is None  # nothing left bound
+
+
+@pytest.mark.parametrize(("head", "expected"), [
+    (b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n", (True, True)),
+    (b"GET /ping HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", (False, True)),
+    (b"GET /ping HTTP/1.0\r\n\r\n", (False, False)),
+    (b"GET /ping HTTP/1.0\r\nConnection: keep-alive\r\n\r\n", (False, False)),
+    (b"GET /ping HTTP/1.1\r\n\r\n", None),  # no Host: the real server's 400
+    (b"GET /ping HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n", None),
+    (b"GET /ping?x=1 HTTP/1.1\r\nHost: x\r\n\r\n", None),
+    (b"HEAD /ping HTTP/1.1\r\nHost: x\r\n\r\n", None),
+    (b"GET /pingx HTTP/1.1\r\nHost: x\r\n\r\n", None),
+    (b"GET /ping HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\n", None),
+    (b"GET /ping HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n", None),
+    (b"GET /ping HTTP/1.1\r\nHost: x\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n", None),
+    (b"GET /ping HTTP/2.0\r\nHost: x\r\n\r\n", None),
+    (b"GET /ping HTTP/1.1\r\nHost: x\r\nBad Header: y\r\n\r\n", None),
+])
+def test_what_counts_as_a_ping(head: bytes, expected: tuple[bool, bool] | None) -> None:
+    assert parse_ping(head, b"/ping") == expected

@@ -1,0 +1,120 @@
+"""The daemons' early start, as their users see it: ``--help`` unchanged, the first ``/ping``
+(answered while the daemon still loads its server) the same bytes as every later one, a
+request sent during start-up answered by the real server, and a start that fails never
+answering ``/ping`` OK first."""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from nsq_testing import DEADLINE, free_port, wait_until
+
+BIN = Path(sys.executable).parent
+HELP = Path(__file__).with_name("startup_help")
+DATE = re.compile(rb"date: [A-Z][a-z]{2}, \d\d [A-Z][a-z]{2} \d{4} \d\d:\d\d:\d\d GMT\r\n")
+
+
+@pytest.mark.parametrize("daemon", ["nsqd", "nsqlookupd", "nsqadmin"])
+def test_help_is_unchanged(daemon):
+    from nsqd.flags import default_node_id
+
+    done = subprocess.run([str(BIN / daemon), "--help"], capture_output=True, text=True,
+                          timeout=60)
+    expected = (HELP / f"{daemon}.txt").read_text().replace("{hostname}", socket.gethostname())
+    expected = expected.replace("{node_id}", str(default_node_id()))
+    assert done.returncode == 0
+    assert done.stderr == expected
+
+
+def exchange(port, request):
+    """The whole answer to ``request`` (the server closes after it), or None while nothing
+    listens yet."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=DEADLINE) as sock:
+            sock.sendall(request)
+            chunks = []
+            while chunk := sock.recv(65536):
+                chunks.append(chunk)
+    except ConnectionRefusedError:
+        return None
+    return b"".join(chunks)
+
+
+def argv(daemon, http_port, tmp_path):
+    http = f"--http-address=127.0.0.1:{http_port}"
+    if daemon == "nsqd":
+        return [http, "--tcp-address=127.0.0.1:0", f"--data-path={tmp_path}"]
+    if daemon == "nsqlookupd":
+        return [http, "--tcp-address=127.0.0.1:0"]
+    return [http, "--lookupd-http-address=127.0.0.1:1"]
+
+
+PING = b"GET /ping HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+OTHER = {"nsqd": b"GET /info HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+         "nsqlookupd": b"GET /info HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+         "nsqadmin": b"GET /nope HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"}
+
+
+@pytest.mark.parametrize("daemon", ["nsqd", "nsqlookupd", "nsqadmin"])
+def test_first_ping_and_requests_during_start(daemon, tmp_path):
+    port = free_port()
+    log = (tmp_path / "log").open("wb")
+    process = subprocess.Popen([str(BIN / daemon), *argv(daemon, port, tmp_path)],
+                               stdout=log, stderr=subprocess.STDOUT)
+    try:
+        # as soon as anything listens: a /ping, and another request on its own connection
+        first = wait_until(lambda: exchange(port, PING) or process.poll() is not None,
+                           interval=0.001, what="the first /ping")
+        assert process.poll() is None
+        other_early = exchange(port, OTHER[daemon])
+        wait_until(lambda: b"200 OK" in (exchange(port, OTHER[daemon] if daemon != "nsqadmin"
+                                                  else PING) or b""), what="the real server")
+        later = exchange(port, PING)
+        other_later = exchange(port, OTHER[daemon])
+    finally:
+        process.terminate()
+        process.wait(DEADLINE)
+        log.close()
+    assert DATE.sub(b"", first) == DATE.sub(b"", later)
+    if daemon != "nsqd":  # they log every request: the early /ping too
+        pings = re.findall(r"INFO: 200 GET /ping \(127\.0\.0\.1:\d+\) ", (tmp_path / "log").read_text())
+        assert len(pings) >= 2
+    assert first.startswith(b"HTTP/1.1 200 OK\r\n") and first.endswith(b"\r\n\r\nOK")
+    # the request sent during start-up got the real server's answer (its body and status)
+    assert other_early.split(b"\r\n", 1)[0] == other_later.split(b"\r\n", 1)[0]
+    assert other_early.split(b"\r\n\r\n", 1)[1].replace(b"start_time", b"") != b""
+    if daemon == "nsqd":  # /info: the same document but for nothing
+        assert other_early.split(b"\r\n\r\n", 1)[1] == other_later.split(b"\r\n\r\n", 1)[1]
+
+
+def test_a_refused_start_never_answers_ping_ok(run_daemon, tmp_path):
+    run_daemon("nsqd", f"--data-path={tmp_path}")  # holds the data path's lock
+    port = free_port()
+    process = subprocess.Popen([str(BIN / "nsqd"), f"--data-path={tmp_path}",
+                                "--tcp-address=127.0.0.1:0", f"--http-address=127.0.0.1:{port}"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    answers = []
+
+    def exited():
+        try:
+            answers.append(exchange(port, PING))
+        except OSError:  # reset by the exiting daemon
+            pass
+        return process.poll() is not None
+
+    try:
+        wait_until(exited, interval=0.001, what="the refused nsqd's exit")
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(DEADLINE)
+        stderr = process.stderr.read().decode()
+        process.stderr.close()
+    assert process.returncode == 1
+    assert "failed to lock data-path" in stderr
+    assert not any(answer and b"200 OK" in answer for answer in answers)
