@@ -417,12 +417,12 @@ def _drive(daemons: Daemons, name: str, connections: int, tool: str, duration: f
 
 
 def _print(r: Result) -> None:
-    print(f"{r.label:7} {r.route:7} {r.daemon:10} {r.connections:5d} {r.requests_per_s:9,.0f} "
+    print(f"{r.route:7} {r.daemon:10} {r.connections:5d} {r.requests_per_s:9,.0f} "
           f"{_fmt(r.messages_per_s, '10,.0f'):>10} "
           f"{_fmt(r.daemon_cpu_us_per_request, '10.0f'):>10} "
           f"{_fmt(r.daemon_cpu_share and r.daemon_cpu_share * 100, '9.0f'):>9}% "
           f"{_fmt(r.client_cpu_share and r.client_cpu_share * 100, '9.0f'):>9}% "
-          f"{r.errors:6d} {r.loadavg_1m:5.2f}", flush=True)
+          f"{r.errors:6d} {r.loadavg_1m:5.2f} {r.label}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -441,8 +441,9 @@ def main(argv: list[str] | None = None) -> int:
             sets.append(Daemons("go", args.go))
         print(f"tool: {tool}; {args.duration:g} s per row; load average at start "
               f"{_loadavg():.2f}", flush=True)
-        print(f"{'daemons':7} {'route':7} {'daemon':10} {'conns':>5} {'req/s':>9} {'msg/s':>10} "
-              f"{'CPU µs/req':>10} {'daemon CPU':>10} {'client CPU':>10} {'errors':>6} {'load':>5}")
+        print(f"{'route':7} {'daemon':10} {'conns':>5} {'req/s':>9} {'msg/s':>10} "
+              f"{'CPU µs/req':>10} {'daemon CPU':>10} {'client CPU':>10} {'errors':>6} {'load':>5}"
+              f" {'whose'}")
         for _ in range(args.runs):
             for name in args.routes:
                 for connections in args.connections:
