@@ -325,6 +325,7 @@ class Broker:
         for channel_name in list(topic.channels):
             self._remove_channel(topic, channel_name)
         self._stop(topic)
+        topic.log.set_aside()  # a topic made again by the next publish starts empty
         if self._nursery is not None:
             self._nursery.start_soon(topic.log.delete)
         self.metadata_changed()

@@ -35,6 +35,7 @@ import errno
 import json
 import logging
 import os
+import secrets
 import shutil
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -270,16 +271,26 @@ class TopicLog:
             for request in group:
                 request.done = True
 
+    @staticmethod
+    def _refuse_closed(group: list[_Append]) -> None:
+        """The log was closed or set aside (its topic deleted: its directory renamed under a
+        write, say) before the group was stored: nsqd's EXITING, not a disk failure."""
+        for request in group:
+            request.error = DiskQueueClosed()
+
     async def _commit_group(self, group: list[_Append]) -> None:
         if self._closed:
-            for request in group:
-                request.error = DiskQueueClosed()
+            self._refuse_closed(group)
             return
         total = sum(len(r.records) for r in group)
         if self._end + total > self._reserved:
             try:
                 await self._reserve(self._end + total + RESERVE)
-            except OSError as exc:
+            except (OSError, DiskQueueClosed) as exc:
+                if self._closed:
+                    self._refuse_closed(group)
+                    return
+                assert isinstance(exc, OSError)
                 self.healthy = False
                 self.write_errors += 1
                 self.log.error("LOG(%s): failed to reserve offsets - %s", self.name, exc)
@@ -314,6 +325,9 @@ class TopicLog:
             try:
                 await self._write(runs)
             except OSError as exc:
+                if self._closed:
+                    self._refuse_closed(group)
+                    return
                 self.healthy = False
                 self.write_errors += 1
                 self.log.error("LOG(%s): failed to write - %s", self.name, exc)
@@ -658,8 +672,13 @@ class TopicLog:
             OSError: the reservation could not be written.
         """
         assert self.directory is not None
-        await self._in_thread(_write_offsets, self.directory, until)
+        await self._in_thread(self._write_offsets, until)
         self._reserved = until
+
+    def _write_offsets(self, until: int) -> None:
+        if self._closed:  # set aside: its directory is no longer to be made again
+            raise DiskQueueClosed
+        _write_offsets(self.directory, until)
 
     async def close(self) -> None:
         """Write what some cursor or the retention still needs, fsync, close the files.
@@ -711,8 +730,31 @@ class TopicLog:
                                  segment.path, exc)
             segment.close()
 
+    def set_aside(self) -> None:
+        """Take no more appends, and move the log's directory out of its topic's way at once
+        (one rename, on the caller's thread): a topic made again under the same name, by the
+        next publish, starts empty in a directory of its own while ``delete`` removes this
+        one's files. (Were they removed later in place, the new topic would find the deleted
+        one's segments, or lose its own first files to their removal.)"""
+        self._closed = True
+        self._wake.set()
+        directory = self.directory
+        if directory is None:
+            return
+        # "~" is in no topic's name, so the directory set aside is no topic's
+        aside = directory.with_name(f"{directory.name}~deleted~{secrets.token_hex(4)}")
+        try:
+            os.rename(directory, aside)
+        except FileNotFoundError:
+            pass  # nothing written yet
+        except OSError as exc:
+            self.log.error("LOG(%s): cannot set %s aside - %s", self.name, directory, exc)
+            return
+        self.directory = aside
+
     async def delete(self) -> None:
-        """Close without writing and remove every file of the log."""
+        """Close without writing and remove every file of the log (``set_aside`` first, when
+        the topic's name may be used again at once)."""
         self._closed = True
         self._wake.set()
         with trio.CancelScope(shield=True):
