@@ -676,9 +676,10 @@ class TopicLog:
         self._reserved = until
 
     def _write_offsets(self, until: int) -> None:
-        if self._closed:  # set aside: its directory is no longer to be made again
+        directory = self.directory
+        if self._closed or directory is None:  # set aside: not to be made again
             raise DiskQueueClosed
-        _write_offsets(self.directory, until)
+        _write_offsets(directory, until)
 
     async def close(self) -> None:
         """Write what some cursor or the retention still needs, fsync, close the files.
