@@ -1,7 +1,8 @@
 """HTTP API throughput: requests/s of nsqd and nsqlookupd routes over keep-alive connections.
 
     python -m bench.http [--duration 5] [--connections 1,8] [--routes ping,pub,pubttl,mpub,lookup]
-                         [--tool auto|wrk|builtin] [--go DIR] [--runs 1] [--json FILE]
+                         [--tool auto|wrk|builtin] [--daemons LABEL=DIR ...] [--runs 1]
+                         [--json FILE]
 
 Starts its own nsqlookupd and an nsqd registered with it (127.0.0.1, kernel-chosen ports,
 nsqd's data in a temporary directory; both stopped by pid and the directory removed at the
@@ -25,9 +26,10 @@ one selectors loop in this process over raw sockets, with the request bytes comp
 reading each answer by its Content-Length. It is slower than wrk, so the two tools' figures
 are not comparable.
 
-``--go DIR`` also starts Go's ``nsqd`` and ``nsqlookupd`` from ``DIR`` (the same flags, the
-same topic) and drives every row on ours, then on Go's, in turn (``--runs`` times), so that
-both meet the same load on the machine. Prints requests/s (messages/s for mpub), the daemon's CPU time per
+``--daemons LABEL=DIR`` (repeatable) also starts the ``nsqd`` and ``nsqlookupd`` in ``DIR``
+(Go's, say, as ``go=DIR``, or an older checkout's; the same flags, the same topic) and drives
+every row on ours, then on each of them, in turn (``--runs`` times), so that all meet the
+same load on the machine. Prints requests/s (messages/s for mpub), the daemon's CPU time per
 request (user + system from ``/proc/<pid>/stat`` before and after the run), the daemon's and
 the load generator's CPU use, and the 1-minute load average at the end of the run. See
 ``docs/performance.md``.
@@ -88,7 +90,7 @@ ROUTES = {
 
 @dataclass
 class Result:
-    label: str  # whose daemons: "ours", or "go"
+    label: str  # whose daemons: "ours", or a --daemons label
     route: str
     daemon: str
     connections: int
@@ -350,6 +352,15 @@ def _connections(text: str) -> list[int]:
     return values
 
 
+def _labelled(text: str) -> tuple[str, str]:
+    label, sep, directory = text.partition("=")
+    if not (sep and label and directory):
+        raise argparse.ArgumentTypeError(f"not LABEL=DIR: {text!r}")
+    if not all(Path(directory, name).is_file() for name in ("nsqd", "nsqlookupd")):
+        raise argparse.ArgumentTypeError(f"no nsqd and nsqlookupd in {directory}")
+    return label, directory
+
+
 def _positive(text: str) -> int:
     try:
         value = int(text)
@@ -377,8 +388,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"comma-separated subset of: {', '.join(ROUTES)} (default: all)")
     p.add_argument("--tool", choices=["auto", "wrk", "builtin"], default="auto",
                    help="load generator: wrk, the built-in client, or wrk if installed (default)")
-    p.add_argument("--go", metavar="DIR", default=None,
-                   help="also run Go's nsqd and nsqlookupd from DIR, alternated with ours")
+    p.add_argument("--daemons", metavar="LABEL=DIR", action="append", default=[],
+                   type=_labelled,
+                   help="also run the nsqd and nsqlookupd in DIR (Go's: go=DIR), alternated "
+                        "with ours row by row; repeatable")
     p.add_argument("--runs", type=_positive, default=1, metavar="N",
                    help="times every row is driven (default 1)")
     p.add_argument("--json", dest="json_path", metavar="FILE", default=None,
@@ -437,8 +450,8 @@ def main(argv: list[str] | None = None) -> int:
     work_dir = tempfile.mkdtemp(prefix="nsq-bench-http-wrk-")
     try:
         sets.append(Daemons())
-        if args.go:
-            sets.append(Daemons("go", args.go))
+        for label, directory in args.daemons:
+            sets.append(Daemons(label, directory))
         print(f"tool: {tool}; {args.duration:g} s per row; load average at start "
               f"{_loadavg():.2f}", flush=True)
         print(f"{'route':7} {'daemon':10} {'conns':>5} {'req/s':>9} {'msg/s':>10} "
@@ -458,7 +471,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json_path:
         doc = {
             "settings": {"duration": args.duration, "connections": args.connections,
-                         "routes": args.routes, "tool": tool, "go": args.go,
+                         "routes": args.routes, "tool": tool,
+                         "daemons": dict(args.daemons),
                          "runs": args.runs},
             "machine": {"platform": platform.platform(), "python": platform.python_version(),
                         "cpus": os.cpu_count()},
