@@ -1,7 +1,8 @@
 """HTTP API throughput: requests/s of nsqd and nsqlookupd routes over keep-alive connections.
 
     python -m bench.http [--duration 5] [--connections 1,8] [--routes ping,pub,pubttl,mpub,lookup]
-                         [--tool auto|wrk|builtin] [--json FILE]
+                         [--tool auto|wrk|builtin] [--daemons LABEL=DIR ...] [--runs 1]
+                         [--json FILE]
 
 Starts its own nsqlookupd and an nsqd registered with it (127.0.0.1, kernel-chosen ports,
 nsqd's data in a temporary directory; both stopped by pid and the directory removed at the
@@ -15,14 +16,20 @@ every route and every connection count drives the route for ``--duration`` secon
 * ``lookup``: nsqlookupd ``GET /lookup?topic=...`` (the topic has one producer).
 
 The published topic is deleted after each run (nsqd keeps the messages in memory:
-``--mem-queue-size`` is large). Each connection sends one request at a time and waits for
+``--mem-queue-size`` is 10,000,000; not more, because Go's nsqd allocates its memory queue,
+8 bytes a message, whenever a topic is made). Each connection sends one request at a time and waits for
 its answer (keep-alive, no pipelining).
 
 The load generator is ``wrk -t1 -c<connections> -d<duration>s`` when wrk is installed
 (POST bodies from a generated Lua script in a temporary directory), else a client of its own:
 one selectors loop in this process over raw sockets, with the request bytes computed once,
 reading each answer by its Content-Length. It is slower than wrk, so the two tools' figures
-are not comparable. Prints requests/s (messages/s for mpub), the daemon's CPU time per
+are not comparable.
+
+``--daemons LABEL=DIR`` (repeatable) also starts the ``nsqd`` and ``nsqlookupd`` in ``DIR``
+(Go's, say, as ``go=DIR``, or an older checkout's; the same flags, the same topic) and drives
+every row on ours, then on each of them, in turn (``--runs`` times), so that all meet the
+same load on the machine. Prints requests/s (messages/s for mpub), the daemon's CPU time per
 request (user + system from ``/proc/<pid>/stat`` before and after the run), the daemon's and
 the load generator's CPU use, and the 1-minute load average at the end of the run. See
 ``docs/performance.md``.
@@ -83,6 +90,7 @@ ROUTES = {
 
 @dataclass
 class Result:
+    label: str  # whose daemons: "ours", or a --daemons label
     route: str
     daemon: str
     connections: int
@@ -266,17 +274,21 @@ def run_wrk(address: str, route: Route, connections: int, duration: float, work_
 class Daemons:
     """nsqlookupd, and nsqd registered with it, with the topic of ``/lookup`` created."""
 
-    def __init__(self) -> None:
+    def __init__(self, label: str = "ours", bin_dir: str | None = None) -> None:
+        """``bin_dir``: where another build's ``nsqd`` and ``nsqlookupd`` are (Go's)."""
+        self.label = label
         self.data_dir = tempfile.mkdtemp(prefix="nsq-bench-http-")
         self.lookupd: Daemon | None = None
         self.nsqd: Daemon | None = None
+        nsqd, lookupd = (("nsqd", "nsqlookupd") if bin_dir is None
+                         else (os.path.join(bin_dir, "nsqd"), os.path.join(bin_dir, "nsqlookupd")))
         try:
             self.lookupd = start_daemon(
-                "nsqlookupd", ["--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0"],
+                lookupd, ["--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0"],
                 cwd=self.data_dir)
             self.nsqd = start_daemon(
-                "nsqd", ["--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0",
-                         f"--data-path={self.data_dir}", "--mem-queue-size=100000000",
+                nsqd, ["--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0",
+                         f"--data-path={self.data_dir}", "--mem-queue-size=10000000",
                          f"--lookupd-tcp-address={self.lookupd.tcp_address}"],
                 cwd=self.data_dir)
             self._register()
@@ -340,6 +352,25 @@ def _connections(text: str) -> list[int]:
     return values
 
 
+def _labelled(text: str) -> tuple[str, str]:
+    label, sep, directory = text.partition("=")
+    if not (sep and label and directory):
+        raise argparse.ArgumentTypeError(f"not LABEL=DIR: {text!r}")
+    if not all(Path(directory, name).is_file() for name in ("nsqd", "nsqlookupd")):
+        raise argparse.ArgumentTypeError(f"no nsqd and nsqlookupd in {directory}")
+    return label, directory
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {text}")
+    return value
+
+
 def _duration(text: str) -> float:
     value = float(text)
     if value <= 0:
@@ -357,6 +388,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"comma-separated subset of: {', '.join(ROUTES)} (default: all)")
     p.add_argument("--tool", choices=["auto", "wrk", "builtin"], default="auto",
                    help="load generator: wrk, the built-in client, or wrk if installed (default)")
+    p.add_argument("--daemons", metavar="LABEL=DIR", action="append", default=[],
+                   type=_labelled,
+                   help="also run the nsqd and nsqlookupd in DIR (Go's: go=DIR), alternated "
+                        "with ours row by row; repeatable")
+    p.add_argument("--runs", type=_positive, default=1, metavar="N",
+                   help="times every row is driven (default 1)")
     p.add_argument("--json", dest="json_path", metavar="FILE", default=None,
                    help="also write the results to FILE as JSON")
     return p
@@ -364,6 +401,41 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
+
+
+def _drive(daemons: Daemons, name: str, connections: int, tool: str, duration: float,
+           work_dir: str) -> Result:
+    route = ROUTES[name]
+    daemon = daemons.daemon(route.daemon)
+    cpu_before = _cpu_seconds(daemon.pid)
+    if tool == "wrk":
+        load = run_wrk(daemon.http_address, route, connections, duration, work_dir)
+    else:
+        load = run_builtin(daemon.http_address, route, connections, duration)
+    cpu_after = _cpu_seconds(daemon.pid)
+    daemons.after_run(route)
+    cpu = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
+    rate = load.requests / load.seconds if load.seconds > 0 else 0.0
+    return Result(
+        label=daemons.label, route=name, daemon=route.daemon, connections=connections,
+        tool=tool, seconds=load.seconds, requests=load.requests, errors=load.errors,
+        requests_per_s=rate,
+        messages_per_s=rate * route.messages if route.messages > 1 else None,
+        daemon_cpu_us_per_request=(cpu / load.requests * 1e6
+                                   if cpu is not None and load.requests else None),
+        daemon_cpu_share=cpu / load.seconds if cpu is not None and load.seconds else None,
+        client_cpu_share=(load.client_cpu / load.seconds
+                          if load.client_cpu is not None and load.seconds else None),
+        loadavg_1m=_loadavg())
+
+
+def _print(r: Result) -> None:
+    print(f"{r.route:7} {r.daemon:10} {r.connections:5d} {r.requests_per_s:9,.0f} "
+          f"{_fmt(r.messages_per_s, '10,.0f'):>10} "
+          f"{_fmt(r.daemon_cpu_us_per_request, '10.0f'):>10} "
+          f"{_fmt(r.daemon_cpu_share and r.daemon_cpu_share * 100, '9.0f'):>9}% "
+          f"{_fmt(r.client_cpu_share and r.client_cpu_share * 100, '9.0f'):>9}% "
+          f"{r.errors:6d} {r.loadavg_1m:5.2f} {r.label}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -374,52 +446,34 @@ def main(argv: list[str] | None = None) -> int:
     elif tool == "wrk" and not shutil.which("wrk"):
         raise SystemExit("wrk is not installed (apt-get install wrk), use --tool builtin")
     results: list[Result] = []
-    daemons = Daemons()
+    sets: list[Daemons] = []
     work_dir = tempfile.mkdtemp(prefix="nsq-bench-http-wrk-")
     try:
+        sets.append(Daemons())
+        for label, directory in args.daemons:
+            sets.append(Daemons(label, directory))
         print(f"tool: {tool}; {args.duration:g} s per row; load average at start "
               f"{_loadavg():.2f}", flush=True)
         print(f"{'route':7} {'daemon':10} {'conns':>5} {'req/s':>9} {'msg/s':>10} "
-              f"{'CPU µs/req':>10} {'daemon CPU':>10} {'client CPU':>10} {'errors':>6} {'load':>5}")
-        for name in args.routes:
-            route = ROUTES[name]
-            daemon = daemons.daemon(route.daemon)
-            for connections in args.connections:
-                cpu_before = _cpu_seconds(daemon.pid)
-                if tool == "wrk":
-                    load = run_wrk(daemon.http_address, route, connections, args.duration,
-                                   work_dir)
-                else:
-                    load = run_builtin(daemon.http_address, route, connections, args.duration)
-                cpu_after = _cpu_seconds(daemon.pid)
-                daemons.after_run(route)
-                cpu = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
-                rate = load.requests / load.seconds if load.seconds > 0 else 0.0
-                result = Result(
-                    route=name, daemon=route.daemon, connections=connections, tool=tool,
-                    seconds=load.seconds, requests=load.requests, errors=load.errors,
-                    requests_per_s=rate,
-                    messages_per_s=rate * route.messages if route.messages > 1 else None,
-                    daemon_cpu_us_per_request=(cpu / load.requests * 1e6
-                                               if cpu is not None and load.requests else None),
-                    daemon_cpu_share=cpu / load.seconds if cpu is not None and load.seconds else None,
-                    client_cpu_share=(load.client_cpu / load.seconds
-                                      if load.client_cpu is not None and load.seconds else None),
-                    loadavg_1m=_loadavg())
-                results.append(result)
-                print(f"{name:7} {route.daemon:10} {connections:5d} {rate:9,.0f} "
-                      f"{_fmt(result.messages_per_s, '10,.0f'):>10} "
-                      f"{_fmt(result.daemon_cpu_us_per_request, '10.0f'):>10} "
-                      f"{_fmt(result.daemon_cpu_share and result.daemon_cpu_share * 100, '9.0f'):>9}% "
-                      f"{_fmt(result.client_cpu_share and result.client_cpu_share * 100, '9.0f'):>9}% "
-                      f"{load.errors:6d} {result.loadavg_1m:5.2f}", flush=True)
+              f"{'CPU µs/req':>10} {'daemon CPU':>10} {'client CPU':>10} {'errors':>6} {'load':>5}"
+              f" {'whose'}")
+        for _ in range(args.runs):
+            for name in args.routes:
+                for connections in args.connections:
+                    for daemons in sets:
+                        result = _drive(daemons, name, connections, tool, args.duration, work_dir)
+                        results.append(result)
+                        _print(result)
     finally:
-        daemons.stop()
+        for daemons in sets:
+            daemons.stop()
         shutil.rmtree(work_dir, ignore_errors=True)
     if args.json_path:
         doc = {
             "settings": {"duration": args.duration, "connections": args.connections,
-                         "routes": args.routes, "tool": tool},
+                         "routes": args.routes, "tool": tool,
+                         "daemons": dict(args.daemons),
+                         "runs": args.runs},
             "machine": {"platform": platform.platform(), "python": platform.python_version(),
                         "cpus": os.cpu_count()},
             "results": [asdict(r) for r in results],

@@ -227,3 +227,33 @@ async def test_a_start_removes_what_deletions_left(tmp_path: Path) -> None:
                 await trio.sleep(0.01)
         assert (tmp_path / "topics" / "t").is_dir()
         nursery.cancel_scope.cancel()
+
+
+async def test_a_topic_published_to_again_right_after_its_deletion_starts_empty(
+        nursery: trio.Nursery, tmp_path: Path) -> None:
+    # mem_queue_size 0: every message on disk, so the deleted topic has segments and an
+    # offsets file to remove while the new one writes its own
+    broker = await start(nursery, tmp_path, mem_queue_size=0)
+    for round_ in range(20):
+        old = broker.get_topic("t")
+        channel = broker.get_channel(old, "c")
+        await broker.publish("t", broker.new_records([b"old %d" % round_] * 3))
+        assert channel.depth == 3
+        assert broker.delete_topic("t")
+        # at once, before the deleted log's files are removed in the background
+        await broker.publish("t", broker.new_records([b"new"]))
+        topic = broker.topics["t"]
+        assert topic is not old and (topic.depth, topic.log.start, topic.log.end) == (1, 0, 1)
+        assert broker.health == "OK"
+        await _removed_but(tmp_path / "topics", "t")  # the deleted one's directory
+        assert broker.topics["t"].depth == 1
+        broker.delete_topic("t")
+    await _removed_but(tmp_path / "topics")
+
+
+async def _removed_but(directory: Path, *names: str) -> None:
+    """Wait (10 s at most) until ``directory`` holds only ``names`` (removal runs in a
+    worker thread)."""
+    with trio.fail_after(10):
+        while sorted(p.name for p in directory.iterdir()) != sorted(names):
+            await trio.sleep(0.01)

@@ -210,6 +210,16 @@ async def test_records_are_shared_by_the_channels_and_delivered_as_messages(worl
     assert one.depth == 1 and two.depth == 3
 
 
+def test_one_record_is_made_as_each_of_many_is():
+    timestamp = int.from_bytes(b"%%b%016x", "big") >> 1  # a head with "%" in it
+    for first_id in (0, 0x12ff, 0xffff_ffff_ffff_ffff):
+        for body in (b"", b"%s%b%%", b"z" * 300):
+            many = new_records([body, b"next"], first_id, timestamp)
+            assert type(new_records([body], first_id, timestamp)) is type(many)
+            assert new_records([body], first_id, timestamp) == many[:1]
+            assert many[0] == MESSAGE_HEADER.pack(timestamp, 0) + b"%016x" % first_id + body
+
+
 def frames_of(client: Client) -> list[tuple[bytes, int, bytes]]:
     """(id, attempts, body) of each message frame the client was sent."""
     decoder = FrameDecoder()

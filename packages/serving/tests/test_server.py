@@ -386,3 +386,36 @@ async def test_https_on_the_same_path():
             await client.send(post("/echo", b"secret") + GET_PING)
             assert b'"scheme":"https"' in (await client.answer())[2]
             assert (await client.answer())[2] == b"OK"
+
+
+async def test_a_response_made_once_is_answered_alike_every_time():
+    # nsqd's "OK" is one Response for every /pub: its head is written once and kept; the
+    # answers that need another head (closing ones, HEAD's) are still right.
+    ok = PlainTextResponse("OK", headers={"X-Once": "1"})
+
+    async def once(request: Request) -> Response:
+        return ok
+
+    app = Starlette(routes=[Route("/once", once, methods=["GET", "HEAD"])])
+    async with running(app) as address:
+        async with connect(address) as client:
+            await client.send(b"GET /once HTTP/1.1\r\nHost: x\r\n\r\n" * 2
+                              + b"HEAD /once HTTP/1.1\r\nHost: x\r\n\r\n")
+            answers = [await client.answer(head=i == 2) for i in range(3)]
+            for _, headers, _ in answers:
+                assert re.fullmatch(r"\w{3}, \d\d \w{3} \d{4} \d\d:\d\d:\d\d GMT",
+                                    headers.pop("date"))
+            assert answers[0] == answers[1] == (200, {
+                "content-length": "2", "content-type": "text/plain; charset=utf-8",
+                "x-once": "1"}, b"OK")
+            assert answers[2] == (200, answers[0][1], b"")
+            assert client.buffer == b""  # HEAD's answer has no body
+            await client.send(b"GET /once HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            status, headers, body = await client.answer()
+            assert (status, headers.get("connection"), body) == (200, "close", b"OK")
+            assert await client.closed()
+        async with connect(address) as client:
+            await client.send(b"GET /once HTTP/1.0\r\n\r\n")
+            status, headers, body = await client.answer()
+            assert (status, body, "connection" in headers) == (200, b"OK", False)
+            assert await client.closed()

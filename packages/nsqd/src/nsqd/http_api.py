@@ -82,10 +82,15 @@ def _empty() -> Response:
     return V1_EMPTY
 
 
+#: The refusals of a body too large, made once (``read_body`` raises a copy).
+_TOO_BIG = {code: HttpError(413, code) for code in ("MSG_TOO_BIG", "BODY_TOO_BIG",
+                                                    "INVALID_VALUE")}
+
+
 async def _read_limited(request: Request, limit: int, too_big: str) -> bytes:
     """The whole body, refused (413 ``too_big``) by its declared length before a byte of it
     is read, or as soon as more than ``limit`` bytes arrive."""
-    return await read_body(request, limit, too_large=HttpError(413, too_big),
+    return await read_body(request, limit, too_large=_TOO_BIG[too_big],
                            unreadable=_UNREADABLE)
 
 

@@ -56,10 +56,14 @@ def new_records(bodies: list[bytes], first_id: int, timestamp: int) -> Records:
     Each record is one bytes formatting whose literal holds the header and the id's first 14
     hex digits (the same for up to 256 consecutive ids), its last two from a table: 115 ns a
     message, where formatting the whole id took 230 and a ``QueuedMessage`` and its id 490
-    (batches of 200, in process).
+    (batches of 200, in process). A single body (a PUB) is one formatting with the whole id:
+    0.75 µs, where the loop's set-up made it 2.7.
     """
-    head = MESSAGE_HEADER.pack(timestamp, 0).replace(b"%", b"%%")
     out = Records()
+    if len(bodies) == 1:
+        out.append(b"%b%016x%b" % (MESSAGE_HEADER.pack(timestamp, 0), first_id, bodies[0]))
+        return out
+    head = MESSAGE_HEADER.pack(timestamp, 0).replace(b"%", b"%%")
     next_id, done, total = first_id, 0, len(bodies)
     while done < total:
         low = next_id & 0xFF

@@ -274,16 +274,26 @@ class TopicLog:
             for request in group:
                 request.done = True
 
+    @staticmethod
+    def _refuse_closed(group: list[_Append]) -> None:
+        """The log was closed or set aside (its topic deleted: its directory renamed under a
+        write, say) before the group was stored: nsqd's EXITING, not a disk failure."""
+        for request in group:
+            request.error = DiskQueueClosed()
+
     async def _commit_group(self, group: list[_Append]) -> None:
         if self._closed:
-            for request in group:
-                request.error = DiskQueueClosed()
+            self._refuse_closed(group)
             return
         total = sum(len(r.records) for r in group)
         if self._end + total > self._reserved:
             try:
                 await self._reserve(self._end + total + RESERVE)
-            except OSError as exc:
+            except (OSError, DiskQueueClosed) as exc:
+                if self._closed:
+                    self._refuse_closed(group)
+                    return
+                assert isinstance(exc, OSError)
                 self.healthy = False
                 self.write_errors += 1
                 self.log.error("LOG(%s): failed to reserve offsets - %s", self.name, exc)
@@ -318,6 +328,9 @@ class TopicLog:
             try:
                 await self._write(runs)
             except OSError as exc:
+                if self._closed:
+                    self._refuse_closed(group)
+                    return
                 self.healthy = False
                 self.write_errors += 1
                 self.log.error("LOG(%s): failed to write - %s", self.name, exc)
@@ -662,8 +675,14 @@ class TopicLog:
             OSError: the reservation could not be written.
         """
         assert self.directory is not None
-        await self._in_thread(_write_offsets, self.directory, until)
+        await self._in_thread(self._write_offsets, until)
         self._reserved = until
+
+    def _write_offsets(self, until: int) -> None:
+        directory = self.directory
+        if self._closed or directory is None:  # set aside: not to be made again
+            raise DiskQueueClosed
+        _write_offsets(directory, until)
 
     async def close(self) -> None:
         """Write what some cursor or the retention still needs, fsync, close the files.
@@ -721,6 +740,7 @@ class TopicLog:
         same name starts empty in a directory of its own while ``delete`` removes this
         one. A start removes what a crash left so."""
         self._closed = True
+        self._wake.set()
         directory = self.directory
         if directory is None:
             return
@@ -736,7 +756,8 @@ class TopicLog:
         self.directory = gone
 
     async def delete(self) -> None:
-        """Close without writing and remove every file of the log."""
+        """Close without writing and remove every file of the log (``detach`` first, when
+        the topic's name may be used again at once)."""
         self._closed = True
         self._wake.set()
         with trio.CancelScope(shield=True):

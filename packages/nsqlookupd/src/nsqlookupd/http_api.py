@@ -44,7 +44,7 @@ class LookupAPI:
         self.log = log
         self.tcp_counts = tcp_counts or ConnectionCounts()
         self.http_counts = http_counts or ConnectionCounts()
-        self._answers: dict[tuple[object, ...], bytes] = {}
+        self._answers: dict[tuple[object, ...], Response] = {}
         self.metrics = metrics_endpoint(self._collector)
 
     async def ping(self, request: Request) -> Response:
@@ -67,16 +67,18 @@ class LookupAPI:
             raise HttpError(404, "TOPIC_NOT_FOUND")
         channels, peers = found
         # Consumers poll /lookup; its answer changes only when the registry does, so the
-        # encoded body is kept by what it is made of (peers by identity: a PeerInfo is fixed
-        # once its IDENTIFY is in; only last_update moves, which the answer does not show).
+        # answer is kept by what it is made of (peers by identity: a PeerInfo is fixed once
+        # its IDENTIFY is in; only last_update moves, which the answer does not show), and
+        # answered again as it is (the server keeps its head too).
         key = (topic, tuple(channels), tuple(peers))
-        body = self._answers.get(key)
-        if body is None:
+        answer = self._answers.get(key)
+        if answer is None:
             if len(self._answers) >= 1024:
                 self._answers.clear()
-            body = go_json({"channels": channels, "producers": [p.to_json() for p in peers]})
-            self._answers[key] = body
-        return v1_json_bytes(body)
+            answer = v1_json_bytes(go_json({"channels": channels,
+                                            "producers": [p.to_json() for p in peers]}))
+            self._answers[key] = answer
+        return answer
 
     def _collector(self) -> Collector:
         from .metrics import LookupdCollector  # deferred to the first scrape: see its module

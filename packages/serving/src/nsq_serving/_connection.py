@@ -67,6 +67,9 @@ _HUNG_UP = select.POLLHUP | select.POLLERR | select.POLLNVAL | getattr(select, "
 _INTERNAL_ERROR = plain_answer(500, b"Internal Server Error")
 _ASGI = {"version": "3.0", "spec_version": "2.3"}
 _DATE = DateHeader()
+#: Where a Starlette ``Response`` keeps its head once written (without ``date``): one made
+#: once and answered many times is not formatted again (so it must not change once used).
+_HEAD = "_nsq_serving_head"
 _METHODS = {name.encode(): name for name in ("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH",
                                              "OPTIONS")}
 
@@ -328,7 +331,18 @@ class Connection:
         if type(response).__call__ is not Response.__call__ or response.background is not None:
             await response(scope, receive, self._sender(request))
             return
-        self._start(request, response.status_code, response.raw_headers, len(response.body))
+        if request.keep_alive and request.complete:  # the head depends on the response only
+            head = response.__dict__.get(_HEAD)
+            if head is None:
+                head = self._start(request, response.status_code, response.raw_headers,
+                                   len(response.body))
+                if not (self.response.close or self.response.chunked):
+                    response.__dict__[_HEAD] = head
+            else:
+                self.response.started = True
+                self.out += (head, _DATE.line(), b"\r\n")
+        else:
+            self._start(request, response.status_code, response.raw_headers, len(response.body))
         await self._finish(request, b"" if request.method == "HEAD" else response.body)
 
     # -- the body, for the app ---------------------------------------------------------------
@@ -415,9 +429,10 @@ class Connection:
         return send
 
     def _start(self, request: _Request, status: int, headers: list[tuple[bytes, bytes]],
-               length: int | None) -> None:
+               length: int | None) -> bytes:
         """Put the head of the answer in the output: the app's headers, ``date``, and the
-        framing (``content-length`` of a whole body, else chunked)."""
+        framing (``content-length`` of a whole body, else chunked); the head without
+        ``date``."""
         response = self.response
         response.started = True
         head = [status_line(status)]
@@ -443,9 +458,9 @@ class Connection:
             response.close = True
             if request.http_version == "1.1":
                 head.append(b"connection: close\r\n")
-        head.append(_DATE.line())
-        head.append(b"\r\n")
-        self.out.append(b"".join(head))
+        joined = b"".join(head)
+        self.out += (joined, _DATE.line(), b"\r\n")
+        return joined
 
     async def _finish(self, request: _Request, body: bytes) -> None:
         """The answer is complete: write it now, or with the next one when the client has
