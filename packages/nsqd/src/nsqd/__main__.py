@@ -40,10 +40,17 @@ def options_of(values: Mapping[str, Any]) -> Options:
     """The validated options; a bad one exits 1 with NSQ's message."""
     from .options import Options
 
-    opts = Options.from_values(values)
+    _check(values)
+    return Options.from_values(values)
+
+
+def _check(values: Mapping[str, Any]) -> None:
+    """NSQ's start-up checks on the flag values (``flags.check``): a bad one exits 1 with
+    NSQ's message. No attrs: the early start's ``ready()`` waits for them."""
+    from .flags import check
+
     with exit_on(ValueError, prefix="[nsqd] "):
-        opts.validate()
-    return opts
+        check(values)
 
 
 def tune_gc() -> None:
@@ -67,14 +74,17 @@ def main(argv: Sequence[str] | None = None) -> None:
              and early.start(values["http_address"], [values["tcp_address"]]))
     data_lock: int | None = None
     try:
-        opts = options_of(values)
-        if bound and _answers_early(opts):
-            data_lock = _early_checks(opts)
+        _check(values)
+        if bound and _answers_early(values):
+            data_lock = _early_checks(values)
             if data_lock is not None:
                 early.ready()
     except BaseException:
         early.abandon()
         raise
+    from .options import Options  # attrs: after ready(), the values are valid
+
+    opts = Options.from_values(values)
     if opts.export_go_data_path:
         from .goexport import main as export  # deferred: an offline mode
 
@@ -82,24 +92,24 @@ def main(argv: Sequence[str] | None = None) -> None:
     _serve(opts, data_lock)
 
 
-def _answers_early(opts: Options) -> bool:
+def _answers_early(values: Mapping[str, Any]) -> bool:
     """Whether everything that could still fail this start can be checked before Trio is
     imported: not with TLS files to load, auth servers, lmstfy's state or statsd to set up,
     and not while lookupds are to hear of nsqd before its first ``/ping`` (``Lookup.run``)."""
-    return not (opts.tls_cert or opts.tls_key or opts.tls_root_ca_file
-                or opts.auth_http_addresses or opts.nsqlookupd_tcp_addresses
-                or opts.lmstfy_http_address or opts.lmstfy_admin_http_address
-                or opts.statsd_address)
+    return not any(values[key] for key in (
+        "tls_cert", "tls_key", "tls_root_ca_file", "auth_http_addresses",
+        "nsqlookupd_tcp_addresses", "lmstfy_http_address", "lmstfy_admin_http_address",
+        "statsd_address"))
 
 
-def _early_checks(opts: Options) -> int | None:
+def _early_checks(values: Mapping[str, Any]) -> int | None:
     """The data path's lock (held for ``app.serve``), if nothing there is loaded at start;
     None (and no lock) otherwise, or if it is locked or missing: the real start then says
     why, in its words."""
     import fcntl
     import os
 
-    directory = opts.data_path or os.getcwd()
+    directory = values["data_path"] or os.getcwd()
     try:
         names = os.listdir(directory)
     except OSError:
