@@ -8,7 +8,6 @@ and checks its flags without loading attrs: the early start waits for them
 
 from __future__ import annotations
 
-import hashlib
 import socket
 import zlib
 
@@ -22,8 +21,23 @@ if TYPE_CHECKING:  # no run-time import: the early start waits for this module
 
 def default_node_id() -> int:
     """NSQ's default: crc32 of md5(hostname), modulo 1024."""
-    digest = hashlib.md5(socket.gethostname().encode()).digest()
-    return zlib.crc32(digest) % 1024
+    return node_id_of(socket.gethostname())
+
+
+def node_id_of(hostname: str) -> int:
+    """crc32 of md5(``hostname``), modulo 1024, as NSQ computes its default node id."""
+    return zlib.crc32(_md5(hostname.encode())) % 1024
+
+
+def _md5(data: bytes) -> bytes:
+    """The MD5 digest of ``data``, by CPython's own small ``_md5`` module where the build has
+    it: ``hashlib`` loads OpenSSL, the largest import of a start before its early OK."""
+    try:
+        from _md5 import md5  # type: ignore[import-not-found]  # (no stubs: CPython's own)
+    except ImportError:  # a build without it
+        from hashlib import md5
+    digest: bytes = md5(data).digest()
+    return digest
 
 
 def build_flagset() -> FlagSet:
