@@ -74,7 +74,6 @@ if TYPE_CHECKING:  # the names as type checkers see them; at run time see _MODUL
     from ._lookup import (
         LOOKUP_MAX_IDENTIFY_SIZE,
         LOOKUP_MAX_LINE,
-        MAGIC_V1,
         LookupBadMagic,
         LookupCommand,
         LookupdInfo,
@@ -89,7 +88,13 @@ if TYPE_CHECKING:  # the names as type checkers see them; at run time see _MODUL
         decode_lookupd_info,
         encode_lookup_command,
         encode_lookup_response,
+    )
+    from ._lookup_wire import (
+        MAGIC_V1,
+        identify_bytes,
+        lookup_answer_size,
         lookup_response_error,
+        registration_bytes,
     )
     from ._message import (
         MESSAGE_FRAME_HEAD,
@@ -204,7 +209,7 @@ __all__ += [
     "LookupIdentify", "LookupPing", "LookupReader", "LookupRegister", "LookupResponseReader",
     "LookupSignal", "LookupUnregister", "LookupdInfo", "decode_lookup_identify",
     "decode_lookupd_info", "encode_lookup_command", "encode_lookup_response",
-    "lookup_response_error",
+    "identify_bytes", "lookup_answer_size", "lookup_response_error", "registration_bytes",
 ]
 
 # NSQ's HTTP V1 conventions
@@ -248,11 +253,13 @@ _EXPORTS = {
     "_lmstfy": "LMSTFY_CHANNEL LMSTFY_PREFIX lmstfy_topic_name",
     "_logs": "PYTHON_LOG_LEVELS NsqLogFormatter setup_logging",
     "_lookup": (
-        "LOOKUP_MAX_IDENTIFY_SIZE LOOKUP_MAX_LINE MAGIC_V1 LookupBadMagic LookupCommand "
+        "LOOKUP_MAX_IDENTIFY_SIZE LOOKUP_MAX_LINE LookupBadMagic LookupCommand "
         "LookupdInfo LookupIdentify LookupPing LookupReader LookupRegister "
         "LookupResponseReader LookupSignal LookupUnregister decode_lookup_identify "
-        "decode_lookupd_info encode_lookup_command encode_lookup_response "
-        "lookup_response_error"
+        "decode_lookupd_info encode_lookup_command encode_lookup_response"
+    ),
+    "_lookup_wire": (
+        "MAGIC_V1 identify_bytes lookup_answer_size lookup_response_error registration_bytes"
     ),
     "_message": (
         "MESSAGE_FRAME_HEAD MESSAGE_FRAME_PREFIX MESSAGE_HEADER MESSAGE_HEADER_SIZE "

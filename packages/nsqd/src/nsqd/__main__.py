@@ -18,6 +18,7 @@ from .errors import NsqdError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import socket
     from collections.abc import Mapping, Sequence
     from typing import Any
 
@@ -70,14 +71,14 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     values = build_flagset().parse_command_line(args, version_string("nsqd"))
     from nsq_serving import early  # not before: --version and --help need no socket
-    bound = (not values["export_go_data_path"]
-             and early.start(values["http_address"], [values["tcp_address"]]))
+    bound = (None if values["export_go_data_path"]
+             else early.start(values["http_address"], [values["tcp_address"]]))
     data_lock: int | None = None
     try:
         _check(values)
         if bound and _answers_early(values):
             data_lock = _early_checks(values)
-            if data_lock is not None:
+            if data_lock is not None and _register_early(values, bound):
                 early.ready()
     except BaseException:
         early.abandon()
@@ -94,12 +95,30 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 def _answers_early(values: Mapping[str, Any]) -> bool:
     """Whether everything that could still fail this start can be checked before Trio is
-    imported: not with TLS files to load, auth servers, lmstfy's state or statsd to set up,
-    and not while lookupds are to hear of nsqd before its first ``/ping`` (``Lookup.run``)."""
+    imported: not with TLS files to load, auth servers, lmstfy's state or statsd to set up."""
     return not any(values[key] for key in (
         "tls_cert", "tls_key", "tls_root_ca_file", "auth_http_addresses",
-        "nsqlookupd_tcp_addresses", "lmstfy_http_address", "lmstfy_admin_http_address",
-        "statsd_address"))
+        "lmstfy_http_address", "lmstfy_admin_http_address", "statsd_address"))
+
+
+def _register_early(values: Mapping[str, Any], bound: Sequence[socket.socket]) -> bool:
+    """Tell every lookupd of nsqd (``early_lookup``), as ``Lookup`` would before the real
+    server serves: True once each has been tried, so ``/ping`` may say OK. The ports are
+    those of the sockets bound early (``bound``: TCP, then HTTP) unless broadcast ones are
+    given."""
+    if not values["nsqlookupd_tcp_addresses"]:
+        return True
+    if not values["http_address"]:  # no /ping to answer early
+        return False
+    tcp_port = values["broadcast_tcp_port"] or bound[0].getsockname()[1]
+    http_port = values["broadcast_http_port"] or bound[-1].getsockname()[1]
+    from . import early_lookup
+
+    identify = early_lookup.identify(broadcast_address=values["broadcast_address"],
+                                     tcp_port=tcp_port, http_port=http_port)
+    early_lookup.register(values["nsqlookupd_tcp_addresses"], identify, [],
+                          values["max_body_size"])
+    return True
 
 
 def _early_checks(values: Mapping[str, Any]) -> int | None:
