@@ -175,3 +175,25 @@ def test_bad_options_refuse_the_start_in_nsqs_words(daemon, args, status, stderr
     else:
         assert got_stderr == stderr
     assert not any(answer and b"200 OK" in answer for answer in answers)
+
+
+@pytest.mark.parametrize(("content", "why"), [
+    ('{"topics": [{"name": "kept"', "failed to parse metadata in {dat} - "),
+    ("[]", "failed to parse metadata in {dat} - metadata is not a JSON object"),
+    (None, "failed to read metadata from {dat} - open {dat}: is a directory"),
+])
+def test_a_bad_nsqd_dat_never_answers_ping_ok(content, why, tmp_path):
+    # nsqd.dat is parsed in the early start (before /ping may say OK): a bad one says
+    # nothing early, and the real start refuses it in its own words
+    dat = tmp_path / "nsqd.dat"
+    if content is None:
+        dat.mkdir()
+    else:
+        dat.write_text(content)
+    port = free_port()
+    status, stderr, answers = refused(
+        [str(BIN / "nsqd"), f"--data-path={tmp_path}", "--tcp-address=127.0.0.1:0",
+         f"--http-address=127.0.0.1:{port}"], port)
+    assert status == 1
+    assert "FATAL: failed to load metadata - " + why.format(dat=dat) in stderr, stderr
+    assert not any(answer and b"200 OK" in answer for answer in answers)

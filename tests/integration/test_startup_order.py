@@ -56,6 +56,9 @@ def test_nsqd_is_registered_with_every_lookupd_by_its_first_ping(run_daemon, tmp
             channels = httpx.get(f"http://{lookupd.http_address}/channels",
                                  params={"topic": "kept"}).json()["channels"]
             assert channels == ["c"]
+        # the first /ping may come from the early start: the log lines from the real server
+        wait_until(lambda: (tmp_path / "nsqd.log").read_text().count(": listening on ") == 2,
+                   what="nsqd's listening lines")
     finally:
         nsqd.terminate()
         nsqd.wait(DEADLINE)

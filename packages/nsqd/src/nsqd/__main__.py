@@ -26,9 +26,10 @@ if TYPE_CHECKING:
 
 #: What Go's flag package takes for "print the version" alone on the command line.
 VERSION_FLAGS = (["--version"], ["-version"])
-#: Names in a data path that nsqd reads at start (its metadata, queues of an older layout):
-#: with any of them there, loading could still fail, so ``/ping`` waits for the real server.
-_LOADED_AT_START = ("nsqd.dat", "goimport.json")
+#: Names in a data path that nsqd brings in at start (queues of an older layout): with any of
+#: them there, that could still fail, so ``/ping`` waits for the real server. (nsqd.dat is
+#: read early: ``_loaded_topics``.)
+_LOADED_AT_START = ("goimport.json",)
 
 
 def parse_options(argv: Sequence[str]) -> Options:
@@ -78,7 +79,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         _check(values)
         if bound and _answers_early(values):
             data_lock = _early_checks(values)
-            if data_lock is not None and _register_early(values, bound):
+            topics = None if data_lock is None else _loaded_topics(values)
+            if topics is not None and _register_early(values, bound, topics):
                 early.ready()
     except BaseException:
         early.abandon()
@@ -101,11 +103,48 @@ def _answers_early(values: Mapping[str, Any]) -> bool:
         "lmstfy_http_address", "lmstfy_admin_http_address", "statsd_address"))
 
 
-def _register_early(values: Mapping[str, Any], bound: Sequence[socket.socket]) -> bool:
-    """Tell every lookupd of nsqd (``early_lookup``), as ``Lookup`` would before the real
-    server serves: True once each has been tried, so ``/ping`` may say OK. The ports are
-    those of the sockets bound early (``bound``: TCP, then HTTP) unless broadcast ones are
-    given."""
+def _loaded_topics(values: Mapping[str, Any]) -> list[tuple[str, list[str]]] | None:
+    """The topics (and their channels' names) nsqd will load from its nsqd.dat (none without
+    one); None if it cannot be read or parsed (the real start refuses, in its words), or a
+    topic's files could not be opened for reading and writing (the real start might fail
+    on them: ``/ping`` then waits for it)."""
+    import os
+
+    from .metadata import load, metadata_path  # attrs: for nsqd.dat's parser, the real one
+
+    if not os.path.exists(metadata_path(values["data_path"])):
+        return []
+    try:
+        topics, _ = load(metadata_path(values["data_path"]))  # warnings: the real start's
+    except ValueError:
+        return None
+    directory = os.path.join(values["data_path"] or ".", "topics")
+    if not all(_usable(os.path.join(directory, meta.name)) for meta in topics):
+        return None
+    return [(meta.name, [channel.name for channel in meta.channels]) for meta in topics]
+
+
+def _usable(directory: str) -> bool:
+    """Whether a topic's directory (if any) and every file in it can be read and written."""
+    import os
+
+    if not os.path.exists(directory):
+        return True
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return False
+    rw = os.R_OK | os.W_OK
+    return os.access(directory, rw | os.X_OK) and all(
+        os.access(os.path.join(directory, name), rw) for name in names)
+
+
+def _register_early(values: Mapping[str, Any], bound: Sequence[socket.socket],
+                    topics: list[tuple[str, list[str]]]) -> bool:
+    """Tell every lookupd of nsqd and its ``topics`` (``early_lookup``), as ``Lookup``
+    would before the real server serves: True once each has been tried, so ``/ping`` may
+    say OK. The ports are those of the sockets bound early (``bound``: TCP, then HTTP)
+    unless broadcast ones are given."""
     if not values["nsqlookupd_tcp_addresses"]:
         return True
     if not values["http_address"]:  # no /ping to answer early
@@ -116,7 +155,11 @@ def _register_early(values: Mapping[str, Any], bound: Sequence[socket.socket]) -
 
     identify = early_lookup.identify(broadcast_address=values["broadcast_address"],
                                      tcp_port=tcp_port, http_port=http_port)
-    early_lookup.register(values["nsqlookupd_tcp_addresses"], identify, [],
+    from nsq_common import registration_bytes
+
+    commands = [registration_bytes("REGISTER", topic, channel)
+                for topic, channel in early_lookup.registrations(topics)]
+    early_lookup.register(values["nsqlookupd_tcp_addresses"], identify, commands,
                           values["max_body_size"])
     return True
 

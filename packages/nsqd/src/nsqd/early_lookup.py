@@ -34,7 +34,7 @@ from nsq_common import (
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Collection, Iterable, Sequence
 
 IO_TIMEOUT = 1.0  # seconds each step (connect, IDENTIFY, each REGISTER) may take
 FIRST_ATTEMPT_TIMEOUT = 5.0  # seconds start-up waits at most for the lookupds' registration
@@ -59,6 +59,18 @@ def identify(*, broadcast_address: str, tcp_port: int, http_port: int) -> bytes:
     broadcast ports if given, else the ports it listens on)."""
     return identify_bytes(broadcast_address=broadcast_address, tcp_port=tcp_port,
                           http_port=http_port, version=NSQ_VERSION, hostname=socket.gethostname())
+
+
+def registrations(topics: Iterable[tuple[str, Collection[str]]]) -> list[tuple[str, str | None]]:
+    """What nsqd registers of ``topics`` (each a name and its channels' names): a topic
+    with channels through its channels, a topic without any alone (as Go's nsqd does)."""
+    commands: list[tuple[str, str | None]] = []
+    for topic, channels in topics:
+        if channels:
+            commands.extend((topic, channel) for channel in channels)
+        else:
+            commands.append((topic, None))
+    return commands
 
 
 def register(addresses: Sequence[str], identify: bytes, registrations: Sequence[bytes],

@@ -210,13 +210,9 @@ class Lookup:
                                      http_port=opts.broadcast_http_port or broker.http_port)
 
     def registrations(self) -> list[LookupCommand]:
-        commands: list[LookupCommand] = []
-        for topic in list(self.broker.topics.values()):
-            if topic.channels:
-                commands.extend(LookupRegister(topic.name, c) for c in list(topic.channels))
-            else:
-                commands.append(LookupRegister(topic.name))
-        return commands
+        topics = [(topic.name, list(topic.channels)) for topic in list(self.broker.topics.values())]
+        return [LookupRegister(topic, channel)
+                for topic, channel in early_lookup.registrations(topics)]
 
     # -- the broker tells us ----------------------------------------------------------------
     def changed(self, kind: str, topic: str, channel: str | None) -> None:
