@@ -1,4 +1,5 @@
-"""nsqd's flags module: the default node id (NSQ's, computed without hashlib)."""
+"""nsqd's flags module: the default node id (NSQ's, computed without hashlib); the
+command's names for what the early start reads."""
 
 from __future__ import annotations
 
@@ -26,3 +27,10 @@ def test_default_node_id_is_this_hosts() -> None:
 def test_node_id_without_cpythons_md5_module(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "_md5", None)  # as a build without it
     assert node_id_of("vm") == zlib.crc32(hashlib.md5(b"vm").digest()) % 1024
+
+
+def test_the_command_names_nsqd_dat_as_metadata_does() -> None:
+    from nsqd import metadata
+    from nsqd.__main__ import METADATA_FILE
+
+    assert METADATA_FILE == metadata.FILE_NAME

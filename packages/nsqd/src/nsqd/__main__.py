@@ -30,6 +30,8 @@ VERSION_FLAGS = (["--version"], ["-version"])
 #: them there, that could still fail, so ``/ping`` waits for the real server. (nsqd.dat is
 #: read early: ``_loaded_topics``.)
 _LOADED_AT_START = ("goimport.json",)
+#: ``metadata.FILE_NAME``, named here so that a fresh data path does not load ``metadata``.
+METADATA_FILE = "nsqd.dat"
 
 
 def parse_options(argv: Sequence[str]) -> Options:
@@ -110,10 +112,10 @@ def _loaded_topics(values: Mapping[str, Any]) -> list[tuple[str, list[str]]] | N
     on them: ``/ping`` then waits for it)."""
     import os
 
+    if not os.path.lexists(os.path.join(values["data_path"] or ".", METADATA_FILE)):
+        return []  # (a fresh data path: metadata's imports spared)
     from .metadata import load, metadata_path  # attrs: for nsqd.dat's parser, the real one
 
-    if not os.path.exists(metadata_path(values["data_path"])):
-        return []
     try:
         topics, _ = load(metadata_path(values["data_path"]))  # warnings: the real start's
     except ValueError:
