@@ -131,20 +131,20 @@ class LookupPeer:
         if early is not None and early.sock is not None:
             # identified and registered by the early start: the same connection goes on
             self._stream = trio.SocketStream(trio.socket.from_stdlib_socket(early.sock))
-            reply = early.reply
+            reply: bytes | None = early.reply
         else:
             host, port = split_address(self.address)
             with trio.fail_after(IO_TIMEOUT):
                 self._stream = await trio.open_tcp_stream(host, port)
             await self._stream.send_all(MAGIC_V1)
-            reply = b""
+            reply = None
         # Changes queued while disconnected are covered by the full registration below.
         while True:
             try:
                 self._receive.receive_nowait()
             except trio.WouldBlock:
                 break
-        if not reply:
+        if reply is None:
             reply = await self._command(self.lookup.identify())
         info = decode_lookupd_info(reply)
         self.http_address = join_host_port(info.broadcast_address, info.http_port)
@@ -164,9 +164,9 @@ class LookupPeer:
 
     async def _command(self, command: LookupCommand | bytes) -> bytes:
         assert self._stream is not None
-        data = command if isinstance(command, bytes) else encode_lookup_command(command)
+        sent = command if isinstance(command, bytes) else encode_lookup_command(command)
         with trio.fail_after(IO_TIMEOUT):
-            await self._stream.send_all(data)
+            await self._stream.send_all(sent)
             while (reply := self._reader.next_event()) is None:
                 data = await self._stream.receive_some(65536)
                 if not data:
