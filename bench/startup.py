@@ -1,7 +1,7 @@
 """How fast the daemons start, against a bare interpreter started at the same moment.
 
     python -m bench.startup [--runs 10] [--daemons nsqd,nsqlookupd,nsqadmin] [--busy N]
-                            [--bytecode-cache]
+                            [--bytecode-cache] [--lookupd] [--metadata N]
 
 Runs the console scripts installed next to this Python (``sys.executable``'s directory). Each
 run measures, one right after the other, so that all see the same machine:
@@ -21,6 +21,12 @@ which depends much less on what else runs than the wall times do. ``--busy N`` s
 processes that keep a core busy each for the whole measurement (ended by pid at the end), to
 see the figures on a loaded machine. See ``docs/performance.md``.
 
+Two variants of nsqd's start: ``--lookupd`` starts one nsqlookupd for the whole measurement
+(ended by pid at the end) and gives nsqd its ``--lookupd-tcp-address``; nsqd's row then has a
+``registered`` column (start to nsqlookupd's ``/nodes`` listing it, polled with the rest) and
+says in how many runs it was registered by its first ``/ping``. ``--metadata N`` gives nsqd a
+data path with an ``nsqd.dat`` of N topics with a channel each (as a restarted nsqd has).
+
 The daemons inherit this process's environment. Where ``PYTHONDONTWRITEBYTECODE`` is set and
 no ``.pyc`` files were installed (an editable workspace never has them for its own sources),
 every start compiles every module it imports from source; ``--bytecode-cache`` runs the
@@ -31,6 +37,7 @@ directory filled by one untimed run of each measure), as an ordinary installatio
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -51,6 +58,8 @@ POLL_INTERVAL = 0.002
 
 
 _ENV: dict[str, str] | None = None  # the daemons' environment; None: this process's
+_LOOKUPD: tuple[int, int] | None = None  # (TCP, HTTP) ports of the nsqlookupd for nsqd
+_METADATA_TOPICS = 0  # topics (with a channel each) in the nsqd.dat nsqd starts with
 
 
 def _bin(name: str) -> str:
@@ -70,7 +79,9 @@ def _free_port() -> int:
 def _args(daemon: str, http_port: int, tcp_port: int, data_dir: str) -> list[str]:
     http = f"--http-address=127.0.0.1:{http_port}"
     if daemon == "nsqd":
-        return [http, f"--tcp-address=127.0.0.1:{tcp_port}", f"--data-path={data_dir}"]
+        lookupd = ([f"--lookupd-tcp-address=127.0.0.1:{_LOOKUPD[0]}",
+                    "--broadcast-address=127.0.0.1"] if _LOOKUPD else [])
+        return [http, f"--tcp-address=127.0.0.1:{tcp_port}", f"--data-path={data_dir}", *lookupd]
     if daemon == "nsqlookupd":
         return [http, f"--tcp-address=127.0.0.1:{tcp_port}"]
     return [http, f"--lookupd-http-address=127.0.0.1:{_free_port()}"]
@@ -85,20 +96,43 @@ def _accepting(port: int) -> bool:
         return False
 
 
-def _ping(port: int) -> bool:
-    """True once ``GET /ping`` on the port answers 200; False while nothing listens yet."""
+def _get(port: int, path: str, whole: bool = False) -> bytes:
+    """The answer to ``GET <path>`` on the port (HTTP/1.0: closed after it), its status line
+    alone unless ``whole``; empty while nothing listens yet."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
-            sock.sendall(b"GET /ping HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+            sock.sendall(f"GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n".encode())
             reply = b""
-            while b"\r\n" not in reply:
-                chunk = sock.recv(4096)
+            while whole or b"\r\n" not in reply:
+                chunk = sock.recv(65536)
                 if not chunk:
                     break
                 reply += chunk
     except OSError:
+        return b""
+    return reply
+
+
+def _ping(port: int) -> bool:
+    """True once ``GET /ping`` on the port answers 200; False while nothing listens yet."""
+    return _get(port, "/ping").split(b" ", 2)[1:2] == [b"200"]
+
+
+def _registered(lookupd_http_port: int, http_port: int) -> bool:
+    """True once nsqlookupd's ``/nodes`` lists the nsqd whose HTTP port is ``http_port``."""
+    reply = _get(lookupd_http_port, "/nodes", whole=True)
+    head, _, body = reply.partition(b"\r\n\r\n")
+    if head.split(b" ", 2)[1:2] != [b"200"]:
         return False
-    return reply.split(b" ", 2)[1:2] == [b"200"]
+    return any(p.get("http_port") == http_port for p in json.loads(body)["producers"])
+
+
+def _write_metadata(data_dir: str, topics: int) -> None:
+    """An nsqd.dat of ``topics`` topics with a channel each, in NSQ's layout."""
+    doc = {"topics": [{"name": f"t{i}", "paused": False,
+                       "channels": [{"name": "c", "paused": False}]} for i in range(topics)],
+           "version": "1.3.0"}
+    Path(data_dir, "nsqd.dat").write_text(json.dumps(doc, separators=(",", ":")))
 
 
 def time_command(argv: list[str], expect: str) -> float:
@@ -135,23 +169,47 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def time_start(daemon: str) -> tuple[float, float, float]:
+def time_start(daemon: str) -> tuple[float, float, float, bool, float]:
     """Seconds from starting ``daemon`` to its TCP port accepting (NaN for nsqadmin, which
-    has none) and to its first ``/ping`` answered, and the CPU seconds it had used by then."""
+    has none), to its first ``/ping`` answered and to nsqlookupd listing it (NaN but for
+    nsqd with ``--lookupd``); whether nsqlookupd listed it when its first ``/ping`` was
+    answered (asked right after that answer, if not before); and the CPU seconds it had
+    used by its first ``/ping``. Each is polled every ``POLL_INTERVAL``."""
     data_dir = tempfile.mkdtemp(prefix="nsq-startup-")
     http_port, tcp_port = _free_port(), _free_port()
+    if daemon == "nsqd" and _METADATA_TOPICS:
+        _write_metadata(data_dir, _METADATA_TOPICS)
     log = open(os.path.join(data_dir, "output.log"), "wb")  # noqa: SIM115 (closed below)
-    accepting = float("nan")
+    checks: dict[str, Callable[[], bool]] = {}
+    if daemon == "nsqd" and _LOOKUPD:
+        lookupd_http = _LOOKUPD[1]
+        checks["registered"] = lambda: _registered(lookupd_http, http_port)
+    if daemon != "nsqadmin":
+        checks["accepting"] = lambda: _accepting(tcp_port)
+    checks["ping"] = lambda: _ping(http_port)
+    times: dict[str, float] = {}
     try:
         start = time.perf_counter()
         process = subprocess.Popen([_bin(daemon), *_args(daemon, http_port, tcp_port, data_dir)],
                                    stdout=log, stderr=subprocess.STDOUT, cwd=data_dir, env=_ENV)
+        cpu = float("nan")
+        by_ping = False
         try:
-            if daemon != "nsqadmin":
-                _poll(lambda: _accepting(tcp_port), daemon, process, start, log)
-                accepting = time.perf_counter() - start
-            _poll(lambda: _ping(http_port), daemon, process, start, log)
-            return accepting, time.perf_counter() - start, _cpu_seconds(process.pid)
+            while len(times) < len(checks):
+                for name, check in checks.items():
+                    if name not in times and check():
+                        times[name] = time.perf_counter() - start
+                        if name == "ping":
+                            cpu = _cpu_seconds(process.pid)
+                            registered = checks.get("registered")
+                            if "registered" not in times and registered and registered():
+                                times["registered"] = time.perf_counter() - start
+                            by_ping = "registered" in times
+                if len(times) < len(checks):
+                    _wait(daemon, process, start, log)
+            nan = float("nan")
+            return (times.get("accepting", nan), times["ping"], times.get("registered", nan),
+                    by_ping, cpu)
         finally:
             if process.poll() is None:
                 os.kill(process.pid, signal.SIGKILL)
@@ -161,14 +219,39 @@ def time_start(daemon: str) -> tuple[float, float, float]:
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
-def _poll(ready: Callable[[], bool], daemon: str, process: subprocess.Popen[bytes],
-          start: float, log: BinaryIO) -> None:
-    while not ready():
-        if process.poll() is not None or time.perf_counter() - start > PING_TIMEOUT:
-            log.flush()
-            output = Path(log.name).read_text(errors="replace")
-            raise RuntimeError(f"{daemon} did not start (exit code {process.poll()}):\n{output}")
-        time.sleep(POLL_INTERVAL)
+def _wait(daemon: str, process: subprocess.Popen[bytes], start: float, log: BinaryIO) -> None:
+    """Sleep before the next poll; the daemon must still be running, and not for too long."""
+    if process.poll() is not None or time.perf_counter() - start > PING_TIMEOUT:
+        log.flush()
+        output = Path(log.name).read_text(errors="replace")
+        raise RuntimeError(f"{daemon} did not start (exit code {process.poll()}):\n{output}")
+    time.sleep(POLL_INTERVAL)
+
+
+@contextmanager
+def lookupd(wanted: bool) -> Iterator[None]:
+    """With ``wanted``, an nsqlookupd for nsqd to register with meanwhile (``_LOOKUPD``),
+    ended by pid after."""
+    global _LOOKUPD
+    if not wanted:
+        yield
+        return
+    tcp_port, http_port = _free_port(), _free_port()
+    process = subprocess.Popen([_bin("nsqlookupd"), f"--tcp-address=127.0.0.1:{tcp_port}",
+                                f"--http-address=127.0.0.1:{http_port}"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        start = time.perf_counter()
+        while not _ping(http_port):
+            if process.poll() is not None or time.perf_counter() - start > PING_TIMEOUT:
+                raise RuntimeError("nsqlookupd did not start")
+            time.sleep(POLL_INTERVAL)
+        _LOOKUPD = (tcp_port, http_port)
+        yield
+    finally:
+        _LOOKUPD = None
+        process.kill()
+        process.wait()
 
 
 @contextmanager
@@ -232,8 +315,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="processes keeping a core busy each meanwhile (default 0)")
     parser.add_argument("--bytecode-cache", action="store_true",
                         help="run the daemons with a bytecode cache of their own (see above)")
+    parser.add_argument("--lookupd", action="store_true",
+                        help="nsqd registers with an nsqlookupd (see above)")
+    parser.add_argument("--metadata", type=_count, default=0, metavar="N",
+                        help="nsqd starts with an nsqd.dat of N topics (default 0: none)")
     args = parser.parse_args(argv)
-    global _ENV
+    global _ENV, _METADATA_TOPICS
+    _METADATA_TOPICS = args.metadata
     cache_dir = None
     if args.bytecode_cache:
         cache_dir = tempfile.mkdtemp(prefix="nsq-startup-pyc-")
@@ -245,10 +333,11 @@ def main(argv: list[str] | None = None) -> int:
     else:
         bytecode = "written and reused as usual"
     try:
-        with busy(args.busy):
+        with lookupd(args.lookupd), busy(args.busy):
             _report(args.daemons, args.runs, bytecode, args.busy, warm=args.bytecode_cache)
     finally:
         _ENV = None
+        _METADATA_TOPICS = 0
         if cache_dir is not None:
             shutil.rmtree(cache_dir, ignore_errors=True)
     return 0
@@ -262,20 +351,25 @@ def _report(daemons: list[str], runs: int, bytecode: str, busy_count: int, warm:
             time_start(daemon)
     bare: list[float] = []
     figures: dict[str, dict[str, list[float]]] = {
-        d: {m: [] for m in (*MEASURES, "cpu")} for d in daemons}
+        d: {m: [] for m in (*MEASURES, "cpu", "registered", "by ping")} for d in daemons}
     for _ in range(runs):  # every measure in turn, each run, so that all see the same load
         for daemon in daemons:
             bare.append(time_bare())
             row = figures[daemon]
             row["--version"].append(time_version(daemon))
             row["--help"].append(time_help(daemon))
-            accepting, ping, cpu = time_start(daemon)
+            accepting, ping, registered, by_ping, cpu = time_start(daemon)
             row["TCP accepting"].append(accepting)
             row["first /ping"].append(ping)
+            row["registered"].append(registered)
+            row["by ping"].append(float(by_ping))
             row["cpu"].append(cpu)
     load = os.getloadavg()[0]
-    print(f"{runs} runs; {busy_count} busy processes (load {load:.1f} at the end); bytecode: "
-          f"{bytecode}; ms: median min max; x: median of each run's ratio to `python -c pass`")
+    variant = (" nsqd with an nsqlookupd;" if _LOOKUPD else "") + (
+        f" nsqd with an nsqd.dat of {_METADATA_TOPICS} topics;" if _METADATA_TOPICS else "")
+    print(f"{runs} runs; {busy_count} busy processes (load {load:.1f} at the end);{variant} "
+          f"bytecode: {bytecode}; ms: median min max; x: median of each run's ratio to "
+          "`python -c pass`")
     print(f"{'':12} " + "   ".join(f"{m:>30}" for m in MEASURES) + f"   {'CPU at /ping':>24}")
     print(f"{'python':12} {_figures(bare)}     (python -c pass)")
     for daemon in daemons:
@@ -283,6 +377,9 @@ def _report(daemons: list[str], runs: int, bytecode: str, busy_count: int, warm:
         own_bare = bare[daemons.index(daemon)::len(daemons)]
         print(f"{daemon:12} " + "   ".join(_figures(row[m], own_bare) for m in MEASURES)
               + f"   {_figures(row['cpu'])}", flush=True)
+        if daemon == "nsqd" and _LOOKUPD:
+            print(f"{'':12} registered with nsqlookupd: {_figures(row['registered'], own_bare)}; "
+                  f"by its first /ping in {sum(row['by ping']):.0f} of {runs} runs", flush=True)
 
 
 if __name__ == "__main__":

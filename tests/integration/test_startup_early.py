@@ -92,12 +92,10 @@ def test_first_ping_and_requests_during_start(daemon, tmp_path):
         assert other_early.split(b"\r\n\r\n", 1)[1] == other_later.split(b"\r\n\r\n", 1)[1]
 
 
-def test_a_refused_start_never_answers_ping_ok(run_daemon, tmp_path):
-    run_daemon("nsqd", f"--data-path={tmp_path}")  # holds the data path's lock
-    port = free_port()
-    process = subprocess.Popen([str(BIN / "nsqd"), f"--data-path={tmp_path}",
-                                "--tcp-address=127.0.0.1:0", f"--http-address=127.0.0.1:{port}"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+def refused(command, port):
+    """Run ``command`` (a start to be refused, its HTTP address on ``port``), asking for
+    ``/ping`` all the while: its exit status, its stderr, and every answer it gave."""
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     answers = []
 
     def exited():
@@ -108,13 +106,94 @@ def test_a_refused_start_never_answers_ping_ok(run_daemon, tmp_path):
         return process.poll() is not None
 
     try:
-        wait_until(exited, interval=0.001, what="the refused nsqd's exit")
+        wait_until(exited, interval=0.001, what="the refused start's exit")
     finally:
         if process.poll() is None:
             process.kill()
         process.wait(DEADLINE)
         stderr = process.stderr.read().decode()
         process.stderr.close()
-    assert process.returncode == 1
+    return process.returncode, stderr, answers
+
+
+def test_a_refused_start_never_answers_ping_ok(run_daemon, tmp_path):
+    run_daemon("nsqd", f"--data-path={tmp_path}")  # holds the data path's lock
+    port = free_port()
+    status, stderr, answers = refused(
+        [str(BIN / "nsqd"), f"--data-path={tmp_path}", "--tcp-address=127.0.0.1:0",
+         f"--http-address=127.0.0.1:{port}"], port)
+    assert status == 1
     assert "failed to lock data-path" in stderr
+    assert not any(answer and b"200 OK" in answer for answer in answers)
+
+
+NSQADMIN_FATAL = "[nsqadmin] FATAL: failed to instantiate nsqadmin - "
+
+
+@pytest.mark.parametrize(("daemon", "args", "status", "stderr"), [
+    ("nsqd", ["--node-id=5000"], 1, "[nsqd] FATAL: --node-id must be [0,1024)\n"),
+    ("nsqd", ["--node-id=-1"], 1, "[nsqd] FATAL: --node-id must be [0,1024)\n"),
+    ("nsqd", ["--max-deflate-level=0"], 1, "[nsqd] FATAL: --max-deflate-level must be [1,9]\n"),
+    ("nsqd", ["--log-level=loud"], 1, "[nsqd] FATAL: invalid log level 'loud'\n"),
+    ("nsqd", ["--e2e-processing-latency-percentile=1.5"], 1,
+     "[nsqd] FATAL: invalid E2E processing latency percentile: 1.5\n"),
+    ("nsqd", ["--lmstfy-admin-account=nocolon"], 1,
+     "[nsqd] FATAL: invalid --lmstfy-admin-account 'nocolon' (user:password)\n"),
+    ("nsqd", ["--tls-client-auth-policy=require"], 1,
+     "[nsqd] FATAL: cannot require TLS client connections without TLS key and cert\n"),
+    ("nsqadmin", [], 1,
+     NSQADMIN_FATAL + "--nsqd-http-address or --lookupd-http-address required\n"),
+    ("nsqadmin", ["--nsqd-http-address=a:1", "--lookupd-http-address=b:2"], 1,
+     NSQADMIN_FATAL + "use --nsqd-http-address or --lookupd-http-address not both\n"),
+    ("nsqadmin", ["--nsqd-http-address=a"], 1,
+     NSQADMIN_FATAL + "failed to resolve --nsqd-http-address (a) - address a: missing port in "
+     "address\n"),
+    ("nsqadmin", ["--nsqd-http-address=a:1", "--allow-config-from-cidr=zz"], 1,
+     NSQADMIN_FATAL + "failed to parse --allow-config-from-cidr (zz) - 'zz' does not appear to "
+     "be an IPv4 or IPv6 network\n"),
+    ("nsqadmin", ["--nsqd-http-address=a:1", "--log-level=x"], 1,
+     NSQADMIN_FATAL + "invalid log level 'x'\n"),
+    ("nsqadmin", ["--nsqd-http-address=a:1", "--refresh-interval=0s"], 1,
+     NSQADMIN_FATAL + "--refresh-interval must be positive\n"),
+    ("nsqlookupd", ["--log-level=loud"], 2,
+     "invalid value \"loud\" for flag -log-level: invalid log level 'loud' (debug, info, warn, "
+     "error, fatal)\nUsage of nsqlookupd:\n"),
+])
+def test_bad_options_refuse_the_start_in_nsqs_words(daemon, args, status, stderr, tmp_path):
+    """Checked on the flag values before the early start may say OK (no attrs): the same
+    words and exit status as ever, and never an OK first."""
+    port = free_port()
+    command = [str(BIN / daemon), f"--http-address=127.0.0.1:{port}", *args]
+    if daemon != "nsqadmin":
+        command.append("--tcp-address=127.0.0.1:0")
+    if daemon == "nsqd":
+        command.append(f"--data-path={tmp_path}")
+    got_status, got_stderr, answers = refused(command, port)
+    assert got_status == status
+    if daemon == "nsqlookupd":  # then the usage, as --help prints it
+        assert got_stderr.startswith(stderr)
+    else:
+        assert got_stderr == stderr
+    assert not any(answer and b"200 OK" in answer for answer in answers)
+
+
+@pytest.mark.parametrize(("content", "why"), [
+    ('{"topics": [{"name": "kept"', "failed to parse metadata in {dat} - "),
+    ("[]", "failed to parse metadata in {dat} - metadata is not a JSON object"),
+    (None, "failed to read metadata from {dat} - open {dat}: is a directory"),
+])
+def test_a_bad_nsqd_dat_never_answers_ping_ok(content, why, tmp_path):
+    # nsqd.dat is parsed in the early start (before /ping may say OK): a bad one says
+    # nothing early, and the real start refuses it in its own words
+    dat = tmp_path / "nsqd.dat"
+    if content is None:
+        dat.mkdir()
+    else:
+        dat.write_text(content)
+    port = free_port()
+    status, stderr, answers = refused(
+        [str(BIN / "nsqd"), f"--data-path={tmp_path}", "--tcp-address=127.0.0.1:0",
+         f"--http-address=127.0.0.1:{port}"], port)
+    assert status == 1
+    assert "FATAL: failed to load metadata - " + why.format(dat=dat) in stderr, stderr
     assert not any(answer and b"200 OK" in answer for answer in answers)

@@ -150,6 +150,23 @@ def test_a_taken_address_abandons_the_early_start(address: str) -> None:
         assert early.take_listener(free) is None  # nothing left bound
 
 
+def test_the_same_address_twice_is_taken_back_in_the_order_it_was_bound() -> None:
+    # as a test gives nsqd --tcp-address=127.0.0.1:0 and --http-address=127.0.0.1:0: the TCP
+    # socket is bound first and taken first, the HTTP one (answering /ping) second
+    same = "127.0.0.1:0"
+    bound = early.start(same, [same])
+    assert bound is not None and len(bound) == 2
+    try:
+        tcp, http = listen_tcp(same), listen_tcp(same)
+        assert (tcp, http) == (bound[0], bound[1])
+        assert list(early._state.responders) == [http.fileno()]
+        assert early.take_connections(http) == []  # the /ping thread was http's, and stops
+        assert early.take_listener(same) is None
+    finally:
+        for sock in bound:
+            sock.close()
+
+
 @pytest.mark.parametrize(("head", "expected"), [
     (b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n", (True, True)),
     (b"GET /ping HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", (False, True)),

@@ -37,7 +37,14 @@ if TYPE_CHECKING:  # the names as type checkers see them; at run time see _MODUL
         encode_frame,
         encode_response,
     )
-    from ._goflags import Flag, FlagError, FlagSet, exit_with_flag_error, parse_bool
+    from ._goflags import (
+        NSQ_LOG_LEVELS,
+        Flag,
+        FlagError,
+        FlagSet,
+        exit_with_flag_error,
+        parse_bool,
+    )
     from ._gojson import go_json
     from ._gostr import format_go_duration, go_quote, parse_go_duration
     from ._hostport import join_host_port, split_address
@@ -63,11 +70,10 @@ if TYPE_CHECKING:  # the names as type checkers see them; at run time see _MODUL
         response_json,
     )
     from ._lmstfy import LMSTFY_CHANNEL, LMSTFY_PREFIX, lmstfy_topic_name
-    from ._logs import NSQ_LOG_LEVELS, PYTHON_LOG_LEVELS, NsqLogFormatter, setup_logging
+    from ._logs import PYTHON_LOG_LEVELS, NsqLogFormatter, setup_logging
     from ._lookup import (
         LOOKUP_MAX_IDENTIFY_SIZE,
         LOOKUP_MAX_LINE,
-        MAGIC_V1,
         LookupBadMagic,
         LookupCommand,
         LookupdInfo,
@@ -82,7 +88,13 @@ if TYPE_CHECKING:  # the names as type checkers see them; at run time see _MODUL
         decode_lookupd_info,
         encode_lookup_command,
         encode_lookup_response,
+    )
+    from ._lookup_wire import (
+        MAGIC_V1,
+        identify_bytes,
+        lookup_answer_size,
         lookup_response_error,
+        registration_bytes,
     )
     from ._message import (
         MESSAGE_FRAME_HEAD,
@@ -197,7 +209,7 @@ __all__ += [
     "LookupIdentify", "LookupPing", "LookupReader", "LookupRegister", "LookupResponseReader",
     "LookupSignal", "LookupUnregister", "LookupdInfo", "decode_lookup_identify",
     "decode_lookupd_info", "encode_lookup_command", "encode_lookup_response",
-    "lookup_response_error",
+    "identify_bytes", "lookup_answer_size", "lookup_response_error", "registration_bytes",
 ]
 
 # NSQ's HTTP V1 conventions
@@ -234,18 +246,20 @@ _EXPORTS = {
         "ACCEPT_V1 JSON_CONTENT_TYPE NSQ_CONTENT_TYPE NSQ_CONTENT_TYPE_V1 TEXT_CONTENT_TYPE "
         "decode_v1 error_json parse_query put_config query_first v1_headers"
     ),
-    "_goflags": "Flag FlagError FlagSet exit_with_flag_error parse_bool",
+    "_goflags": "NSQ_LOG_LEVELS Flag FlagError FlagSet exit_with_flag_error parse_bool",
     "_gojson": "go_json",
     "_gostr": "format_go_duration go_errno_text go_quote parse_go_duration",
     "_identify": "IdentifyRequest Negotiated ServerFeatures decode_identify negotiate response_json",
     "_lmstfy": "LMSTFY_CHANNEL LMSTFY_PREFIX lmstfy_topic_name",
-    "_logs": "NSQ_LOG_LEVELS PYTHON_LOG_LEVELS NsqLogFormatter setup_logging",
+    "_logs": "PYTHON_LOG_LEVELS NsqLogFormatter setup_logging",
     "_lookup": (
-        "LOOKUP_MAX_IDENTIFY_SIZE LOOKUP_MAX_LINE MAGIC_V1 LookupBadMagic LookupCommand "
+        "LOOKUP_MAX_IDENTIFY_SIZE LOOKUP_MAX_LINE LookupBadMagic LookupCommand "
         "LookupdInfo LookupIdentify LookupPing LookupReader LookupRegister "
         "LookupResponseReader LookupSignal LookupUnregister decode_lookup_identify "
-        "decode_lookupd_info encode_lookup_command encode_lookup_response "
-        "lookup_response_error"
+        "decode_lookupd_info encode_lookup_command encode_lookup_response"
+    ),
+    "_lookup_wire": (
+        "MAGIC_V1 identify_bytes lookup_answer_size lookup_response_error registration_bytes"
     ),
     "_message": (
         "MESSAGE_FRAME_HEAD MESSAGE_FRAME_PREFIX MESSAGE_HEADER MESSAGE_HEADER_SIZE "

@@ -23,6 +23,9 @@ if TYPE_CHECKING:  # no run-time import: a daemon parses its flags before anythi
     from collections.abc import Callable, Sequence
     from typing import Any, NoReturn
 
+#: NSQ's ``--log-level`` values and their numbers (``/config/log_level``): the daemons check the
+#: flag against them before their early start says OK, so they live here, not with logging.
+NSQ_LOG_LEVELS = {"debug": 1, "info": 2, "warn": 3, "error": 4, "fatal": 5}
 _TRUE = {"1", "t", "T", "TRUE", "true", "True"}
 _FALSE = {"0", "f", "F", "FALSE", "false", "False"}
 _TYPE_NAMES = {"string": "string", "int": "int", "duration": "duration", "float": "float",

@@ -24,8 +24,8 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ._goflags import NSQ_LOG_LEVELS
 from ._gojson import go_json
-from ._logs import NSQ_LOG_LEVELS
 
 NSQ_CONTENT_TYPE = "X-NSQ-Content-Type"
 NSQ_CONTENT_TYPE_V1 = "nsq; version=1.0"

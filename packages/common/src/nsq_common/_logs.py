@@ -17,10 +17,9 @@ import math
 import sys
 import time
 
-# NSQ's level names -> the logging module's levels, and NSQ's numbers (/config/log_level).
+# NSQ's level names -> the logging module's levels (NSQ's numbers: ``NSQ_LOG_LEVELS``).
 PYTHON_LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING,
                      "error": logging.ERROR, "fatal": logging.CRITICAL}
-NSQ_LOG_LEVELS = {"debug": 1, "info": 2, "warn": 3, "error": 4, "fatal": 5}
 _NAMES = {logging.DEBUG: "DEBUG", logging.INFO: "INFO", logging.WARNING: "WARNING",
           logging.ERROR: "ERROR", logging.CRITICAL: "FATAL"}
 

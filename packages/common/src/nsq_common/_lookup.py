@@ -37,7 +37,6 @@ Server state table (``LookupReader``), every error moves to ERROR and ends the s
 from __future__ import annotations
 
 import enum
-import struct
 
 import attrs
 
@@ -45,10 +44,9 @@ from ._buffer import ReceiveBuffer
 from ._errors import ConnectionAbort, ErrorCode, ProtocolError
 from ._frames import FrameTooBig
 from ._gojson import GoKind, decode_go_struct, go_json
+from ._lookup_wire import MAGIC_V1, SIZE, identify_bytes, registration_bytes
 from ._names import is_valid_name
 
-MAGIC_V1 = b"  V1"
-_SIZE = struct.Struct(">i")
 LOOKUP_MAX_LINE = 16384
 LOOKUP_MAX_IDENTIFY_SIZE = 1024 * 1024
 
@@ -118,32 +116,20 @@ class LookupBadMagic(ProtocolError):
 
 
 def encode_lookup_command(command: LookupCommand) -> bytes:
-    """The bytes of one command, as nsqd writes them.
-
-    ``IDENTIFY`` carries a JSON body with the keys in alphabetical order (nsqd marshals a map)::
-
-        IDENTIFY\\n[ size: int32 BE ]{"broadcast_address":..,"hostname":..,"http_port":..,
-                                      "tcp_port":..,"version":..}
-    """
+    """The bytes of one command, as nsqd writes them (``_lookup_wire``)."""
     if isinstance(command, LookupIdentify):
-        body = go_json({
-            "broadcast_address": command.broadcast_address,
-            "hostname": command.hostname,
-            "http_port": command.http_port,
-            "tcp_port": command.tcp_port,
-            "version": command.version,
-        })
-        return b"IDENTIFY\n" + _SIZE.pack(len(body)) + body
+        return identify_bytes(broadcast_address=command.broadcast_address,
+                              tcp_port=command.tcp_port, http_port=command.http_port,
+                              version=command.version, hostname=command.hostname)
     if isinstance(command, LookupPing):
         return b"PING\n"
-    name = "REGISTER" if isinstance(command, LookupRegister) else "UNREGISTER"
-    params = command.topic if command.channel is None else f"{command.topic} {command.channel}"
-    return f"{name} {params}\n".encode("utf-8", "surrogateescape")
+    verb = "REGISTER" if isinstance(command, LookupRegister) else "UNREGISTER"
+    return registration_bytes(verb, command.topic, command.channel)
 
 
 def encode_lookup_response(data: bytes) -> bytes:
     """One answer: ``[ size: int32 BE ][ data ]``; for errors pass ``ProtocolError.text``."""
-    return _SIZE.pack(len(data)) + data
+    return SIZE.pack(len(data)) + data
 
 
 @attrs.frozen
@@ -174,14 +160,6 @@ def decode_lookupd_info(data: bytes) -> LookupdInfo:
     """
     fields = decode_go_struct(data, _INFO_FIELDS)
     return LookupdInfo(**fields)
-
-
-def lookup_response_error(data: bytes) -> ProtocolError | None:
-    """The error carried by an answer (``E_<CODE> [description]``), or None for a success."""
-    if not data.startswith(b"E_"):
-        return None
-    code, _, description = data.decode("utf-8", "surrogateescape").partition(" ")
-    return ProtocolError(code, description)
 
 
 # --- server side: bytes in, commands out ------------------------------------------------------
@@ -292,7 +270,7 @@ class LookupReader(ReceiveBuffer):
                 if self._eof:
                     raise ProtocolError(ErrorCode.E_BAD_BODY, "IDENTIFY failed to read body size")
                 return LookupSignal.NEED_DATA
-            (size,) = _SIZE.unpack_from(self._buf, self._pos)
+            (size,) = SIZE.unpack_from(self._buf, self._pos)
             if size < 0:
                 raise ProtocolError(ErrorCode.E_BAD_BODY, f"IDENTIFY invalid body size {size}")
             if size > self._max_body:
@@ -379,7 +357,7 @@ class LookupResponseReader(ReceiveBuffer):
         if len(self._buf) - self._pos < 4:
             self._need = 4
             return None
-        (size,) = _SIZE.unpack_from(self._buf, self._pos)
+        (size,) = SIZE.unpack_from(self._buf, self._pos)
         if size < 0:
             raise ConnectionAbort(f"negative response size {size}")
         if self._max_size and size > self._max_size:

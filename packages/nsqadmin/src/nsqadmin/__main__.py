@@ -34,13 +34,27 @@ def parse_options(argv: Sequence[str]) -> Options:
 def options_of(values: Mapping[str, Any]) -> Options:
     """The validated options, their files read (TLS, password file); a bad one exits 1 with
     the Go nsqadmin's message."""
+    _check(values)
+    return _options_of_valid(values)
+
+
+def _check(values: Mapping[str, Any]) -> None:
+    """The Go nsqadmin's start-up checks on the flag values (``flags.check``): a bad one
+    exits 1 with its message. No attrs: the early start's ``ready()`` waits for them."""
+    from .flags import check
+
+    with exit_on(ValueError, prefix=values["log_prefix"],
+                 context="failed to instantiate nsqadmin - "):
+        check(values)
+
+
+def _options_of_valid(values: Mapping[str, Any]) -> Options:
+    """The Options of checked values, their files read (TLS, password file: a bad one exits
+    1 with the Go nsqadmin's message)."""
     from .options import Options
 
     options = Options.from_values(dict(values))
-    with exit_on(ValueError, prefix=options.log_prefix,
-                 context="failed to instantiate nsqadmin - "):
-        options.validate()
-    if _has_tls_files(options):
+    if _has_tls_files(values):
         from .upstream import tls_context  # deferred: httpx and ssl
 
         with exit_on(ValueError, prefix=options.log_prefix,
@@ -55,17 +69,17 @@ def options_of(values: Mapping[str, Any]) -> Options:
     return options
 
 
-def _has_tls_files(options: Options) -> bool:
-    return bool(options.http_client_tls_root_ca_file or options.http_client_tls_cert
-                or options.http_client_tls_insecure_skip_verify)
+def _has_tls_files(values: Mapping[str, Any]) -> bool:
+    return bool(values["http_client_tls_root_ca_file"] or values["http_client_tls_cert"]
+                or values["http_client_tls_insecure_skip_verify"])
 
 
-def _answers_early(options: Options) -> bool:
+def _answers_early(values: Mapping[str, Any]) -> bool:
     """Whether nothing left could fail the start once the options are checked: not with
     files the app loads as it is made (a history file, a static directory), nor a basic-auth
     file (``/ping`` then goes through its middleware) or client TLS."""
-    return not (options.history_file or options.dev_static_dir
-                or options.admin_basic_auth_file or _has_tls_files(options))
+    return not (values["history_file"] or values["dev_static_dir"]
+                or values["admin_basic_auth_file"] or _has_tls_files(values))
 
 
 def ping_path(base_path: str) -> str:
@@ -86,12 +100,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     from nsq_serving import early  # not before: --version and --help need no socket
     bound = early.start(values["http_address"], [], ping_path=ping_path(values["base_path"]))
     try:
-        options = options_of(values)
+        _check(values)
+        if bound and _answers_early(values):
+            early.ready()
+        options = _options_of_valid(values)
     except BaseException:
         early.abandon()
         raise
-    if bound and _answers_early(options):
-        early.ready()
     from functools import partial
 
     from nsq_serving import run_daemon, start_logging

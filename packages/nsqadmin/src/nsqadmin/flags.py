@@ -1,8 +1,9 @@
 """nsqadmin's flags: the Go nsqadmin's names, defaults, help texts and config-file keys (cf.
 apps/nsqadmin/main.go).
 
-Apart from ``options`` (which makes the frozen ``Options`` of them) so that the command parses
-its flags without loading attrs: the early start waits for them (docs/performance.md).
+``check`` is the Go nsqadmin's start-up checks of their values. Apart from ``options`` (which
+makes the frozen ``Options`` of them) so that the command parses and checks its flags without
+loading attrs: the early start waits for them (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -10,6 +11,11 @@ from __future__ import annotations
 import posixpath
 
 from nsq_common import FlagSet
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # no run-time import: the early start waits for this module
+    from collections.abc import Mapping
+    from typing import Any
 
 LOG_LEVELS = {"debug": 1, "info": 2, "warn": 3, "error": 4, "fatal": 5}
 
@@ -81,3 +87,52 @@ def normalize_base_path(path: str) -> str:
     if not path.startswith("/"):
         path = "/" + path
     return posixpath.normpath(path).replace("//", "/")
+
+
+def check(values: Mapping[str, Any]) -> None:
+    """The Go nsqadmin's start-up checks of the options (``values`` by config key, as
+    ``FlagSet.parse_command_line`` gives them, or an ``Options``' fields).
+
+    Raises:
+        ValueError: with the Go nsqadmin's message.
+    """
+    if not values["nsqd_http_addresses"] and not values["nsqlookupd_http_addresses"]:
+        raise ValueError("--nsqd-http-address or --lookupd-http-address required")
+    if values["nsqd_http_addresses"] and values["nsqlookupd_http_addresses"]:
+        raise ValueError("use --nsqd-http-address or --lookupd-http-address not both")
+    if values["http_client_tls_cert"] and not values["http_client_tls_key"]:
+        raise ValueError("--http-client-tls-key must be specified with --http-client-tls-cert")
+    if values["http_client_tls_key"] and not values["http_client_tls_cert"]:
+        raise ValueError("--http-client-tls-cert must be specified with --http-client-tls-key")
+    log_level = values["log_level"]
+    if log_level.lower() not in LOG_LEVELS:
+        raise ValueError(f"invalid log level {log_level!r}")
+    for flag, addresses in (("--lookupd-http-address", values["nsqlookupd_http_addresses"]),
+                            ("--nsqd-http-address", values["nsqd_http_addresses"])):
+        for address in addresses:
+            scheme, sep, rest = address.partition("://")
+            if sep and scheme not in ("http", "https"):
+                raise ValueError(f"failed to resolve {flag} ({address}) - unsupported scheme "
+                                 f"{scheme!r} (http:// or https://)")
+            _, sep, port = (rest if sep else address).rstrip("/").rpartition(":")
+            if not sep or not (port.isascii() and port.isdigit()):
+                raise ValueError(f"failed to resolve {flag} ({address}) - address {address}: "
+                                 "missing port in address")
+    if values["proxy_graphite"] and not values["graphite_url"]:
+        raise ValueError("--proxy-graphite requires --graphite-url")
+    cidr = values["allow_config_from_cidr"]
+    if cidr:
+        import ipaddress  # here: --help and --version need not load it
+
+        try:
+            ipaddress.ip_network(cidr, strict=False)
+        except ValueError as exc:
+            raise ValueError(f"failed to parse --allow-config-from-cidr ({cidr}) - {exc}") from None
+    if values["refresh_interval"] <= 0:
+        raise ValueError("--refresh-interval must be positive")
+    if values["history_save_interval"] <= 0:
+        raise ValueError("--history-save-interval must be positive")
+    if values["history_max_series"] < 1:
+        raise ValueError("--history-max-series must be at least 1")
+    if values["lmstfy_admin_account"] and ":" not in values["lmstfy_admin_account"]:
+        raise ValueError("invalid --lmstfy-admin-account (<user>:<password>)")

@@ -6,12 +6,11 @@ validated result the server runs with. Durations are seconds (floats).
 
 from __future__ import annotations
 
-import ipaddress
 from typing import Any
 
 import attrs
 
-from .flags import LOG_LEVELS, build_flagset, normalize_base_path
+from .flags import LOG_LEVELS, build_flagset, check, normalize_base_path
 
 __all__ = ["LOG_LEVELS", "Options", "build_flagset", "normalize_base_path"]
 
@@ -65,45 +64,10 @@ class Options:
         return bool(self.nsqlookupd_http_addresses)
 
     def validate(self) -> None:
-        """The Go nsqadmin's start-up checks.
+        """The Go nsqadmin's start-up checks (``flags.check``, which the command runs on the
+        flag values before it builds the Options).
 
         Raises:
             ValueError: with the Go nsqadmin's message.
         """
-        if not self.nsqd_http_addresses and not self.nsqlookupd_http_addresses:
-            raise ValueError("--nsqd-http-address or --lookupd-http-address required")
-        if self.nsqd_http_addresses and self.nsqlookupd_http_addresses:
-            raise ValueError("use --nsqd-http-address or --lookupd-http-address not both")
-        if self.http_client_tls_cert and not self.http_client_tls_key:
-            raise ValueError("--http-client-tls-key must be specified with --http-client-tls-cert")
-        if self.http_client_tls_key and not self.http_client_tls_cert:
-            raise ValueError("--http-client-tls-cert must be specified with --http-client-tls-key")
-        if self.log_level.lower() not in LOG_LEVELS:
-            raise ValueError(f"invalid log level {self.log_level!r}")
-        for flag, addresses in (("--lookupd-http-address", self.nsqlookupd_http_addresses),
-                                ("--nsqd-http-address", self.nsqd_http_addresses)):
-            for address in addresses:
-                scheme, sep, rest = address.partition("://")
-                if sep and scheme not in ("http", "https"):
-                    raise ValueError(f"failed to resolve {flag} ({address}) - unsupported scheme "
-                                     f"{scheme!r} (http:// or https://)")
-                _, sep, port = (rest if sep else address).rstrip("/").rpartition(":")
-                if not sep or not (port.isascii() and port.isdigit()):
-                    raise ValueError(f"failed to resolve {flag} ({address}) - address {address}: "
-                                     "missing port in address")
-        if self.proxy_graphite and not self.graphite_url:
-            raise ValueError("--proxy-graphite requires --graphite-url")
-        if self.allow_config_from_cidr:
-            try:
-                ipaddress.ip_network(self.allow_config_from_cidr, strict=False)
-            except ValueError as exc:
-                raise ValueError(f"failed to parse --allow-config-from-cidr "
-                                 f"({self.allow_config_from_cidr}) - {exc}") from None
-        if self.refresh_interval <= 0:
-            raise ValueError("--refresh-interval must be positive")
-        if self.history_save_interval <= 0:
-            raise ValueError("--history-save-interval must be positive")
-        if self.history_max_series < 1:
-            raise ValueError("--history-max-series must be at least 1")
-        if self.lmstfy_admin_account and ":" not in self.lmstfy_admin_account:
-            raise ValueError("invalid --lmstfy-admin-account (<user>:<password>)")
+        check(attrs.asdict(self, recurse=False))

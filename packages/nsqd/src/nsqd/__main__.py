@@ -18,6 +18,7 @@ from .errors import NsqdError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import socket
     from collections.abc import Mapping, Sequence
     from typing import Any
 
@@ -25,9 +26,12 @@ if TYPE_CHECKING:
 
 #: What Go's flag package takes for "print the version" alone on the command line.
 VERSION_FLAGS = (["--version"], ["-version"])
-#: Names in a data path that nsqd reads at start (its metadata, queues of an older layout):
-#: with any of them there, loading could still fail, so ``/ping`` waits for the real server.
-_LOADED_AT_START = ("nsqd.dat", "goimport.json")
+#: Names in a data path that nsqd brings in at start (queues of an older layout): with any of
+#: them there, that could still fail, so ``/ping`` waits for the real server. (nsqd.dat is
+#: read early: ``_loaded_topics``.)
+_LOADED_AT_START = ("goimport.json",)
+#: ``metadata.FILE_NAME``, named here so that a fresh data path does not load ``metadata``.
+METADATA_FILE = "nsqd.dat"
 
 
 def parse_options(argv: Sequence[str]) -> Options:
@@ -40,10 +44,17 @@ def options_of(values: Mapping[str, Any]) -> Options:
     """The validated options; a bad one exits 1 with NSQ's message."""
     from .options import Options
 
-    opts = Options.from_values(values)
+    _check(values)
+    return Options.from_values(values)
+
+
+def _check(values: Mapping[str, Any]) -> None:
+    """NSQ's start-up checks on the flag values (``flags.check``): a bad one exits 1 with
+    NSQ's message. No attrs: the early start's ``ready()`` waits for them."""
+    from .flags import check
+
     with exit_on(ValueError, prefix="[nsqd] "):
-        opts.validate()
-    return opts
+        check(values)
 
 
 def tune_gc() -> None:
@@ -63,18 +74,22 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     values = build_flagset().parse_command_line(args, version_string("nsqd"))
     from nsq_serving import early  # not before: --version and --help need no socket
-    bound = (not values["export_go_data_path"]
-             and early.start(values["http_address"], [values["tcp_address"]]))
+    bound = (None if values["export_go_data_path"]
+             else early.start(values["http_address"], [values["tcp_address"]]))
     data_lock: int | None = None
     try:
-        opts = options_of(values)
-        if bound and _answers_early(opts):
-            data_lock = _early_checks(opts)
-            if data_lock is not None:
+        _check(values)
+        if bound and _answers_early(values):
+            data_lock = _early_checks(values)
+            topics = None if data_lock is None else _loaded_topics(values)
+            if topics is not None and _register_early(values, bound, topics):
                 early.ready()
     except BaseException:
         early.abandon()
         raise
+    from .options import Options  # attrs: after ready(), the values are valid
+
+    opts = Options.from_values(values)
     if opts.export_go_data_path:
         from .goexport import main as export  # deferred: an offline mode
 
@@ -82,24 +97,83 @@ def main(argv: Sequence[str] | None = None) -> None:
     _serve(opts, data_lock)
 
 
-def _answers_early(opts: Options) -> bool:
+def _answers_early(values: Mapping[str, Any]) -> bool:
     """Whether everything that could still fail this start can be checked before Trio is
-    imported: not with TLS files to load, auth servers, lmstfy's state or statsd to set up,
-    and not while lookupds are to hear of nsqd before its first ``/ping`` (``Lookup.run``)."""
-    return not (opts.tls_cert or opts.tls_key or opts.tls_root_ca_file
-                or opts.auth_http_addresses or opts.nsqlookupd_tcp_addresses
-                or opts.lmstfy_http_address or opts.lmstfy_admin_http_address
-                or opts.statsd_address)
+    imported: not with TLS files to load, auth servers, lmstfy's state or statsd to set up."""
+    return not any(values[key] for key in (
+        "tls_cert", "tls_key", "tls_root_ca_file", "auth_http_addresses",
+        "lmstfy_http_address", "lmstfy_admin_http_address", "statsd_address"))
 
 
-def _early_checks(opts: Options) -> int | None:
+def _loaded_topics(values: Mapping[str, Any]) -> list[tuple[str, list[str]]] | None:
+    """The topics (and their channels' names) nsqd will load from its nsqd.dat (none without
+    one); None if it cannot be read or parsed (the real start refuses, in its words), or a
+    topic's files could not be opened for reading and writing (the real start might fail
+    on them: ``/ping`` then waits for it)."""
+    import os
+
+    if not os.path.lexists(os.path.join(values["data_path"] or ".", METADATA_FILE)):
+        return []  # (a fresh data path: metadata's imports spared)
+    from .metadata import load, metadata_path  # attrs: for nsqd.dat's parser, the real one
+
+    try:
+        topics, _ = load(metadata_path(values["data_path"]))  # warnings: the real start's
+    except ValueError:
+        return None
+    directory = os.path.join(values["data_path"] or ".", "topics")
+    if not all(_usable(os.path.join(directory, meta.name)) for meta in topics):
+        return None
+    return [(meta.name, [channel.name for channel in meta.channels]) for meta in topics]
+
+
+def _usable(directory: str) -> bool:
+    """Whether a topic's directory (if any) and every file in it can be read and written."""
+    import os
+
+    if not os.path.exists(directory):
+        return True
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return False
+    rw = os.R_OK | os.W_OK
+    return os.access(directory, rw | os.X_OK) and all(
+        os.access(os.path.join(directory, name), rw) for name in names)
+
+
+def _register_early(values: Mapping[str, Any], bound: Sequence[socket.socket],
+                    topics: list[tuple[str, list[str]]]) -> bool:
+    """Tell every lookupd of nsqd and its ``topics`` (``early_lookup``), as ``Lookup``
+    would before the real server serves: True once each has been tried, so ``/ping`` may
+    say OK. The ports are those of the sockets bound early (``bound``: TCP, then HTTP)
+    unless broadcast ones are given."""
+    if not values["nsqlookupd_tcp_addresses"]:
+        return True
+    if not values["http_address"]:  # no /ping to answer early
+        return False
+    tcp_port = values["broadcast_tcp_port"] or bound[0].getsockname()[1]
+    http_port = values["broadcast_http_port"] or bound[-1].getsockname()[1]
+    from . import early_lookup
+
+    identify = early_lookup.identify(broadcast_address=values["broadcast_address"],
+                                     tcp_port=tcp_port, http_port=http_port)
+    from nsq_common import registration_bytes
+
+    commands = [registration_bytes("REGISTER", topic, channel)
+                for topic, channel in early_lookup.registrations(topics)]
+    early_lookup.register(values["nsqlookupd_tcp_addresses"], identify, commands,
+                          values["max_body_size"])
+    return True
+
+
+def _early_checks(values: Mapping[str, Any]) -> int | None:
     """The data path's lock (held for ``app.serve``), if nothing there is loaded at start;
     None (and no lock) otherwise, or if it is locked or missing: the real start then says
     why, in its words."""
     import fcntl
     import os
 
-    directory = opts.data_path or os.getcwd()
+    directory = values["data_path"] or os.getcwd()
     try:
         names = os.listdir(directory)
     except OSError:

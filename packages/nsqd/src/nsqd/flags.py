@@ -1,22 +1,43 @@
-"""nsqd's flags: NSQ's names, defaults, help texts and config-file keys (cf. nsqd/options.go).
+"""nsqd's flags: NSQ's names, defaults, help texts and config-file keys (cf. nsqd/options.go),
+and NSQ's start-up checks of their values (``check``).
 
 Apart from ``options`` (which makes the frozen ``Options`` of them) so that the command parses
-its flags without loading attrs: the early start waits for them (docs/performance.md).
+and checks its flags without loading attrs: the early start waits for them
+(docs/performance.md).
 """
 
 from __future__ import annotations
 
-import hashlib
 import socket
 import zlib
 
-from nsq_common import FlagSet
+from nsq_common import NSQ_LOG_LEVELS, FlagSet
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # no run-time import: the early start waits for this module
+    from collections.abc import Mapping
+    from typing import Any
 
 
 def default_node_id() -> int:
     """NSQ's default: crc32 of md5(hostname), modulo 1024."""
-    digest = hashlib.md5(socket.gethostname().encode()).digest()
-    return zlib.crc32(digest) % 1024
+    return node_id_of(socket.gethostname())
+
+
+def node_id_of(hostname: str) -> int:
+    """crc32 of md5(``hostname``), modulo 1024, as NSQ computes its default node id."""
+    return zlib.crc32(_md5(hostname.encode())) % 1024
+
+
+def _md5(data: bytes) -> bytes:
+    """The MD5 digest of ``data``, by CPython's own small ``_md5`` module where the build has
+    it: ``hashlib`` loads OpenSSL, the largest import of a start before its early OK."""
+    try:
+        from _md5 import md5  # type: ignore[import-not-found]  # (no stubs: CPython's own)
+    except ImportError:  # a build without it
+        from hashlib import md5
+    digest: bytes = md5(data).digest()
+    return digest
 
 
 def build_flagset() -> FlagSet:
@@ -113,3 +134,26 @@ def build_flagset() -> FlagSet:
         "tokens and limits with HTTP basic auth (may be given multiple times; default: no auth)",
         config_key="lmstfy_admin_accounts")
     return fs
+
+
+def check(values: Mapping[str, Any]) -> None:
+    """NSQ's start-up checks of the options (``values`` by config key, as
+    ``FlagSet.parse_command_line`` gives them, or an ``Options``' fields).
+
+    Raises:
+        ValueError: with NSQ's message.
+    """
+    if not 0 <= values["id"] < 1024:
+        raise ValueError("--node-id must be [0,1024)")
+    if not 1 <= values["max_deflate_level"] <= 9:
+        raise ValueError("--max-deflate-level must be [1,9]")
+    if values["log_level"].lower() not in NSQ_LOG_LEVELS:
+        raise ValueError(f"invalid log level {values['log_level']!r}")
+    for p in values["e2e_processing_latency_percentiles"]:
+        if not 0 < p <= 1:
+            raise ValueError(f"invalid E2E processing latency percentile: {p}")
+    for account in values["lmstfy_admin_accounts"]:
+        if ":" not in account:
+            raise ValueError(f"invalid --lmstfy-admin-account {account!r} (user:password)")
+    if values["tls_client_auth_policy"] and not (values["tls_cert"] and values["tls_key"]):
+        raise ValueError("cannot require TLS client connections without TLS key and cert")

@@ -10,7 +10,8 @@ publishing or consuming.
 
 At start, ``Lookup.run`` returns once every peer has made its first attempt (registered, or
 failed to): nsqd serves nobody before that, so a client that sees nsqd answer has it in the
-lookupds already.
+lookupds already. The first attempt is usually the early start's (``early_lookup``), made
+before Trio is even imported: a peer then carries on over the connection registered there.
 
 When a new topic appears, nsqd asks each lookupd (over HTTP, ``/channels?topic=``) which
 channels exist for it elsewhere in the cluster and creates them before the topic starts
@@ -23,17 +24,14 @@ from __future__ import annotations
 
 import logging
 import math
-import socket
 from typing import TYPE_CHECKING, Protocol
 
 import trio
 from nsq_common import (
     ACCEPT_V1,
     MAGIC_V1,
-    NSQ_VERSION,
     ConnectionAbort,
     LookupCommand,
-    LookupIdentify,
     LookupPing,
     LookupRegister,
     LookupResponseReader,
@@ -53,6 +51,9 @@ if TYPE_CHECKING:
     from .options import Options, Settings
     from .topic import Topic
 
+from . import early_lookup
+from .early_lookup import FIRST_ATTEMPT_TIMEOUT, IO_TIMEOUT
+
 
 class Node(Protocol):
     """What discovery needs of the broker (``broker.Broker`` is one): where it listens, its
@@ -71,8 +72,6 @@ class Node(Protocol):
 log = logging.getLogger("nsqd")
 
 PING_INTERVAL = 15.0
-IO_TIMEOUT = 1.0
-FIRST_ATTEMPT_TIMEOUT = 5.0  # seconds start-up waits at most for the lookupds' registration
 MAX_BACKOFF = 15.0
 #: What a peer may fail with: the network, its timeouts, a bad address (ValueError from the
 #: port or the IDENTIFY answer), a closed stream, an E_ answer (ProtocolError) or a broken one.
@@ -92,6 +91,12 @@ class LookupPeer:
         self._send, self._receive = trio.open_memory_channel[LookupCommand](math.inf)
         self._stream: trio.SocketStream | None = None
         self._reader = LookupResponseReader(lookup.broker.opts.max_body_size)
+        # the early start's attempt with this lookupd, if it made one: a failed one was this
+        # peer's first attempt (start-up waits for no other), a registered one its connection
+        self._early = early_lookup.take(address)
+        if self._early is not None and self._early.sock is None:
+            self._early = None
+            self.tried.set()
 
     def enqueue(self, command: LookupCommand) -> None:
         self._send.send_nowait(command)
@@ -121,21 +126,31 @@ class LookupPeer:
                 backoff = min(backoff * 2, MAX_BACKOFF)
 
     async def _connect(self) -> None:
-        host, port = split_address(self.address)
-        with trio.fail_after(IO_TIMEOUT):
-            self._stream = await trio.open_tcp_stream(host, port)
         self._reader = LookupResponseReader(self.lookup.broker.opts.max_body_size)
-        await self._stream.send_all(MAGIC_V1)
+        early, self._early = self._early, None
+        if early is not None and early.sock is not None:
+            # identified and registered by the early start: the same connection goes on
+            self._stream = trio.SocketStream(trio.socket.from_stdlib_socket(early.sock))
+            reply: bytes | None = early.reply
+        else:
+            host, port = split_address(self.address)
+            with trio.fail_after(IO_TIMEOUT):
+                self._stream = await trio.open_tcp_stream(host, port)
+            await self._stream.send_all(MAGIC_V1)
+            reply = None
         # Changes queued while disconnected are covered by the full registration below.
         while True:
             try:
                 self._receive.receive_nowait()
             except trio.WouldBlock:
                 break
-        reply = await self._command(self.lookup.identify())
+        if reply is None:
+            reply = await self._command(self.lookup.identify())
         info = decode_lookupd_info(reply)
         self.http_address = join_host_port(info.broadcast_address, info.http_port)
         log.info("LOOKUPD(%s): peer info %s", self.address, reply.decode(errors="replace"))
+        # (again after the early start's: REGISTER is idempotent, and what nsqd loaded is
+        # what counts)
         for command in self.lookup.registrations():
             await self._command(command)
 
@@ -147,10 +162,11 @@ class LookupPeer:
                 continue
             await self._command(LookupPing())
 
-    async def _command(self, command: LookupCommand) -> bytes:
+    async def _command(self, command: LookupCommand | bytes) -> bytes:
         assert self._stream is not None
+        sent = command if isinstance(command, bytes) else encode_lookup_command(command)
         with trio.fail_after(IO_TIMEOUT):
-            await self._stream.send_all(encode_lookup_command(command))
+            await self._stream.send_all(sent)
             while (reply := self._reader.next_event()) is None:
                 data = await self._stream.receive_some(65536)
                 if not data:
@@ -187,24 +203,16 @@ class Lookup:
         return httpx.AsyncClient(timeout=httpx.Timeout(
             opts.http_client_request_timeout, connect=opts.http_client_connect_timeout))
 
-    def identify(self) -> LookupIdentify:
+    def identify(self) -> bytes:
         opts, broker = self.broker.opts, self.broker
-        return LookupIdentify(
-            broadcast_address=opts.broadcast_address,
-            tcp_port=opts.broadcast_tcp_port or broker.tcp_port,
-            http_port=opts.broadcast_http_port or broker.http_port,
-            version=NSQ_VERSION,
-            hostname=socket.gethostname(),
-        )
+        return early_lookup.identify(broadcast_address=opts.broadcast_address,
+                                     tcp_port=opts.broadcast_tcp_port or broker.tcp_port,
+                                     http_port=opts.broadcast_http_port or broker.http_port)
 
     def registrations(self) -> list[LookupCommand]:
-        commands: list[LookupCommand] = []
-        for topic in list(self.broker.topics.values()):
-            if topic.channels:
-                commands.extend(LookupRegister(topic.name, c) for c in list(topic.channels))
-            else:
-                commands.append(LookupRegister(topic.name))
-        return commands
+        topics = [(topic.name, list(topic.channels)) for topic in list(self.broker.topics.values())]
+        return [LookupRegister(topic, channel)
+                for topic, channel in early_lookup.registrations(topics)]
 
     # -- the broker tells us ----------------------------------------------------------------
     def changed(self, kind: str, topic: str, channel: str | None) -> None:
@@ -269,6 +277,7 @@ class Lookup:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 self.set_addresses(self.broker.settings.nsqlookupd_tcp_addresses)
+                early_lookup.close_untaken()
                 # Each attempt is bounded by IO_TIMEOUT per step (connect, IDENTIFY, each
                 # REGISTER): a lookupd that is down refuses at once, a hung one is waited
                 # for no longer than this before nsqd serves without it.

@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import attrs
-import trio
 from nsq_common import NSQ_VERSION, go_errno_text, go_json, is_valid_name, write_atomically
 
 if TYPE_CHECKING:
+    import trio
+
     from .topic import Topic
 
 FILE_NAME = "nsqd.dat"
@@ -189,7 +190,9 @@ class MetadataWriter:
         self.path = metadata_path(data_path)
         self._topics = topics
         self._log = logger
-        self._event = trio.Event()
+        import trio  # here: nsqd's early start reads nsqd.dat (``load``) before Trio loads
+
+        self._event: trio.Event = trio.Event()
 
     def changed(self) -> None:
         self._event.set()
@@ -203,6 +206,8 @@ class MetadataWriter:
         write_atomic(self.path, encode(topic_metadata(self._topics())))
 
     async def run(self) -> None:
+        import trio
+
         while True:
             await self._event.wait()
             self._event = trio.Event()

@@ -12,7 +12,7 @@ from typing import Any
 
 import attrs
 
-from .flags import build_flagset, default_node_id
+from .flags import build_flagset, check, default_node_id
 
 __all__ = ["Options", "Settings", "build_flagset", "default_node_id"]
 
@@ -114,27 +114,13 @@ class Options:
         return getattr(self, key)
 
     def validate(self) -> None:
-        """NSQ's start-up checks.
+        """NSQ's start-up checks (``flags.check``, which the command runs on the flag values
+        before it builds the Options).
 
         Raises:
             ValueError: with NSQ's message.
         """
-        from nsq_common import NSQ_LOG_LEVELS  # deferred: loads logging, which --version needs not
-
-        if not 0 <= self.id < 1024:
-            raise ValueError("--node-id must be [0,1024)")
-        if not 1 <= self.max_deflate_level <= 9:
-            raise ValueError("--max-deflate-level must be [1,9]")
-        if self.log_level.lower() not in NSQ_LOG_LEVELS:
-            raise ValueError(f"invalid log level {self.log_level!r}")
-        for p in self.e2e_processing_latency_percentiles:
-            if not 0 < p <= 1:
-                raise ValueError(f"invalid E2E processing latency percentile: {p}")
-        for account in self.lmstfy_admin_accounts:
-            if ":" not in account:
-                raise ValueError(f"invalid --lmstfy-admin-account {account!r} (user:password)")
-        if self.tls_client_auth_policy and not (self.tls_cert and self.tls_key):
-            raise ValueError("cannot require TLS client connections without TLS key and cert")
+        check(attrs.asdict(self, recurse=False))
 
 
 @attrs.define(eq=False)

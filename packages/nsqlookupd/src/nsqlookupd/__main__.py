@@ -34,11 +34,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         return
     from nsq_common import FlagError, exit_with_flag_error
 
-    from .flags import flag_set
+    from .flags import check, flag_set
 
     flags = flag_set()
     try:
-        values, _, _ = flags.parse(args)
+        values, given, _ = flags.parse(args)
     except FlagError as exc:
         exit_with_flag_error(flags, exc)
     if values["version"]:
@@ -46,14 +46,20 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit(0)
     from nsq_serving import early  # not before: --version and --help need no socket
 
-    # the addresses of a config file are not known before it is read (by parse_args, below)
+    # the addresses of a config file are not known before it is read (parsed_values, below)
     bound = not values["config"] and early.start(values["http_address"],
                                                  [values["tcp_address"]])
     try:
-        from .options import ConfigError, parse_args
+        try:
+            check(values, given)
+        except FlagError as exc:
+            exit_with_flag_error(flags, exc)
+        if bound:  # no config file: nothing left can fail the start
+            early.ready()
+        from .options import ConfigError, parsed_values  # attrs: after ready()
 
         try:
-            parsed = parse_args(args, flags)
+            parsed = parsed_values(values, given, flags)
         except FlagError as exc:
             exit_with_flag_error(flags, exc)
         except ConfigError as exc:
@@ -64,8 +70,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     except BaseException:
         early.abandon()
         raise
-    if bound:
-        early.ready()
     options = parsed.options
     from functools import partial
 

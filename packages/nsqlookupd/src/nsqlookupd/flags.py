@@ -1,14 +1,23 @@
 """nsqlookupd's flags: NSQ's names, defaults and help texts.
 
-Apart from ``options`` (which makes the frozen ``Options`` of them) so that the command parses
-its flags without loading attrs: the early start waits for them (docs/performance.md).
+``check`` is NSQ's start-up check of their values. Apart from ``options`` (which makes the
+frozen ``Options`` of them) so that the command parses and checks its flags without loading
+attrs: the early start waits for them (docs/performance.md).
 """
 
 from __future__ import annotations
 
 import socket
 
-from nsq_common import FlagSet
+from nsq_common import FlagError, FlagSet, go_quote
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # no run-time import: the early start waits for this module
+    from collections.abc import Collection, Mapping
+    from typing import Any
+
+#: NSQ's log levels, by the names ``logger.LogLevel`` gives them (numbered from 1).
+LOG_LEVEL_NAMES = ("DEBUG", "INFO", "WARN", "ERROR", "FATAL")
 
 
 def flag_set() -> FlagSet:
@@ -31,3 +40,30 @@ def flag_set() -> FlagSet:
     flags.add("tombstone-lifetime", "duration", 45.0,
               "duration of time a producer will remain tombstoned if registration remains")
     return flags
+
+
+def log_level_number(text: str) -> int:
+    """``debug`` (1), ``info``, ``warn``, ``error`` or ``fatal`` (5), any case.
+
+    Raises:
+        ValueError: with NSQ's wording.
+    """
+    name = text.upper()
+    if name not in LOG_LEVEL_NAMES:
+        raise ValueError(f"invalid log level '{text}' (debug, info, warn, error, fatal)")
+    return LOG_LEVEL_NAMES.index(name) + 1
+
+
+def check(values: Mapping[str, Any], given: Collection[str]) -> None:
+    """NSQ's start-up check of the command line's values (those ``given`` on it; a config
+    file's are checked as it is read, ``options``).
+
+    Raises:
+        FlagError: with Go's wording (printed with the usage, exit 2).
+    """
+    if "log_level" in given:
+        value = str(values["log_level"])
+        try:
+            log_level_number(value)
+        except ValueError as exc:
+            raise FlagError(f"invalid value {go_quote(value)} for flag -log-level: {exc}") from None

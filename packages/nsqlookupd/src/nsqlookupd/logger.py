@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, TextIO
 import attrs
 from nsq_common import NsqLogFormatter
 
+from .flags import log_level_number
+
 if TYPE_CHECKING:  # imported where used: --help and the flags' errors need no Trio
     import trio
 
@@ -36,11 +38,7 @@ class LogLevel(enum.IntEnum):
         Raises:
             ValueError: with NSQ's wording.
         """
-        try:
-            return cls[text.upper()]
-        except KeyError:
-            raise ValueError(
-                f"invalid log level '{text}' (debug, info, warn, error, fatal)") from None
+        return cls(log_level_number(text))
 
 
 # NSQ's levels as the logging module's, whose names the formatter prints (WARN as WARNING).

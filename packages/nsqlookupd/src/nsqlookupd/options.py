@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import attrs
-from nsq_common import FlagError, FlagSet, go_quote
+from nsq_common import FlagError, FlagSet
 
-from .flags import flag_set
+from .flags import check, flag_set
 from .logger import LogLevel
 
 __all__ = ["ConfigError", "Options", "Parsed", "flag_set", "parse_args"]
@@ -49,8 +49,18 @@ def parse_args(argv: Sequence[str], flags: FlagSet | None = None) -> Parsed:
     """
     flags = flags or flag_set()
     values, given, _ = flags.parse(argv)
-    if "log_level" in given:
-        _log_level(values["log_level"], flag=True)
+    return parsed_values(values, given, flags)
+
+
+def parsed_values(values: dict[str, Any], given: set[str], flags: FlagSet) -> Parsed:
+    """Parsed command-line ``values`` (those ``given`` on it), and the config file's, to
+    Options.
+
+    Raises:
+        FlagError: a bad command line (print it with the usage, exit 2).
+        ConfigError: a bad config file (log FATAL, exit 1).
+    """
+    check(values, given)
     if values["config"] and not values["version"]:
         try:
             flags.apply_config_file(values["config"], values, given)
@@ -59,13 +69,11 @@ def parse_args(argv: Sequence[str], flags: FlagSet | None = None) -> Parsed:
     return Parsed(_options(values), bool(values["version"]))
 
 
-def _log_level(value: Any, *, flag: bool) -> LogLevel:
+def _log_level(value: Any) -> LogLevel:
+    """A config file's log level (the command line's: ``check``)."""
     try:
         return LogLevel.parse(str(value))
-    except ValueError as exc:
-        if flag:
-            raise FlagError(
-                f"invalid value {go_quote(str(value))} for flag -log-level: {exc}") from None
+    except ValueError:
         raise ConfigError(f"failed parsing log_level {value}") from None
 
 
@@ -76,6 +84,6 @@ def _options(values: dict[str, Any]) -> Options:
         broadcast_address=values["broadcast_address"],
         inactive_producer_timeout=values["inactive_producer_timeout"],
         tombstone_lifetime=values["tombstone_lifetime"],
-        log_level=_log_level(values["log_level"], flag=False),
+        log_level=_log_level(values["log_level"]),
         log_prefix=values["log_prefix"],
     )

@@ -282,18 +282,20 @@ PLAIN_OK_HEAD = (b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n"
 
 
 def start(http_address: str, addresses: Sequence[str], *, ping_path: str = "/ping",
-          ping_head: bytes = PLAIN_OK_HEAD, ping_body: bytes = b"OK") -> bool:
+          ping_head: bytes = PLAIN_OK_HEAD, ping_body: bytes = b"OK",
+          ) -> list[socket.socket] | None:
     """A daemon's early start: listen on ``addresses`` and on ``http_address`` (none if
     empty), and answer ``GET <ping_path>`` there (once ``ready()``) with ``ping_head`` and
-    ``ping_body``, as its real server would. False, with nothing bound, if an address
-    cannot be listened on (the real start then fails on it)."""
+    ``ping_body``, as its real server would. The sockets, in that order (the real start
+    takes them in the same order); None, with nothing bound, if an address cannot be
+    listened on (the real start then fails on it)."""
     every = [*addresses, http_address] if http_address else list(addresses)
     bound = listen(every)
     if bound is None:
-        return False
+        return None
     if http_address:
         answer_pings(bound[-1], PingAnswer(ping_path.encode(), ping_head, ping_body))
-    return True
+    return bound
 
 
 def listen(addresses: Sequence[str], backlog: int = 1024) -> list[socket.socket] | None:
@@ -313,7 +315,7 @@ def listen(addresses: Sequence[str], backlog: int = 1024) -> list[socket.socket]
             PREBOUND.clear()
             return None
         bound.append(sock)
-        PREBOUND.setdefault(address, sock)
+        PREBOUND.setdefault(address, []).append(sock)
     return bound
 
 
@@ -345,10 +347,11 @@ def access_log(write: Callable[[str], object]) -> None:
 
 
 def take_listener(address: str) -> socket.socket | None:
-    """The socket bound early for ``address`` (once), as ``listen_tcp`` takes it."""
-    from ._listen import PREBOUND
+    """The first socket bound early for ``address`` and not taken yet, as ``listen_tcp``
+    takes it."""
+    from ._listen import take_prebound
 
-    return PREBOUND.pop(address, None)
+    return take_prebound(address)
 
 
 def take_connections(listener: socket.socket) -> list[socket.socket]:
@@ -378,6 +381,7 @@ def abandon() -> None:
             conn.close()
     from ._listen import PREBOUND
 
-    for sock in PREBOUND.values():
-        sock.close()
+    for sockets in PREBOUND.values():
+        for sock in sockets:
+            sock.close()
     PREBOUND.clear()

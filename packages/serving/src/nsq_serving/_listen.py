@@ -17,8 +17,10 @@ import socket
 
 from nsq_common import go_errno_text, join_host_port
 
-#: Sockets the daemon's early start bound (``_early.listen``), by the address given for each.
-PREBOUND: dict[str, socket.socket] = {}
+#: Sockets the daemon's early start bound (``_early.listen``), by the address given for each, in
+#: the order they were bound: a daemon given the same address twice (``127.0.0.1:0`` for TCP
+#: and HTTP, as tests do) gets them back in that order, which is the order it binds them in.
+PREBOUND: dict[str, list[socket.socket]] = {}
 
 
 class ListenError(OSError):
@@ -64,8 +66,19 @@ def listen_tcp(address: str, backlog: int = 1024) -> socket.socket:
     Raises:
         ListenError: ``listen (<address>) failed - listen tcp <addr>: bind: <reason>``.
     """
-    early = PREBOUND.pop(address, None)
+    early = take_prebound(address)
     return early if early is not None else bind_listener(address, backlog)
+
+
+def take_prebound(address: str) -> socket.socket | None:
+    """The first socket the early start bound for ``address`` and nobody took yet, if any."""
+    sockets = PREBOUND.get(address)
+    if not sockets:
+        return None
+    sock = sockets.pop(0)
+    if not sockets:
+        del PREBOUND[address]
+    return sock
 
 
 def bind_listener(address: str, backlog: int = 1024) -> socket.socket:
