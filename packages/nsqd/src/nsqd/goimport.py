@@ -120,7 +120,7 @@ class _Importer:
 
     def _remove_marker(self) -> None:
         self.marker.unlink(missing_ok=True)
-        _sync_directory(self.data)
+        _fsync(self.data)
 
     # -- settling what a crash left --------------------------------------------------------
     def settle(self) -> bool:
@@ -170,16 +170,16 @@ class _Importer:
                     os.truncate(path, int(last[1]))
                     path.with_suffix(".index").unlink(missing_ok=True)
                     _fsync(path)
-            _sync_directory(directory)
+            _fsync(directory)
         for channel, before in doc["own"].items():
             _restore_queue(self.data, _own_name(str(doc["topic"]), channel), before)
-        _sync_directory(self.data)
+        _fsync(self.data)
 
     def _remove_old(self, doc: dict[str, Any]) -> None:
         for name in doc["queues"]:
             for path in gofiles.queue_paths(self.data, str(name)):
                 path.unlink(missing_ok=True)
-        _sync_directory(self.data)
+        _fsync(self.data)
 
     # -- bringing in -----------------------------------------------------------------------
     async def run(self) -> None:
@@ -364,7 +364,7 @@ class _Importer:
         # durable too before the old files go
         for made in (directory, directory.parent, self.data):
             if made.is_dir():
-                _sync_directory(made)
+                _fsync(made)
 
 
 class _Ids:
@@ -488,15 +488,8 @@ def _deferred_records(path: Path, logger: logging.Logger) -> list[bytes]:
 
 
 def _fsync(path: Path) -> None:
+    """fsync a file, or a directory (its entries)."""
     fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _sync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
