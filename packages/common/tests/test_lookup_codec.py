@@ -28,6 +28,7 @@ from nsq_common import (
     decode_lookupd_info,
     encode_lookup_command,
     encode_lookup_response,
+    go_json,
     lookup_response_error,
 )
 
@@ -65,6 +66,21 @@ def test_exports_are_public() -> None:
                  "encode_lookup_response", "LookupdInfo", "lookup_response_error"):
         assert name in nsq_common.__all__
         assert hasattr(nsq_common, name)
+
+
+@settings(max_examples=300)
+@given(address=st.text(), hostname=st.text(), version=st.text(),
+       ports=st.tuples(st.integers(0, 65535), st.integers(0, 65535)))
+def test_identify_body_is_go_json_of_the_map(address: str, hostname: str, version: str,
+                                              ports: tuple[int, int]) -> None:
+    """The IDENTIFY body, written without json for plain strings, is byte for byte what
+    ``go_json`` gives for the same map, whatever the strings hold (quotes, <>&, controls,
+    U+2028, non-ASCII)."""
+    tcp_port, http_port = ports
+    body = go_json({"broadcast_address": address, "hostname": hostname, "http_port": http_port,
+                    "tcp_port": tcp_port, "version": version})
+    identify = LookupIdentify(address, tcp_port, http_port, version, hostname=hostname)
+    assert encode_lookup_command(identify) == identify_bytes(body)
 
 
 # --- client encoders --------------------------------------------------------------------------

@@ -8,7 +8,6 @@ from __future__ import annotations
 import struct
 
 from ._errors import ProtocolError
-from ._gojson import go_json
 
 MAGIC_V1 = b"  V1"
 #: ``[ size: int32 BE ]``: before each IDENTIFY body, and before each of lookupd's answers.
@@ -22,14 +21,21 @@ def identify_bytes(*, broadcast_address: str, tcp_port: int, http_port: int, ver
         IDENTIFY\\n[ size: int32 BE ]{"broadcast_address":..,"hostname":..,"http_port":..,
                                       "tcp_port":..,"version":..}
     """
-    body = go_json({
-        "broadcast_address": broadcast_address,
-        "hostname": hostname,
-        "http_port": http_port,
-        "tcp_port": tcp_port,
-        "version": version,
-    })
+    body = (f'{{"broadcast_address":{_json_string(broadcast_address)},'
+            f'"hostname":{_json_string(hostname)},"http_port":{int(http_port)},'
+            f'"tcp_port":{int(tcp_port)},"version":{_json_string(version)}}}').encode()
     return b"IDENTIFY\n" + SIZE.pack(len(body)) + body
+
+
+def _json_string(text: str) -> str:
+    """``text`` as ``go_json`` writes it. A string of printable ASCII with nothing to escape
+    is written as it is (what ``go_json`` gives for it), without loading ``json``: nsqd's
+    early start sends IDENTIFY before anything else needs it."""
+    if text.isascii() and text.isprintable() and not any(c in text for c in '"\\<>&'):
+        return f'"{text}"'
+    from ._gojson import go_json
+
+    return go_json(text).decode()
 
 
 def registration_bytes(verb: str, topic: str, channel: str | None) -> bytes:

@@ -30,7 +30,7 @@ VERSION_FLAGS = (["--version"], ["-version"])
 #: them there, that could still fail, so ``/ping`` waits for the real server. (nsqd.dat is
 #: read early: ``_loaded_topics``.)
 _LOADED_AT_START = ("goimport.json",)
-#: ``metadata.FILE_NAME``, named here so that a fresh data path does not load ``metadata``.
+#: ``metadata_file.FILE_NAME``, named here so that a fresh data path does not load its parser.
 METADATA_FILE = "nsqd.dat"
 
 
@@ -112,18 +112,20 @@ def _loaded_topics(values: Mapping[str, Any]) -> list[tuple[str, list[str]]] | N
     on them: ``/ping`` then waits for it)."""
     import os
 
-    if not os.path.lexists(os.path.join(values["data_path"] or ".", METADATA_FILE)):
-        return []  # (a fresh data path: metadata's imports spared)
-    from .metadata import load, metadata_path  # attrs: for nsqd.dat's parser, the real one
+    path = os.path.join(values["data_path"] or ".", METADATA_FILE)
+    if not os.path.lexists(path):
+        return []  # (a fresh data path: json spared)
+    from .metadata_file import read  # nsqd.dat's one parser, without attrs
 
     try:
-        topics, _ = load(metadata_path(values["data_path"]))  # warnings: the real start's
+        topics, _ = read(path)  # warnings: the real start's
     except ValueError:
         return None
     directory = os.path.join(values["data_path"] or ".", "topics")
-    if not all(_usable(os.path.join(directory, meta.name)) for meta in topics):
+    if not all(_usable(os.path.join(directory, topic["name"])) for topic in topics):
         return None
-    return [(meta.name, [channel.name for channel in meta.channels]) for meta in topics]
+    return [(topic["name"], [channel["name"] for channel in topic["channels"]])
+            for topic in topics]
 
 
 def _usable(directory: str) -> bool:

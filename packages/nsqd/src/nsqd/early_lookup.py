@@ -99,8 +99,7 @@ def close_untaken() -> None:
 
 def _attempt(address: str, commands: list[bytes], max_answer: int, deadline: float) -> Attempt:
     try:
-        host, port = split_address(address)
-        sock = socket.create_connection((host, port), timeout=_step(deadline))
+        sock = _connect(*split_address(address), _step(deadline))
     except (OSError, ValueError):
         return Attempt(None)
     try:
@@ -113,6 +112,30 @@ def _attempt(address: str, commands: list[bytes], max_answer: int, deadline: flo
         sock.close()
         return Attempt(None)
     return Attempt(sock, replies[0])
+
+
+def _connect(host: str, port: int, timeout: float) -> socket.socket:
+    """A connection to the first of ``host``'s addresses that takes one (as
+    ``socket.create_connection``, but an ASCII host goes to getaddrinfo as bytes: a str
+    one is encoded with the "idna" codec, whose import costs the early start more than
+    the connection).
+
+    Raises:
+        OSError: no address took the connection.
+    """
+    error: OSError = OSError(f"no address for {host}")
+    for family, kind, proto, _, sockaddr in socket.getaddrinfo(
+            host.encode() if host.isascii() else host, port, type=socket.SOCK_STREAM):
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.settimeout(timeout)
+            sock.connect(sockaddr)
+        except OSError as exc:
+            sock.close()
+            error = exc
+            continue
+        return sock
+    raise error
 
 
 def _step(deadline: float) -> float:

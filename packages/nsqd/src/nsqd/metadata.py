@@ -8,21 +8,22 @@ new one, never half of one. Ephemeral topics and channels are never written.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
-from nsq_common import NSQ_VERSION, go_errno_text, go_json, is_valid_name, write_atomically
+from nsq_common import NSQ_VERSION, go_json, write_atomically
+
+from . import metadata_file
 
 if TYPE_CHECKING:
     import trio
 
     from .topic import Topic
 
-FILE_NAME = "nsqd.dat"
+FILE_NAME = metadata_file.FILE_NAME
 
 
 @attrs.frozen
@@ -48,7 +49,7 @@ class TopicMeta:
 
 
 def metadata_path(data_path: str) -> Path:
-    return Path(data_path or ".") / FILE_NAME
+    return Path(metadata_file.metadata_file(data_path))
 
 
 def encode(topics: list[TopicMeta]) -> bytes:
@@ -66,13 +67,6 @@ def _channel_doc(channel: ChannelMeta) -> dict[str, object]:
     if channel.dead_letter_expired:
         doc["dead_letter_expired"] = True
     return doc
-
-
-def _count(value: object) -> int | None:
-    """A non-negative JSON integer, or None."""
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    return None
 
 
 def _topic_doc(topic: TopicMeta) -> dict[str, object]:
@@ -97,67 +91,29 @@ def _topic_doc(topic: TopicMeta) -> dict[str, object]:
 
 
 def decode(data: bytes) -> tuple[list[TopicMeta], list[str]]:
-    """Parse nsqd.dat; returns the topics and warnings about entries skipped.
+    """Parse nsqd.dat (``metadata_file.parse``); returns the topics and warnings about
+    entries skipped.
 
     Raises:
         ValueError: the file is not nsqd metadata.
     """
-    doc = json.loads(data)
-    if not isinstance(doc, dict):
-        raise ValueError("metadata is not a JSON object")
-    topics: list[TopicMeta] = []
-    warnings: list[str] = []
-    for t in doc.get("topics") or []:
-        name = t.get("name", "")
-        if not is_valid_name(name):
-            warnings.append(f"skipping creation of invalid topic {name}")
-            continue
-        channels = []
-        for c in t.get("channels") or []:
-            cname = c.get("name", "")
-            if not is_valid_name(cname):
-                warnings.append(f"skipping creation of invalid channel {cname}")
-                continue
-            attempts = _count(c.get("max_attempts", 0))
-            if attempts is None:
-                warnings.append(f"ignoring invalid max_attempts of channel {cname}")
-            channels.append(ChannelMeta(cname, bool(c.get("paused", False)), attempts or 0,
-                                        c.get("dead_letter_expired") is True))
-        ttl = _count(t.get("message_ttl", 0))
-        if ttl is None:
-            warnings.append(f"ignoring invalid message_ttl of topic {name}")
-        extra = {}
-        for key in ("retention", "retention_bytes", "next_offset", "hold", "paused_at"):
-            if key in t:
-                value = _count(t[key])
-                if value is None:
-                    warnings.append(f"ignoring invalid {key} of topic {name}")
-                else:
-                    extra[key] = value
-        topics.append(TopicMeta(name, bool(t.get("paused", False)), tuple(channels), ttl or 0,
-                                **extra))
-    return topics, warnings
+    topics, warnings = metadata_file.parse(data)
+    return [_topic_meta(topic) for topic in topics], warnings
 
 
 def load(path: Path) -> tuple[list[TopicMeta], list[str]]:
-    """Read the file; a missing file is an empty list.
+    """Read the file (``metadata_file.read``); a missing file is an empty list.
 
     Raises:
-        ValueError: ``failed to parse metadata in <file> - <err>``, or ``failed to read
-            metadata from <file> - open <file>: <reason>`` when it cannot be read (a
-            --data-path that is a file, say); nsqd then refuses to start, as Go's does.
+        ValueError: it cannot be read or parsed, in nsqd's words.
     """
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return [], []
-    except OSError as exc:
-        raise ValueError(f"failed to read metadata from {path} - open {path}: "
-                         f"{go_errno_text(exc)}") from None
-    try:
-        return decode(data)
-    except (ValueError, AttributeError, TypeError) as exc:
-        raise ValueError(f"failed to parse metadata in {path} - {exc}") from None
+    topics, warnings = metadata_file.read(str(path))
+    return [_topic_meta(topic) for topic in topics], warnings
+
+
+def _topic_meta(fields: dict[str, Any]) -> TopicMeta:
+    channels = tuple(ChannelMeta(**channel) for channel in fields.pop("channels"))
+    return TopicMeta(channels=channels, **fields)
 
 
 def write_atomic(path: Path, data: bytes) -> None:
