@@ -3,7 +3,8 @@
 The command (``__main__``), once its listeners are bound and its start checked, calls
 ``register``: for each ``--lookupd-tcp-address`` a plain socket connects, sends the magic,
 ``IDENTIFY`` (the body ``Lookup`` sends: ``nsq_common.identify_bytes``) and a ``REGISTER``
-of each topic or channel nsqd will load, each answer awaited. Only then may ``/ping`` say OK,
+of each topic or channel nsqd will load (sent together, ``PIPELINED`` at a time), every
+answer read. Only then may ``/ping`` say OK,
 as ``Lookup.run`` has the real server wait::
 
     early start   bind ─ checks ─ register(lookupds) ─ ready() ─ import Trio, app ─ serve
@@ -38,6 +39,10 @@ if TYPE_CHECKING:
 
 IO_TIMEOUT = 1.0  # seconds each step (connect, IDENTIFY, each REGISTER) may take
 FIRST_ATTEMPT_TIMEOUT = 5.0  # seconds start-up waits at most for the lookupds' registration
+#: Commands sent together before their answers are read: a lookupd answers each in order
+#: and goes on after an error answer, so one round trip serves many; a bounded batch, so
+#: that its answers never fill both sockets' buffers while a send waits.
+PIPELINED = 256
 
 
 class Attempt:
@@ -104,10 +109,13 @@ def _attempt(address: str, commands: list[bytes], max_answer: int, deadline: flo
         return Attempt(None)
     try:
         replies = []
-        for command in commands:
+        for start in range(0, len(commands), PIPELINED):
+            batch = commands[start:start + PIPELINED]
             sock.settimeout(_step(deadline))
-            sock.sendall(command)
-            replies.append(_answer(sock, max_answer))
+            sock.sendall(b"".join(batch))
+            for _ in batch:
+                sock.settimeout(_step(deadline))
+                replies.append(_answer(sock, max_answer))
     except (OSError, ValueError):  # the network, too slow, an error or a broken answer
         sock.close()
         return Attempt(None)
