@@ -11,14 +11,17 @@ and stored new messages in it: the order the race needs, every time, with no sle
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import pytest
 import trio
 import trio.testing
+from nsqd import cursorfile
 from nsqd.broker import Broker
 from nsqd.channel import Channel
+from nsqd.diskfiles import DiskFiles
 from nsqd.diskqueue import DiskQueue
 from nsqd.options import Options
 
@@ -103,6 +106,12 @@ async def own_and_dead(broker: Broker, channel: Channel, own: bytes, dead: bytes
 async def waiting_bodies(channel: Channel, now: float) -> list[bytes]:
     await channel.fetch()  # what is on disk only, read
     return [m.body for m in channel.peek(100, now)]
+
+
+async def settled() -> None:
+    """Every task waits, and no worker thread is at work."""
+    await trio.testing.wait_all_tasks_blocked()
+    await trio.testing.wait_all_threads_completed()
 
 
 def queue_files(data: Path, queue: str) -> list[str]:
@@ -203,6 +212,7 @@ async def test_a_topic_made_again_at_once_has_none_of_its_deleted_channels_messa
         await held.release()
         assert await waiting_bodies(again, broker.now()) == [b"new own"]
         assert [m.body for m in await again.peek_dead(10)] == [b"new dead"]
+        await settled()  # the log's directory and the journal removed too, in worker threads
         assert marked(tmp_path) == [] and marked(tmp_path / "topics") == []
         nursery.cancel_scope.cancel()
     async with trio.open_nursery() as nursery:
@@ -231,7 +241,7 @@ async def test_what_a_deletion_left_at_a_stop_is_removed_at_the_next_start(
     assert {name.split(MARK)[0] for name in left} == {"t:c#own", "t:c#dead"}
     async with trio.open_nursery() as nursery:
         broker = await start(nursery, tmp_path, **options)
-        await trio.testing.wait_all_threads_completed()  # the clean-up, in a worker thread
+        await settled()  # the clean-up at the start has run, in a worker thread
         assert marked(tmp_path) == []
         assert list(broker.topics["t"].channels) == ["kept"]
         again = broker.get_channel(broker.topics["t"], "c")
@@ -250,7 +260,7 @@ async def test_a_start_removes_a_deleted_queues_files_but_not_its_bad_ones(
     bad.write_bytes(b"x")  # for an operator to look at, as a deletion leaves it
     async with trio.open_nursery() as nursery:
         await start(nursery, tmp_path)
-        await trio.testing.wait_all_threads_completed()
+        await settled()
         assert marked(tmp_path) == [bad.name]
         nursery.cancel_scope.cancel()
 
@@ -277,8 +287,9 @@ async def test_dead_letters_stored_after_their_channel_is_deleted_harm_nothing(
         nursery.cancel_scope.cancel()
 
 
-class _Watched:
-    """A lock that tells when someone had to wait for it."""
+class Waited:
+    """A lock that tells when someone had to wait for it: put in place of the lock a file
+    operation holds in its worker thread and the rename aside waits for."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -293,33 +304,44 @@ class _Watched:
         self._lock.release()
 
 
-@pytest.fixture
-def held_write(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
-    """``DiskFiles.write`` waits, in its worker thread, until the event is set."""
-    from nsqd.diskfiles import DiskFiles
+class HeldInThread:
+    """A blocking function held, in the worker thread that calls it, until the rename aside
+    waits for it (``moving_aside``)."""
 
-    go_on = threading.Event()
-    entered = threading.Event()
-    original = DiskFiles.write
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, owner: object, name: str) -> None:
+        self.entered = threading.Event()
+        self._go_on = threading.Event()
+        original = getattr(owner, name)
 
-    def write(self: DiskFiles, *args: object) -> object:
-        entered.set()
-        go_on.wait(30)
-        return original(self, *args)  # type: ignore[arg-type]
+        def held(*args: object, **kwargs: object) -> object:
+            self.entered.set()
+            self._go_on.wait(30)
+            return original(*args, **kwargs)
 
-    monkeypatch.setattr(DiskFiles, "write", write)
-    go_on.entered = entered  # type: ignore[attr-defined]
-    yield go_on
-    go_on.set()
+        monkeypatch.setattr(owner, name, held)
+
+    async def moving_aside(self, lock: Waited, detach: Callable[[], None]) -> None:
+        """Once the held call is under way, ``detach`` (on the Trio thread, where the
+        broker calls it): the call goes on only when ``detach`` waits for ``lock``."""
+        await trio.to_thread.run_sync(self.entered.wait, 30)
+        waker = threading.Thread(target=lambda: lock.contended.wait(30) and self._go_on.set())
+        waker.start()
+        try:
+            detach()
+        finally:
+            self._go_on.set()
+            waker.join()
+        assert lock.contended.is_set()
 
 
 async def test_a_write_under_way_when_the_queue_is_moved_aside_goes_with_it(
-        tmp_path: Path, held_write: threading.Event) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The rename waits for the write (in its worker thread) to end, so that nothing of the
     # queue is written under its old name once it is moved aside; the write is answered.
     queue = DiskQueue("t:c#dead", tmp_path, sync_every=1)
-    watched = _Watched()
-    queue._files_busy = watched  # type: ignore[assignment]
+    lock = Waited()
+    queue._files_busy = lock  # type: ignore[assignment]
+    write = HeldInThread(monkeypatch, DiskFiles, "write")
     written: list[str] = []
 
     async def put() -> None:
@@ -328,16 +350,33 @@ async def test_a_write_under_way_when_the_queue_is_moved_aside_goes_with_it(
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(put)
-        await trio.to_thread.run_sync(held_write.entered.wait, 30)  # type: ignore[attr-defined]
-        # the write goes on once the rename waits for it (from a thread of the test's own)
-        waker = threading.Thread(target=lambda: watched.contended.wait(30) and held_write.set())
-        waker.start()
-        queue.detach()
-        waker.join()
+        await write.moving_aside(lock, queue.detach)
     assert written == ["yes"]
     assert queue_files(tmp_path, "t:c#dead") == []
     aside = marked(tmp_path)
     assert aside and all(name.startswith(f"{queue.name}.diskqueue.") for name in aside)
     assert queue.name.startswith("t:c#dead~deleted-")
     await queue.delete()
+    assert list(tmp_path.iterdir()) == []
+
+
+async def test_a_journal_write_under_way_when_the_channel_is_deleted_goes_aside_too(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A journal's first write (and one every 1 MiB) replaces the file by name: were it let
+    # go on after the rename, it would make the journal again under the old name, for the
+    # channel made again to load.
+    path = tmp_path / "c.cursor"
+    journal = cursorfile.CursorJournal(path)
+    lock = Waited()
+    journal._busy = lock  # type: ignore[assignment]
+    rewrite = HeldInThread(monkeypatch, cursorfile, "write_atomically")
+    state = cursorfile.CursorState(5)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(partial(trio.to_thread.run_sync, partial(journal.append, state,
+                                                                     sync=False)))
+        await rewrite.moving_aside(lock, journal.detach)
+    assert not path.exists()
+    assert journal.path.name.startswith("c.cursor~deleted-")
+    assert cursorfile.load(journal.path) == state
+    journal.remove()
     assert list(tmp_path.iterdir()) == []
