@@ -14,11 +14,9 @@ due times) and writes what the logs hold in memory, for the next start.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import re
-import shutil
 import ssl
 import time
 from collections.abc import Awaitable, Callable
@@ -37,6 +35,7 @@ from .clock import Clock, SystemClock
 from .cursor import Cursor
 from .deadletters import SUFFIX as DEAD_LETTER_SUFFIX
 from .deadletters import DeadLetters
+from .deletion import remove_deleted
 from .diskqueue import DiskQueue
 from .e2e import LatencyStream
 from .errors import (
@@ -56,7 +55,7 @@ from .record import MAX_EXTENSION, Records, new_records
 from .statsd import run_statsd
 from .tls import server_context, tls_required
 from .topic import Topic
-from .topiclog import DELETED_MARK, TopicLog
+from .topiclog import TopicLog
 
 if TYPE_CHECKING:
     import httpx
@@ -157,7 +156,11 @@ class Broker:
                     await channel.restore_deferred()
                 nursery.start_soon(self.pump.run)
                 nursery.start_soon(self.pump.run_scan)
-                nursery.start_soon(trio.to_thread.run_sync, self._remove_deleted)
+                # What deletions left at the last stop (``deletion``), removed while nsqd
+                # serves.
+                data = Path(self.opts.data_path or ".")
+                nursery.start_soon(trio.to_thread.run_sync, remove_deleted, data,
+                                   data / TOPICS_DIR)
                 nursery.start_soon(self.metadata.run)
                 await nursery.start(self.lookup.run)
                 if self.opts.statsd_address:
@@ -178,24 +181,6 @@ class Broker:
             from .goimport import bring_in
 
             await bring_in(self.opts, log)
-
-    def _remove_deleted(self) -> None:
-        """Remove what deletions left when the last run stopped (``DELETED_MARK``): topic
-        directories and channels' journals moved aside, not yet removed. In a worker
-        thread, after the start (a full disk must not stop nsqd from starting)."""
-        topics = Path(self.opts.data_path or ".") / TOPICS_DIR
-        try:
-            directories = [p for p in topics.iterdir() if p.is_dir()]
-        except OSError:
-            return
-        for directory in directories:
-            if DELETED_MARK in directory.name:
-                shutil.rmtree(directory, ignore_errors=True)
-                continue
-            with contextlib.suppress(OSError):
-                for path in directory.iterdir():
-                    if DELETED_MARK in path.name:
-                        path.unlink(missing_ok=True)
 
     def _load(self) -> None:
         """Topics, channels and their positions from what the last run left; nothing is
@@ -375,14 +360,16 @@ class Broker:
         channel.clients.clear()
         channel.empty()
         if channel.cursor.journal is not None:
-            channel.cursor.journal.detach(DELETED_MARK)  # a channel made again starts anew
+            channel.cursor.journal.detach()  # a channel made again starts anew
             self._spawn_once(channel.cursor.forget())
         for queue in (channel.own, channel.dead_letters_if_any):
             if queue is not None:
                 self._stop(queue)
                 backlog = queue.backlog if isinstance(queue, DeadLetters) else queue
-                if backlog.disk is not None and self._nursery is not None:
-                    self._nursery.start_soon(backlog.disk.delete)
+                if backlog.disk is not None:
+                    backlog.disk.detach()  # its files too: the new channel's are its own
+                    if self._nursery is not None:
+                        self._nursery.start_soon(backlog.disk.delete)
 
     def dead_letters_for(self, channel: Channel) -> DeadLetters:
         """The dead-letter queue of ``channel``, made when it first needs one (or at start
@@ -400,7 +387,8 @@ class Broker:
 
     def _private_queue(self, channel: Channel, name: str, on_readable: Callable[[], None]
                        ) -> Backlog:
-        durable = channel.cursor.journal is not None
+        # Not for a deleted channel either: its name's files are a new channel's now.
+        durable = channel.cursor.journal is not None and not channel.deleted
         disk = self._disk_queue(name) if durable else None
         return Backlog(0 if durable else 1 << 62, disk, on_readable)
 
@@ -419,6 +407,8 @@ class Broker:
         try:
             await channel.store_dead_letters()
         except DiskQueueError as exc:
+            if channel.deleted:  # the deletion caught the write: nothing left to keep them for
+                return
             self.health = f"NOK - {exc}"
             log.error("%s: failed to store dead letters - %s", self._dead_letter_name(channel),
                       exc)

@@ -38,15 +38,17 @@ import itertools
 import logging
 import os
 import re
-import secrets
 import struct
 import sys
+import threading
 import zlib
 from array import array
 from pathlib import Path
 
 import attrs
 from nsq_common import write_atomically
+
+from .deletion import aside_name
 
 __all__ = ["MAX_EXTRAS", "MAX_RANGES", "CursorJournal", "CursorState", "decode", "encode", "load"]
 
@@ -200,7 +202,7 @@ class CursorJournal:
     ``load()`` it first: the first ``append()`` replaces the file with its one entry.
     """
 
-    __slots__ = ("_fd", "_logger", "_size", "path", "rewrite_at")
+    __slots__ = ("_busy", "_fd", "_logger", "_size", "path", "rewrite_at")
 
     def __init__(self, path: Path, *, rewrite_at: int = 1 << 20,
                  logger: logging.Logger | None = None) -> None:
@@ -209,6 +211,8 @@ class CursorJournal:
         self._logger = logger or _logger
         self._fd: int | None = None  # open on a file holding only whole entries of ours
         self._size = 0
+        # Held by each append (in a worker thread): what ``detach`` waits for.
+        self._busy = threading.Lock()
 
     def __repr__(self) -> str:
         return f"<CursorJournal {self.path} {self._size} bytes>"
@@ -229,6 +233,10 @@ class CursorJournal:
             OSError: the write or sync failed; the file's last valid entry is the one before.
         """
         entry = _entry(state)
+        with self._busy:
+            self._write_entry(entry, sync=sync)
+
+    def _write_entry(self, entry: bytes, *, sync: bool) -> None:
         fd = self._fd
         if fd is None or self._size + len(entry) > self.rewrite_at:
             self._rewrite(entry)
@@ -270,15 +278,17 @@ class CursorJournal:
     def close(self) -> None:
         self._close_fd()
 
-    def detach(self, mark: str) -> None:
-        """The channel is deleted: the journal is renamed out of the way at once (its name
-        + ``mark`` + a random suffix), so that a channel made again with the same name
-        starts from nothing; writes under way go on into the renamed file, ``remove``
-        removes it."""
-        gone = self.path.with_name(f"{self.path.name}{mark}{secrets.token_hex(4)}")
-        with contextlib.suppress(FileNotFoundError):
-            self.path.rename(gone)
-        self.path = gone
+    def detach(self) -> None:
+        """The channel is deleted: the journal is renamed out of the way at once
+        (``deletion.aside_name``), so that a channel made again with the same name starts
+        from nothing; later writes go into the renamed file, ``remove`` removes it. An
+        append under way in a worker thread is waited for (blocking), so that it cannot
+        make the journal again under its old name (a rewrite replaces the file by name)."""
+        gone = self.path.with_name(aside_name(self.path.name))
+        with self._busy:
+            with contextlib.suppress(FileNotFoundError):
+                self.path.rename(gone)
+            self.path = gone
 
     def remove(self) -> None:
         """Close, and unlink the journal and any temp files beside it (missing is fine)."""

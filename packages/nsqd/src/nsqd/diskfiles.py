@@ -286,13 +286,15 @@ class DiskFiles:
         self._drop_write_fd()
 
     def remove(self, files: range, damaged: list[int]) -> str | None:
-        """Remove the data files in ``files`` and the metadata; ``damaged`` ones become ``.bad``."""
+        """Remove the data files in ``files`` (and any other of the queue's name there) and
+        the metadata; ``damaged`` ones become ``.bad``."""
         self._close_reader()
         self._drop_write_fd()
         for num in damaged:
             self._rename_bad(num)
         error = None
-        for path in [*map(self.data_file, files), self.meta_path()]:
+        numbers = sorted({*files, *self._file_numbers()})
+        for path in [*map(self.data_file, numbers), self.meta_path()]:
             try:
                 path.unlink()
             except FileNotFoundError:
@@ -302,6 +304,22 @@ class DiskFiles:
                 error = error or str(exc)
         self._meta_write_file = None  # the first write persists fresh metadata
         return error
+
+    def rename(self, name: str, files: range) -> None:
+        """Rename every file of the queue (the data files in ``files`` and any other of its
+        name there, and the metadata; not ``.bad`` ones) and go on under ``name``. Open files
+        stay open (a rename does not touch them). One that cannot be renamed is logged."""
+        numbers = sorted({*files, *self._file_numbers()})
+        old = [*map(self.data_file, numbers), self.meta_path()]
+        self.name = name
+        new = [*map(self.data_file, numbers), self.meta_path()]
+        for source, target in zip(old, new, strict=True):
+            try:
+                os.rename(source, target)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                self.logger.error("DISKQUEUE(%s) failed to rename %s - %s", name, source, exc)
 
     def _open_write_fd(self, file_num: int) -> int:
         if self._write_fd is not None and self._write_fd_num == file_num:

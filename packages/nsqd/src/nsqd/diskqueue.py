@@ -24,7 +24,9 @@ commit), and the callers behind it find their records already written. ``run()``
 read-ahead, the periodic sync, deleting fully-read files and putting aside corrupt ones.
 ``pop()`` and ``commit()`` only touch memory. Thread calls are shielded from cancellation: once
 started they finish and their result is applied before the cancellation is delivered, so
-memory always matches the files.
+memory always matches the files. ``detach()`` (the channel deleted) renames the files from the
+Trio thread at once: a ``threading.Lock`` held through each file operation has it wait for one
+under way, so that no file is ever made again under the old name.
 
 Durability. ``put()`` returns after the OS accepted the bytes (a killed process loses nothing).
 The metadata always names the current write file: it is persisted before the first byte goes
@@ -41,6 +43,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import threading
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
@@ -49,6 +52,7 @@ from typing import TypeVar
 import attrs
 import trio
 
+from .deletion import aside_name
 from .diskfiles import DiskFiles, Gone, Pos, PutRequest, WriteOutcome, settle, take_batch
 from .errors import DiskQueueClosed, DiskQueueError
 
@@ -116,6 +120,9 @@ class DiskQueue:
     _closed: bool = attrs.field(init=False, default=False)
     _running: bool = attrs.field(init=False, default=False)
     _io_lock: trio.Lock = attrs.field(init=False, factory=trio.Lock)
+    # Held through each file operation (in a worker thread or inline): what ``detach``,
+    # on the Trio thread, waits for.
+    _files_busy: threading.Lock = attrs.field(init=False, factory=threading.Lock)
     _wake: trio.Event = attrs.field(init=False, factory=trio.Event)
     _readable: trio.Event = attrs.field(init=False, factory=trio.Event)
 
@@ -312,8 +319,26 @@ class DiskQueue:
         if err is not None:
             raise DiskQueueError(err)
 
+    def detach(self) -> None:
+        """Its channel is deleted: the queue takes no more records, and its files are
+        renamed out of the way at once (``deletion.aside_name``), so that a queue made again
+        with the same name starts with none of them while ``delete`` removes these (a start
+        removes what a crash left so). A file operation under way in a worker thread (one
+        write, read or sync at most) is waited for, blocking, so that nothing is written
+        under the old name once the files have moved: records being written go with them,
+        and records queued to be written after go into the moved files too."""
+        self._closed = True
+        self._wake.set()
+        name = aside_name(self.name)
+        with self._files_busy:
+            self._files.rename(name, self._file_range())
+            self._files.close_files()
+        self.name = name
+        self.logger.info("DISKQUEUE(%s): moved aside to be deleted", name)
+
     async def delete(self) -> None:
-        """Close without syncing and remove the data files and metadata (not ``.bad`` files)."""
+        """Close without syncing and remove the data files and metadata (not ``.bad`` files;
+        ``detach`` first, when the name may be used again at once)."""
         self._closed = True
         self._wake.set()
         self.logger.info("DISKQUEUE(%s): deleting", self.name)
@@ -351,10 +376,14 @@ class DiskQueue:
     async def _remove_files(self) -> str | None:
         """Remove every data file and the metadata (empty/delete; lock held). Damaged files
         still waiting for the committed position to pass them are put aside instead."""
+        damaged = [num for num, bad in self._left + self._finished_files if bad]
+        return await self._in_thread(self._files.remove, self._file_range(), damaged)
+
+    def _file_range(self) -> range:
+        """The numbers of the data files the queue may still have."""
         gone = self._left + self._finished_files
         first = min([self._committed()[0], *(num for num, _ in gone)])
-        files = range(first, self._write[0] + 1)
-        return await self._in_thread(self._files.remove, files, [n for n, bad in gone if bad])
+        return range(first, self._write[0] + 1)
 
     def _buffer_low(self) -> bool:
         return self._buffered_bytes < _READ_AHEAD_BYTES // 2 and len(self._buffer) < _READ_AHEAD_RECORDS // 2
@@ -410,8 +439,12 @@ class DiskQueue:
     async def _in_thread(self, fn: Callable[..., T], *args: object) -> T:
         # Shielded so that a started file operation is always followed by its bookkeeping.
         with trio.CancelScope(shield=True):
-            result = await trio.to_thread.run_sync(fn, *args)
+            result = await trio.to_thread.run_sync(self._busy_with, fn, *args)
         return result
+
+    def _busy_with(self, fn: Callable[..., T], *args: object) -> T:
+        with self._files_busy:
+            return fn(*args)
 
     def _write_blocking(
         self, records: list[bytes], start: Pos, depth: int, read: Pos, sync: bool
@@ -433,7 +466,8 @@ class DiskQueue:
                 # A write with no fsync due is a copy into the page cache: done here, it costs
                 # a few microseconds; a round trip to a worker thread costs far more, and on a
                 # stop-and-wait publisher that round trip was most of the disk path's latency.
-                out = self._write_blocking(records, write, depth, committed, sync)
+                with self._files_busy:
+                    out = self._write_blocking(records, write, depth, committed, sync)
                 await trio.lowlevel.checkpoint()
             else:
                 out = await self._in_thread(self._write_blocking, records, write, depth, committed, sync)

@@ -35,7 +35,6 @@ import errno
 import json
 import logging
 import os
-import secrets
 import shutil
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -45,6 +44,7 @@ from typing import TYPE_CHECKING, TypeVar
 import trio
 from nsq_common import write_atomically
 
+from .deletion import aside_name
 from .errors import DiskQueueClosed, DiskQueueError, SegmentError
 from .runs import Run, RunStore
 from .segment import Segment
@@ -64,9 +64,6 @@ READ_BYTES = 1 << 20
 #: start begins past the last reservation (a gap, never a reuse).
 RESERVE = 1 << 20
 OFFSETS_FILE = "offsets"
-#: Between the name of a deleted topic's directory (or a deleted channel's cursor journal)
-#: and a random suffix: what is being removed (no topic or channel name has a ``~``).
-DELETED_MARK = "~deleted-"
 #: A write this small, with no fsync due, is done on the Trio thread (a page-cache copy).
 _INLINE_WRITE_BYTES = 256 << 10
 SEGMENT_SUFFIX = ".log"
@@ -736,7 +733,7 @@ class TopicLog:
 
     def detach(self) -> None:
         """The topic is deleted: the log takes no more writes, and its directory is renamed
-        out of the way at once (``DELETED_MARK``), so that a topic made again with the
+        out of the way at once (``deletion.aside_name``), so that a topic made again with the
         same name starts empty in a directory of its own while ``delete`` removes this
         one. A start removes what a crash left so."""
         self._closed = True
@@ -744,7 +741,7 @@ class TopicLog:
         directory = self.directory
         if directory is None:
             return
-        gone = directory.with_name(f"{directory.name}{DELETED_MARK}{secrets.token_hex(4)}")
+        gone = directory.with_name(aside_name(directory.name))
         try:
             directory.rename(gone)
         except FileNotFoundError:

@@ -1,0 +1,56 @@
+"""Files of a deleted topic or channel, whose name may be used again at once.
+
+The deletion renames them aside at once (``aside_name``: the name, ``DELETED_MARK`` and a
+random suffix), so that a topic or channel made again with the same name right away starts
+with none of them, in files of its own; they are removed later, in the background, by their
+new names, so the removal can never take the new files with it. What a crash left aside is
+removed at the next start (``remove_deleted``).
+
+What is renamed so: a topic's directory (``topiclog``), a channel's cursor journal
+(``cursorfile``) and its private queues' files in the data path (``diskqueue``: its own
+queue, its dead letters).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+from pathlib import Path
+
+#: Between the name of what a deletion moved aside and a random suffix (no topic or channel
+#: name has a ``~``).
+DELETED_MARK = "~deleted-"
+#: A damaged file of a queue, put aside for an operator: a deletion leaves it (as Go's does).
+_BAD_SUFFIX = ".bad"
+
+
+def aside_name(name: str) -> str:
+    """A name for ``name`` deleted: unique, marked, and never that of a topic or channel."""
+    return f"{name}{DELETED_MARK}{secrets.token_hex(4)}"
+
+
+def remove_deleted(data_path: Path, topics: Path) -> None:
+    """Remove what deletions left when the last run stopped: topic directories (in
+    ``topics``) and channels' journals (in a topic's directory) moved aside, and private
+    queues' files (in ``data_path``) but their ``.bad`` ones. Blocking (a worker thread's
+    work); whatever cannot be removed stays, for the next start."""
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(data_path):
+            if (DELETED_MARK in entry.name and not entry.name.endswith(_BAD_SUFFIX)
+                    and not entry.is_dir()):
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
+    try:
+        directories = [p for p in topics.iterdir() if p.is_dir()]
+    except OSError:
+        return
+    for directory in directories:
+        if DELETED_MARK in directory.name:
+            shutil.rmtree(directory, ignore_errors=True)
+            continue
+        with contextlib.suppress(OSError):
+            for path in directory.iterdir():
+                if DELETED_MARK in path.name:
+                    path.unlink(missing_ok=True)
