@@ -7,6 +7,7 @@ import itertools
 import json
 import re
 import signal
+import time
 
 import httpx
 import pytest
@@ -176,9 +177,14 @@ def graph_latest(base: str, path: str) -> str | None:
     return found.group(1) if found else None
 
 
-def first_time(base: str, path: str) -> float:
+def strip_times(base: str, path: str) -> list[float]:
+    """The times of the samples the graph's hover strips show (the latest in each slot)."""
     text = httpx.get(f"{base}/graphs{path}", timeout=DEADLINE).text
-    return min(float(t) for t in re.findall(r'<rect [^>]*data-t="([\d.]+)"', text))
+    return [float(t) for t in re.findall(r'<rect [^>]*data-t="([\d.]+)"', text)]
+
+
+def _span(times: list[float]) -> float:
+    return max(times) - min(times) if times else 0.0
 
 
 def test_history_file_survives_a_restart(nsqd, tmp_path):
@@ -191,7 +197,12 @@ def test_history_file_survives_a_restart(nsqd, tmp_path):
         base = f"http://{first.http_address}"
         wait_until(lambda: graph_latest(base, "/topics/gr_restart/work") == "12",
                    what="the sampler's first samples")
-        before = first_time(base, "/topics/gr_restart/work")
+        # samples over more than a strip's slot (10 min / MAX_STRIPS = 3.75 s): then the next
+        # nsqadmin's samples, all later, cannot share a slot with every old one and hide them
+        # all (a strip shows the latest sample of its slot)
+        wait_until(lambda: _span(strip_times(base, "/topics/gr_restart/work")) > 4.0,
+                   what="samples over more than 4 s")
+        stopped_at = time.time()  # nsqadmin's clock: the next one samples after this
     finally:
         assert first.stop(signal.SIGTERM) == 0
     saved = json.loads(gzip.decompress(path.read_bytes()))  # written on the way out
@@ -202,8 +213,8 @@ def test_history_file_survives_a_restart(nsqd, tmp_path):
     second = start_daemon("nsqadmin", args, expect=("HTTP",))
     try:
         base = f"http://{second.http_address}"
-        # straight away, before any new sample: the old points are there
-        assert first_time(base, "/topics/gr_restart/work") == before
+        # straight away: the old points are drawn
+        assert min(strip_times(base, "/topics/gr_restart/work")) < stopped_at
         assert graph_latest(base, "/topics/gr_restart/work") == "12"
         assert "history: " in "".join(second.log) and "series restored" in "".join(second.log)
     finally:

@@ -86,6 +86,24 @@ def started(start, root: Path):
     raise AssertionError("unreachable")
 
 
+def ran_to_end(start):
+    """``start(attempt)`` a query that ends by itself (``availableNow``) and wait for its end.
+    A query that Spark failed with ``WORKER_TIMEOUT`` is started again, up to three times
+    (``start`` decides whether from a new checkpoint); any other failure is raised. Returns
+    the query that ended."""
+    for attempt in range(3):
+        query = start(attempt)
+        try:
+            query.awaitTermination()
+        except Exception as exc:  # pyspark's StreamingQueryException
+            if WORKER_TIMEOUT not in str(exc) or attempt == 2:
+                raise
+            print(f"attempt {attempt}: {WORKER_TIMEOUT}; starting the query again")
+            continue
+        return query
+    raise AssertionError("unreachable")
+
+
 def publish(nsqd, topic: str, count: int, channel: str = "spark") -> list[bytes]:
     base = f"http://{nsqd.http_address}"
     assert httpx.post(f"{base}/topic/create", params={"topic": topic}).status_code == 200
@@ -342,10 +360,10 @@ def test_driver_killed_mid_batch_replays_it_from_the_checkpoint(spark, nsqd, tmp
     # the query drops those redeliveries by id instead of passing them on again.
     print("after the second run:", channel_stats(nsqd, topic))
     more: list[str] = []
-    query = (stream(spark, nsqd, topic, checkpoint, mode, idleTimeout="2s").writeStream
-             .foreachBatch(lambda batch, _: more.extend(r.id for r in batch.select("id").collect()))
-             .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
-    query.awaitTermination()
+    ran_to_end(lambda _: (  # from the same checkpoint, whatever the attempt
+        stream(spark, nsqd, topic, checkpoint, mode, idleTimeout="2s").writeStream
+        .foreachBatch(lambda batch, _: more.extend(r.id for r in batch.select("id").collect()))
+        .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()))
     assert more == []
     wait_until(lambda: drained(nsqd, topic), what="channel depth 0, in_flight 0")
 
@@ -494,16 +512,18 @@ def test_starting_offsets_earliest_json_and_timestamp(spark, nsqd, tmp_path):
     publish_log(nsqd, topic, second)
 
     def read(name: str, **options: str) -> list:
-        reader = (spark.readStream.format("nsq").option("nsqdHttp", nsqd.http_address)
-                  .option("topic", topic).option("maxOffsetsPerTrigger", "150"))
-        for key, value in options.items():
-            reader = reader.option(key, value)
-        query = (reader.load().writeStream.format("memory").queryName(name)
-                 .option("checkpointLocation", str(tmp_path / name))
-                 .trigger(availableNow=True).start())
-        query.awaitTermination()
+        def start(attempt: int):
+            reader = (spark.readStream.format("nsq").option("nsqdHttp", nsqd.http_address)
+                      .option("topic", topic).option("maxOffsetsPerTrigger", "150"))
+            for key, value in options.items():
+                reader = reader.option(key, value)
+            return (reader.load().writeStream.format("memory").queryName(f"{name}_{attempt}")
+                    .option("checkpointLocation", str(tmp_path / f"{name}-{attempt}"))
+                    .trigger(availableNow=True).start())
+
+        query = ran_to_end(start)
         assert query.exception() is None
-        return spark.sql(f"SELECT * FROM {name}").collect()
+        return spark.sql(f"SELECT * FROM {query.name}").collect()
 
     earliest = read("from_earliest", startingOffsets="earliest")
     exactly_once(earliest, first + second)
@@ -520,11 +540,12 @@ def test_starting_at_the_latest_reads_what_comes_next(spark, nsqd, tmp_path):
     topic = "latest_only"
     publish_log(nsqd, topic, [b"old-%d" % i for i in range(100)])
     rows: list = []
-    query = (spark.readStream.format("nsq").option("nsqdHttp", nsqd.http_address)
-             .option("topic", topic).load()  # startingOffsets latest: Kafka's default
-             .writeStream.foreachBatch(lambda batch, _: rows.extend(batch.collect()))
-             .option("checkpointLocation", str(tmp_path / "checkpoint"))
-             .trigger(processingTime="200 milliseconds").start())
+    query, _ = started(lambda checkpoint: (
+        spark.readStream.format("nsq").option("nsqdHttp", nsqd.http_address)
+        .option("topic", topic).load()  # startingOffsets latest: Kafka's default
+        .writeStream.foreachBatch(lambda batch, _: rows.extend(batch.collect()))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime="200 milliseconds").start()), tmp_path)
     try:
         wait_progressing(lambda: query.recentProgress, lambda: query.status["message"],
                          "a first batch (where the latest was)")
@@ -558,19 +579,19 @@ def test_available_now_stops_at_the_offsets_of_its_start(spark, nsqd, tmp_path):
     publisher = threading.Thread(target=keep_publishing)
     publisher.start()
     try:
-        query = (spark.readStream.format("nsq").option("nsqdHttp", nsqd.http_address)
-                 .option("topic", topic).option("startingOffsets", "earliest")
-                 .option("maxOffsetsPerTrigger", "1000").load()
-                 .writeStream.format("memory").queryName(topic)
-                 .option("checkpointLocation", str(tmp_path / "checkpoint"))
-                 .trigger(availableNow=True).start())
-        query.awaitTermination()
+        query = ran_to_end(lambda attempt: (
+            spark.readStream.format("nsq").option("nsqdHttp", nsqd.http_address)
+            .option("topic", topic).option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", "1000").load()
+            .writeStream.format("memory").queryName(f"{topic}_{attempt}")
+            .option("checkpointLocation", str(tmp_path / f"checkpoint-{attempt}"))
+            .trigger(availableNow=True).start()))
         after = log_bounds(nsqd, topic)[1]
     finally:
         stop.set()
         publisher.join()
     assert query.exception() is None
-    offsets = sorted(r.offset for r in spark.sql(f"SELECT offset FROM {topic}").collect())
+    offsets = sorted(r.offset for r in spark.sql(f"SELECT offset FROM {query.name}").collect())
     assert offsets == list(range(len(offsets)))  # each once, from the first, no gap
     assert before <= len(offsets) < after  # what was there at its start, not what came later
     progress = [p for p in query.recentProgress if p["numInputRows"]]
@@ -596,9 +617,9 @@ def test_unreachable_nsqd_or_lookupd_fails_the_query_naming_it(spark, tmp_path):
                   .option("timeout", "2s"))
         for key, value in extra.items():
             reader = reader.option(key, value)
-        query = (reader.load().writeStream.format("noop")
-                 .option("checkpointLocation", str(tmp_path / option))
-                 .trigger(processingTime="200 milliseconds").start())
+        query, _ = started(lambda checkpoint, r=reader: (
+            r.load().writeStream.format("noop").option("checkpointLocation", str(checkpoint))
+            .trigger(processingTime="200 milliseconds").start()), tmp_path / option)
         try:
             wait_progressing(lambda q=query: not q.isActive, lambda q=query: q.status["message"],
                              f"the query's end ({option})")
