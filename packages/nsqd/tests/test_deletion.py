@@ -23,6 +23,7 @@ from nsqd.broker import Broker
 from nsqd.channel import Channel
 from nsqd.diskfiles import DiskFiles
 from nsqd.diskqueue import DiskQueue
+from nsqd.errors import DiskQueueClosed
 from nsqd.options import Options
 
 MARK = "~deleted-"
@@ -309,6 +310,28 @@ async def test_a_write_under_way_when_the_queue_is_moved_aside_goes_with_it(
     aside = marked(tmp_path)
     assert aside and all(name.startswith(f"{queue.name}.diskqueue.") for name in aside)
     assert queue.name.startswith("t:c#dead~deleted-")
+    await queue.delete()
+    assert list(tmp_path.iterdir()) == []
+
+
+async def test_a_task_waiting_for_records_ends_when_the_queue_is_moved_aside(
+        tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
+    # Its read-ahead stops with it: nothing would ever end the wait (a dead-letter peek's).
+    # On the virtual clock, a wait that does not end fails at once.
+    queue = DiskQueue("t:c#dead", tmp_path)
+    ended: list[str] = []
+
+    async def wait() -> None:
+        with pytest.raises(DiskQueueClosed):
+            await queue.wait_readable()
+        ended.append("closed")
+
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(wait)
+            await trio.testing.wait_all_tasks_blocked()
+            queue.detach()
+    assert ended == ["closed"]
     await queue.delete()
     assert list(tmp_path.iterdir()) == []
 

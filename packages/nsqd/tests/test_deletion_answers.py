@@ -7,13 +7,14 @@ nsqd's HTTP API answers such a request as it answers one for a channel that does
 as first, as it does for every effect (whatever the request did went with the channel); never
 a 500, never an ERROR line. lmstfy has no deleted queue: it answers as real lmstfy answers
 for a queue with no dead letters (``deadletter_size`` 0 and an empty head, a respawn of 0, a
-delete's 204).
+delete's 204). A consume answers as it does for a channel deleted during its wait (nothing).
 
 A real broker on a temporary data path, both APIs in process (httpx over ASGI), on Trio's
 virtual clock (``io_clock``): a request that would wait forever fails the test at once. The
 order is made, never waited for: a file operation of the dead letters' disk queue (the read
 of the dead letters, or their write) is held in its worker thread until the deletion's rename
-aside waits for it (``hold_in_thread``).
+aside waits for it (``hold_in_thread``); or the read of the dead letters has not begun when
+the deletion comes (``HeldReadAhead``), so that nothing but the deletion can end the wait.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from nsqd.broker import Broker
 from nsqd.channel import Channel
 from nsqd.clock import VirtualClock
 from nsqd.diskfiles import DiskFiles
+from nsqd.diskqueue import DiskQueue
 from nsqd.http_api import build_app
 from nsqd.lmstfy import names
 from nsqd.lmstfy.api import build_data_app
@@ -159,6 +161,22 @@ async def asked(nursery: trio.Nursery, apis: Apis, route: Route, query: str = ""
     return request
 
 
+class HeldReadAhead:
+    """Disk queues whose name ends with ``suffix`` read nothing ahead (``#dead``: no dead
+    letter is read): a request waiting for their records waits until the deletion ends it."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, suffix: str) -> None:
+        original = DiskQueue._read_ahead
+        never = trio.Event()
+
+        async def held(queue: DiskQueue) -> bool:
+            if queue.name.endswith(suffix):
+                await never.wait()
+            return await original(queue)
+
+        monkeypatch.setattr(DiskQueue, "_read_ahead", held)
+
+
 def channel_of(broker: Broker, route: Route) -> Channel:
     topic, channel = route.names
     return broker.get_channel(broker.get_topic(topic), channel)
@@ -216,6 +234,25 @@ async def test_a_request_waiting_for_the_dead_letters_read_answers_as_for_no_cha
     request = await asked(nursery, apis, the_route)
     await read.moving_aside(lambda: delete(broker, the_route, "channel"))
     assert await request.answer() == gone(the_route, "channel")
+    assert errors(caplog) == []
+
+
+@pytest.mark.parametrize("route", list(READING))
+async def test_a_request_waiting_for_a_read_not_begun_ends_when_the_topic_is_deleted(
+        route: str, io_clock: trio.testing.MockClock, io_clock_moving: None,
+        nursery: trio.Nursery, tmp_path: Path, apis_of: Callable[[Broker, Path], Apis],
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    # Nothing will ever read the dead letters for it: the deletion cancels the queue's
+    # read-ahead and closes it; the request must end with it, not wait forever.
+    broker = await start(nursery, tmp_path)
+    apis = apis_of(broker, tmp_path)
+    the_route = READING[route]
+    channel = channel_of(broker, the_route)
+    HeldReadAhead(monkeypatch, "#dead")
+    await dead_letters(broker, channel, [b"dead 1", b"dead 2"])
+    request = await asked(nursery, apis, the_route)
+    delete(broker, the_route, "topic")
+    assert await request.answer() == gone(the_route, "topic")
     assert errors(caplog) == []
 
 
@@ -277,4 +314,29 @@ async def test_an_empty_waiting_behind_the_own_queues_read_answers_as_for_no_cha
     request = await asked(nursery, apis, route)
     await read.moving_aside(lambda: delete(broker, route, "channel"))
     assert await request.answer() == gone(route, "channel")
+    assert errors(caplog) == []
+
+
+@pytest.mark.parametrize("api", ["nsqd", "lmstfy"])
+async def test_a_consume_waiting_for_the_own_queues_read_ends_when_the_channel_is_deleted(
+        api: str, io_clock: trio.testing.MockClock, io_clock_moving: None,
+        nursery: trio.Nursery, tmp_path: Path, apis_of: Callable[[Broker, Path], Apis],
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    # Respawned dead letters wait in the channel's own queue, on disk, not read yet: a
+    # consume waits for them before it looks for messages (nothing read yet must not be
+    # missed); the deletion must end that wait, and the consume gets nothing.
+    broker = await start(nursery, tmp_path)
+    apis = apis_of(broker, tmp_path)
+    route = (Route("nsqd", "POST", "/channel/consume?topic=t&channel=c&n=10") if api == "nsqd"
+             else Route("lmstfy", "GET", "/api/ns/q?timeout=0&ttr=30", (404, {
+                 "msg": "no job available"})))
+    channel = channel_of(broker, route)
+    await dead_letters(broker, channel, [b"own 1", b"own 2"])
+    HeldReadAhead(monkeypatch, "#own")
+    assert await channel.respawn(2) == 2
+    assert channel.own is not None and channel.own.disk_depth == 2
+    request = await asked(nursery, apis, route)
+    delete(broker, route, "channel")
+    expected = (200, {"messages": []}) if api == "nsqd" else route.lmstfy_gone
+    assert await request.answer() == expected
     assert errors(caplog) == []

@@ -26,7 +26,8 @@ read-ahead, the periodic sync, deleting fully-read files and putting aside corru
 started they finish and their result is applied before the cancellation is delivered, so
 memory always matches the files. ``detach()`` (the channel deleted) renames the files from the
 Trio thread at once: a ``threading.Lock`` held through each file operation has it wait for one
-under way, so that no file is ever made again under the old name.
+under way, so that no file is ever made again under the old name; a task waiting for records
+is woken, to find the queue closed.
 
 Durability. ``put()`` returns after the OS accepted the bytes (a killed process loses nothing).
 The metadata always names the current write file: it is persisted before the first byte goes
@@ -256,13 +257,21 @@ class DiskQueue:
             self._wake.set()
 
     async def wait_readable(self) -> None:
-        """Return when pop() would return a record (a waiter left at close() keeps waiting)."""
+        """Return when pop() would return a record.
+
+        Raises:
+            DiskQueueClosed: the queue is closed, or ``detach`` closed it during the wait
+                (nothing will be read any more). A waiter left at close() keeps waiting
+                (nsqd is stopping: its task is cancelled).
+        """
         if self._closed:
             raise DiskQueueClosed
         if self._buffer:
             await trio.lowlevel.checkpoint()
         while not self._buffer:
             await self._readable.wait()
+            if self._closed:
+                raise DiskQueueClosed
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """The background task: read-ahead, periodic sync, file clean-up. Returns after close()."""
@@ -326,9 +335,12 @@ class DiskQueue:
         removes what a crash left so). A file operation under way in a worker thread (one
         write, read or sync at most) is waited for, blocking, so that nothing is written
         under the old name once the files have moved: records being written go with them,
-        and records queued to be written after go into the moved files too."""
+        and records queued to be written after go into the moved files too. Whoever waits
+        for records (``wait_readable``: a peek, a respawn) gets ``DiskQueueClosed`` at once:
+        the read-ahead stops with the queue, so nothing would ever end that wait."""
         self._closed = True
         self._wake.set()
+        self._readable.set()
         name = aside_name(self.name)
         with self._files_busy:
             self._files.rename(name, self._file_range())
