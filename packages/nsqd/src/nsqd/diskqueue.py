@@ -53,7 +53,7 @@ from typing import TypeVar
 import attrs
 import trio
 
-from .deletion import aside_name
+from .deletion import aside_name, holding
 from .diskfiles import DiskFiles, Gone, Pos, PutRequest, WriteOutcome, settle, take_batch
 from .errors import DiskQueueClosed, DiskQueueError
 
@@ -451,12 +451,8 @@ class DiskQueue:
     async def _in_thread(self, fn: Callable[..., T], *args: object) -> T:
         # Shielded so that a started file operation is always followed by its bookkeeping.
         with trio.CancelScope(shield=True):
-            result = await trio.to_thread.run_sync(self._busy_with, fn, *args)
+            result = await trio.to_thread.run_sync(holding, self._files_busy, fn, *args)
         return result
-
-    def _busy_with(self, fn: Callable[..., T], *args: object) -> T:
-        with self._files_busy:
-            return fn(*args)
 
     def _write_blocking(
         self, records: list[bytes], start: Pos, depth: int, read: Pos, sync: bool

@@ -23,7 +23,10 @@ leaves the log as it was: nothing of the group is visible, the segment is cut ba
 ``segment``), and the publishers get the error.
 
 Concurrency: all file work runs in worker threads (or inline, for a small write with no fsync
-due) under one ``trio.Lock``; every other method is synchronous on the Trio thread.
+due) under one ``trio.Lock``; every other method is synchronous on the Trio thread. A
+``threading.Lock`` is held through each worker thread's file operation: ``detach`` (the topic
+deleted) takes it to rename the directory aside, so that no file is made again under the old
+name (``deletion``).
 
 Errors: ``DiskQueueError`` (nsqd.errors) from ``append`` when the write failed, ``close`` and
 ``delete`` when they could not finish; read-side problems are logged, never raised.
@@ -36,6 +39,7 @@ import json
 import logging
 import os
 import shutil
+import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -44,7 +48,7 @@ from typing import TYPE_CHECKING, TypeVar
 import trio
 from nsq_common import write_atomically
 
-from .deletion import aside_name
+from .deletion import aside_name, holding
 from .errors import DiskQueueClosed, DiskQueueError, SegmentError
 from .runs import Run, RunStore
 from .segment import Segment
@@ -121,6 +125,9 @@ class TopicLog:
         self._appends: deque[_Append] = deque()
         self._committing = False
         self._io_lock = trio.Lock()
+        # Held through each file operation in a worker thread: what ``detach`` waits for.
+        # (The inline write runs on the Trio thread, as ``detach`` does: never at once.)
+        self._busy = threading.Lock()
         self._wanted: set[int] = set()
         self._wake = trio.Event()
         self._tidy_now = False  # poked: remove what nobody needs without waiting for the tick
@@ -394,6 +401,8 @@ class TopicLog:
 
     def _write_blocking(self, runs: list[tuple[int, Sequence[bytes]]], roll: bool,
                         sync: bool) -> None:
+        # ``_busy`` held: ``self.directory`` (and every segment's path) is the moved one if
+        # ``detach`` came first.
         assert self.directory is not None
         if roll:
             if self._segments:
@@ -606,8 +615,10 @@ class TopicLog:
             gone.append(segment)
             retained -= segment.size
         if gone:
-            del self._segments[:len(gone)]
-            await self._in_thread(_remove_all, gone)
+            try:  # (in ``_segments`` until removed: a ``detach`` meanwhile moves their paths)
+                await self._in_thread(_remove_all, gone)
+            finally:
+                del self._segments[:len(gone)]
             self.log.info("LOG(%s): removed %d segment(s) up to offset %d", self.name,
                           len(gone), gone[-1].end)
         if self._segments and not self._segments[:-1]:
@@ -672,14 +683,18 @@ class TopicLog:
             OSError: the reservation could not be written.
         """
         assert self.directory is not None
-        await self._in_thread(self._write_offsets, until)
+        await self._in_thread(self._reserve_blocking, until)
         self._reserved = until
 
-    def _write_offsets(self, until: int) -> None:
-        directory = self.directory
-        if self._closed or directory is None:  # set aside: not to be made again
+    def _reserve_blocking(self, until: int) -> None:
+        if self._closed:  # (``_busy`` held: checked before a detach, or after it)
             raise DiskQueueClosed
-        _write_offsets(directory, until)
+        self._offsets_blocking(until)
+
+    def _offsets_blocking(self, next_offset: int) -> None:
+        # ``_busy`` held: the directory is the moved one if ``detach`` came first.
+        assert self.directory is not None
+        _write_offsets(self.directory, next_offset)
 
     async def close(self) -> None:
         """Write what some cursor or the retention still needs, fsync, close the files.
@@ -715,7 +730,7 @@ class TopicLog:
                 await self._in_thread(self._close_segments)
                 if self._reserved > self._end and self.directory.is_dir():
                     try:  # exact again: the next start goes on from the end, no gap
-                        await self._in_thread(_write_offsets, self.directory, self._end)
+                        await self._in_thread(self._offsets_blocking, self._end)
                     except OSError as exc:
                         self.log.warning("LOG(%s): offsets not written - %s", self.name, exc)
         if error is not None:
@@ -735,22 +750,32 @@ class TopicLog:
         """The topic is deleted: the log takes no more writes, and its directory is renamed
         out of the way at once (``deletion.aside_name``), so that a topic made again with the
         same name starts empty in a directory of its own while ``delete`` removes this
-        one. A start removes what a crash left so."""
+        one. A start removes what a crash left so.
+
+        A file operation under way in a worker thread (a segment made or removed, the
+        offsets written, a read or sync) is waited for, blocking, as ``deletion`` says:
+        each builds its paths from ``directory`` and the segments' paths, which this points
+        at the moved directory under the same lock, so that none makes the directory or a
+        file again under the old name (for the topic made again to load, or to lose to
+        this one's removal), nor unlinks one there."""
         self._closed = True
         self._wake.set()
         directory = self.directory
         if directory is None:
             return
         gone = directory.with_name(aside_name(directory.name))
-        try:
-            directory.rename(gone)
-        except FileNotFoundError:
-            return  # nothing was ever written
-        except OSError as exc:
-            self.log.error("LOG(%s): cannot move %s aside to delete it - %s", self.name,
-                           directory, exc)
-            return
-        self.directory = gone
+        with self._busy:
+            try:
+                directory.rename(gone)
+            except FileNotFoundError:
+                pass  # nothing written yet: what comes later goes to the new name too
+            except OSError as exc:
+                self.log.error("LOG(%s): cannot move %s aside to delete it - %s", self.name,
+                               directory, exc)
+                return
+            self.directory = gone
+            for segment in self._segments:
+                segment.path = gone / segment.path.name
 
     async def delete(self) -> None:
         """Close without writing and remove every file of the log (``detach`` first, when
@@ -770,7 +795,7 @@ class TopicLog:
     async def _in_thread(self, fn: Callable[..., T], *args: object) -> T:
         # Shielded so that a started file operation is always followed by its bookkeeping.
         with trio.CancelScope(shield=True):
-            result = await trio.to_thread.run_sync(fn, *args)
+            result = await trio.to_thread.run_sync(holding, self._busy, fn, *args)
         return result
 
 
