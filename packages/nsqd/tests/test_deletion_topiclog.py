@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from nsqd import topiclog
+from nsqd import logfiles
 from nsqd.broker import Broker
 from nsqd.channel import Channel
 from nsqd.options import Options
@@ -81,8 +81,8 @@ async def test_an_offsets_reservation_under_way_does_not_make_the_deleted_direct
         topic = broker.get_topic("t")
         channel = broker.get_channel(topic, "c")
         await channel.cursor.flush(sync=False, force=True)  # (the directory, made)
-        reserve = hold_in_thread(topiclog, "_write_offsets")
-        topic.log._busy = reserve.lock  # type: ignore[attr-defined]
+        reserve = hold_in_thread(logfiles, "_write_offsets")
+        topic.log._files.busy = reserve.lock  # type: ignore[assignment]
         nursery.start_soon(broker.publish, "t", broker.new_messages([b"old"]))
         await reserve.under_way()
         assert broker.delete_topic("t")
@@ -106,7 +106,7 @@ async def test_a_segment_made_under_way_does_not_land_in_a_topic_made_again(
         broker = await start(nursery, tmp_path, mem_queue_size=0)
         topic = broker.get_topic("t")
         roll = hold_in_thread(Segment, "create")
-        topic.log._busy = roll.lock  # type: ignore[attr-defined]
+        topic.log._files.busy = roll.lock  # type: ignore[assignment]
         nursery.start_soon(broker.publish, "t", broker.new_messages([b"old"]))
         await roll.under_way()
         assert broker.delete_topic("t")
@@ -169,7 +169,7 @@ async def test_segments_being_removed_when_the_topic_is_deleted_go_by_their_old_
                 assert channel.finish_pulled(msg.id)
                 done += 1
         removal = hold_in_thread(Segment, "remove")
-        topic.log._busy = removal.lock  # type: ignore[attr-defined]
+        topic.log._files.busy = removal.lock  # type: ignore[assignment]
         nursery.start_soon(topic.log.tidy)
         await removal.under_way()
         assert broker.delete_topic("t")
