@@ -30,6 +30,7 @@ EOF
 
 runs=5
 busy=2
+STOP_GRACE=120  # seconds pytest gets to stop after a Ctrl-C before it is sent another
 log_dir=""
 install=1
 pytest_args=()
@@ -86,6 +87,18 @@ on_signal() {  # $1: INT or TERM, $2: the exit status
         # itself. A TERM sent to this script is passed on as the Ctrl-C it stands for.
         if [[ $1 == TERM ]]; then
             kill -INT "$pytest_pid" 2>/dev/null || true
+            # Python drops a KeyboardInterrupt raised inside a finalizer (a ``__del__`` run by
+            # the garbage collector), and pytest then goes on with the next test: if it still
+            # runs after STOP_GRACE seconds (a teardown stopping daemons takes a few), the
+            # Ctrl-C is sent again.
+            local waited=0
+            while kill -0 "$pytest_pid" 2>/dev/null; do
+                sleep 1
+                waited=$((waited + 1))
+                if ((waited % STOP_GRACE == 0)); then
+                    kill -INT "$pytest_pid" 2>/dev/null || true
+                fi
+            done
         fi
         wait "$pytest_pid" 2>/dev/null || true
     fi
