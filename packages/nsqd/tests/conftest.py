@@ -1,13 +1,15 @@
 """Fixtures shared by nsqd's tests: a real, tiny file system that fills up; channels and
 topics in memory (``World``); Trio's virtual clock for a broker that writes files
-(``io_clock``)."""
+(``io_clock``); a file operation held in its worker thread (``hold_in_thread``)."""
 
 from __future__ import annotations
 
+import functools
 import math
 import shutil
 import subprocess
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -91,6 +93,79 @@ async def jump_when_idle(clock: trio.testing.MockClock) -> None:
         elif jump == math.inf:  # nothing scheduled: only real I/O can wake anything
             await trio.testing.wait_all_tasks_blocked(0.01)
         await trio.lowlevel.checkpoint()
+
+
+class Waited:
+    """A lock that tells when someone had to wait for it (``contended``), and calls
+    ``on_contended`` then: put in place of the lock a log, queue or journal holds through
+    each file operation, which its rename aside (``detach``, on the Trio thread) takes too."""
+
+    def __init__(self, on_contended: Callable[[], None]) -> None:
+        self._lock = threading.Lock()
+        self.contended = threading.Event()
+        self._on_contended = on_contended
+
+    def __enter__(self) -> None:
+        if not self._lock.acquire(blocking=False):
+            self.contended.set()
+            self._on_contended()
+            self._lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
+class HeldInThread:
+    """A blocking function (``owner.name``) held, in the worker thread that calls it, until
+    ``release()``, or until someone waits for ``lock`` (a ``Waited`` the test puts in place of
+    the file operations' lock): a rename aside then waits for the held call, which goes on.
+    Every call (every one ``when(*args)`` is true of) is held until then; later ones go
+    through."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, owner: object, name: str, *,
+                 when: Callable[..., bool] = lambda *args: True) -> None:
+        self.entered = threading.Event()
+        self._go_on = threading.Event()
+        self.lock = Waited(self._go_on.set)
+        original = getattr(owner, name)
+
+        def held(*args: object, **kwargs: object) -> object:
+            if when(*args):
+                self.entered.set()
+                self._go_on.wait(30)  # (a safety net: released by the test, or the rename)
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, held)
+
+    async def under_way(self) -> None:
+        """Return once a call is held (in its worker thread)."""
+        await trio.to_thread.run_sync(self.entered.wait, 30)
+        assert self.entered.is_set(), "the file operation to hold never came"
+
+    def release(self) -> None:
+        self._go_on.set()
+
+    @property
+    def waited_for(self) -> bool:
+        """Whether a rename aside (anyone taking ``lock``) had to wait for the held call."""
+        return self.lock.contended.is_set()
+
+    async def moving_aside(self, detach: Callable[[], object]) -> None:
+        """Once a call is held, ``detach`` (on the Trio thread, where the broker calls it),
+        which must wait for the held call to end."""
+        await self.under_way()
+        try:
+            detach()
+        finally:
+            self.release()
+        assert self.waited_for, "the rename aside did not wait for the file operation"
+
+
+@pytest.fixture
+def hold_in_thread(monkeypatch: pytest.MonkeyPatch) -> Callable[..., HeldInThread]:
+    """``hold_in_thread(owner, name, when=...)``: ``HeldInThread`` on ``owner.name``, undone
+    after the test."""
+    return functools.partial(HeldInThread, monkeypatch)
 
 
 class FakeOwner:

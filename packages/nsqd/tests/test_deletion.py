@@ -10,10 +10,10 @@ and stored new messages in it: the order the race needs, every time, with no sle
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -23,9 +23,11 @@ from nsqd.broker import Broker
 from nsqd.channel import Channel
 from nsqd.diskfiles import DiskFiles
 from nsqd.diskqueue import DiskQueue
+from nsqd.errors import DiskQueueClosed
 from nsqd.options import Options
 
 MARK = "~deleted-"
+Hold = Callable[[object, str], Any]  # conftest's hold_in_thread: a HeldInThread
 OPTIONS = pytest.mark.parametrize("options", [{}, {"mem_queue_size": 0}, {"sync_every": 1}],
                                   ids=["default", "mem-queue-size=0", "sync-every=1"])
 
@@ -287,61 +289,13 @@ async def test_dead_letters_stored_after_their_channel_is_deleted_harm_nothing(
         nursery.cancel_scope.cancel()
 
 
-class Waited:
-    """A lock that tells when someone had to wait for it: put in place of the lock a file
-    operation holds in its worker thread and the rename aside waits for."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.contended = threading.Event()
-
-    def __enter__(self) -> None:
-        if not self._lock.acquire(blocking=False):
-            self.contended.set()
-            self._lock.acquire()
-
-    def __exit__(self, *exc: object) -> None:
-        self._lock.release()
-
-
-class HeldInThread:
-    """A blocking function held, in the worker thread that calls it, until the rename aside
-    waits for it (``moving_aside``)."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, owner: object, name: str) -> None:
-        self.entered = threading.Event()
-        self._go_on = threading.Event()
-        original = getattr(owner, name)
-
-        def held(*args: object, **kwargs: object) -> object:
-            self.entered.set()
-            self._go_on.wait(30)
-            return original(*args, **kwargs)
-
-        monkeypatch.setattr(owner, name, held)
-
-    async def moving_aside(self, lock: Waited, detach: Callable[[], None]) -> None:
-        """Once the held call is under way, ``detach`` (on the Trio thread, where the
-        broker calls it): the call goes on only when ``detach`` waits for ``lock``."""
-        await trio.to_thread.run_sync(self.entered.wait, 30)
-        waker = threading.Thread(target=lambda: lock.contended.wait(30) and self._go_on.set())
-        waker.start()
-        try:
-            detach()
-        finally:
-            self._go_on.set()
-            waker.join()
-        assert lock.contended.is_set()
-
-
 async def test_a_write_under_way_when_the_queue_is_moved_aside_goes_with_it(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, hold_in_thread: Hold) -> None:
     # The rename waits for the write (in its worker thread) to end, so that nothing of the
     # queue is written under its old name once it is moved aside; the write is answered.
     queue = DiskQueue("t:c#dead", tmp_path, sync_every=1)
-    lock = Waited()
-    queue._files_busy = lock  # type: ignore[assignment]
-    write = HeldInThread(monkeypatch, DiskFiles, "write")
+    write = hold_in_thread(DiskFiles, "write")
+    queue._files_busy = write.lock  # type: ignore[assignment]
     written: list[str] = []
 
     async def put() -> None:
@@ -350,7 +304,7 @@ async def test_a_write_under_way_when_the_queue_is_moved_aside_goes_with_it(
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(put)
-        await write.moving_aside(lock, queue.detach)
+        await write.moving_aside(queue.detach)
     assert written == ["yes"]
     assert queue_files(tmp_path, "t:c#dead") == []
     aside = marked(tmp_path)
@@ -360,21 +314,42 @@ async def test_a_write_under_way_when_the_queue_is_moved_aside_goes_with_it(
     assert list(tmp_path.iterdir()) == []
 
 
+async def test_a_task_waiting_for_records_ends_when_the_queue_is_moved_aside(
+        tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
+    # Its read-ahead stops with it: nothing would ever end the wait (a dead-letter peek's).
+    # On the virtual clock, a wait that does not end fails at once.
+    queue = DiskQueue("t:c#dead", tmp_path)
+    ended: list[str] = []
+
+    async def wait() -> None:
+        with pytest.raises(DiskQueueClosed):
+            await queue.wait_readable()
+        ended.append("closed")
+
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(wait)
+            await trio.testing.wait_all_tasks_blocked()
+            queue.detach()
+    assert ended == ["closed"]
+    await queue.delete()
+    assert list(tmp_path.iterdir()) == []
+
+
 async def test_a_journal_write_under_way_when_the_channel_is_deleted_goes_aside_too(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, hold_in_thread: Hold) -> None:
     # A journal's first write (and one every 1 MiB) replaces the file by name: were it let
     # go on after the rename, it would make the journal again under the old name, for the
     # channel made again to load.
     path = tmp_path / "c.cursor"
     journal = cursorfile.CursorJournal(path)
-    lock = Waited()
-    journal._busy = lock  # type: ignore[assignment]
-    rewrite = HeldInThread(monkeypatch, cursorfile, "write_atomically")
+    rewrite = hold_in_thread(cursorfile, "write_atomically")
+    journal._busy = rewrite.lock  # type: ignore[assignment]
     state = cursorfile.CursorState(5)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(partial(trio.to_thread.run_sync, partial(journal.append, state,
                                                                      sync=False)))
-        await rewrite.moving_aside(lock, journal.detach)
+        await rewrite.moving_aside(journal.detach)
     assert not path.exists()
     assert journal.path.name.startswith("c.cursor~deleted-")
     assert cursorfile.load(journal.path) == state

@@ -90,7 +90,7 @@ class DeadLetterDoor(ChannelState):
         if disk is not None and disk.depth() and not dead.backlog.has_ready():
             try:
                 await disk.wait_readable()
-            except DiskQueueError:  # closed: nsqd is stopping
+            except DiskQueueError:  # closed: nsqd is stopping, or the channel was deleted
                 pass
         return dead.peek(n)
 

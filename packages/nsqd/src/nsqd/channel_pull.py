@@ -191,7 +191,7 @@ class PullDoor(DeadLetterDoor):
         if own is not None and own.disk is not None and own.disk.depth() and not own.has_ready():
             try:
                 await own.disk.wait_readable()
-            except DiskQueueError:  # closed: nsqd is stopping
+            except DiskQueueError:  # closed: nsqd is stopping, or the channel was deleted
                 pass
         if self.cursor.read < self.topic.visible_end:
             await self.log.fetch(self.cursor.read)

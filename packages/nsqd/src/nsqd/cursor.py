@@ -172,7 +172,7 @@ class Cursor:
                 return
             taken = self.changes
             state = state_of() if state_of is not None else self.state()
-            await trio.to_thread.run_sync(partial(_append, journal, state, sync=sync))
+            await trio.to_thread.run_sync(partial(journal.append, state, sync=sync))
             self._flushed = max(self._flushed, taken)
             if sync:
                 self._synced = max(self._synced, taken)
@@ -183,10 +183,3 @@ class Cursor:
         if journal is not None:
             async with self._flush_lock:
                 await trio.to_thread.run_sync(journal.remove)
-
-
-def _append(journal: CursorJournal, state: CursorState, *, sync: bool) -> None:
-    """One journal entry (in a worker thread); the topic's directory is made with the first
-    cursor written, before any segment."""
-    journal.path.parent.mkdir(parents=True, exist_ok=True)
-    journal.append(state, sync=sync)

@@ -202,7 +202,7 @@ class CursorJournal:
     ``load()`` it first: the first ``append()`` replaces the file with its one entry.
     """
 
-    __slots__ = ("_busy", "_fd", "_logger", "_size", "path", "rewrite_at")
+    __slots__ = ("_aside", "_busy", "_fd", "_logger", "_size", "path", "rewrite_at")
 
     def __init__(self, path: Path, *, rewrite_at: int = 1 << 20,
                  logger: logging.Logger | None = None) -> None:
@@ -213,6 +213,7 @@ class CursorJournal:
         self._size = 0
         # Held by each append (in a worker thread): what ``detach`` waits for.
         self._busy = threading.Lock()
+        self._aside = False  # detached: no more entries
 
     def __repr__(self) -> str:
         return f"<CursorJournal {self.path} {self._size} bytes>"
@@ -226,7 +227,8 @@ class CursorJournal:
         """Persist ``state``: one entry, in one write; fdatasync'ed when ``sync``.
 
         Past ``rewrite_at`` bytes (and on the first append) the file is rewritten with just this
-        entry instead, always synced.
+        entry instead, always synced; the first makes the directory (a topic's, with its first
+        cursor). Once ``detach``ed, nothing is written.
 
         Raises:
             ValueError: the state cannot be encoded (nothing written).
@@ -234,7 +236,8 @@ class CursorJournal:
         """
         entry = _entry(state)
         with self._busy:
-            self._write_entry(entry, sync=sync)
+            if not self._aside:
+                self._write_entry(entry, sync=sync)
 
     def _write_entry(self, entry: bytes, *, sync: bool) -> None:
         fd = self._fd
@@ -266,6 +269,7 @@ class CursorJournal:
     def _rewrite(self, entry: bytes) -> None:
         # The old file descriptor goes first: after the rename it would point at the old file.
         self._close_fd()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         write_atomically(self.path, entry, mode=0o600, sync_directory=True)
         self._fd = os.open(self.path, os.O_WRONLY)
         self._size = len(entry)
@@ -281,11 +285,14 @@ class CursorJournal:
     def detach(self) -> None:
         """The channel is deleted: the journal is renamed out of the way at once
         (``deletion.aside_name``), so that a channel made again with the same name starts
-        from nothing; later writes go into the renamed file, ``remove`` removes it. An
-        append under way in a worker thread is waited for (blocking), so that it cannot
-        make the journal again under its old name (a rewrite replaces the file by name)."""
+        from nothing, and takes no more entries: a write after this would make the journal's
+        directory again, the topic's, which its deletion moves aside next. ``remove`` removes
+        it. An append under way in a worker thread is waited for (blocking), so that it
+        cannot make the journal again under its old name (a rewrite replaces the file by
+        name)."""
         gone = self.path.with_name(aside_name(self.path.name))
         with self._busy:
+            self._aside = True
             with contextlib.suppress(FileNotFoundError):
                 self.path.rename(gone)
             self.path = gone

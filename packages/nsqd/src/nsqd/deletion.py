@@ -9,6 +9,16 @@ removed at the next start (``remove_deleted``).
 What is renamed so: a topic's directory (``topiclog``), a channel's cursor journal
 (``cursorfile``) and its private queues' files in the data path (``diskqueue``: its own
 queue, its dead letters).
+
+Nothing is made again under the old name after the rename. Each owner of such files (a
+``TopicLog``, a ``CursorJournal``, a ``DiskQueue``) holds one ``threading.Lock`` through each
+of its file operations (in a worker thread: ``holding``), and its ``detach``, on the Trio
+thread, renames under that lock and points the owner's paths at the new names before it lets
+go. So a file operation under way when the deletion comes ends first (what it wrote moves
+with the rest), and one that comes after builds its paths from the new names (a journal
+writes nothing more): none makes a directory or a file again under the old name, where a
+topic or channel made again at once would find it, or where the background removal of the
+deleted one would take the new one's.
 """
 
 from __future__ import annotations
@@ -17,7 +27,12 @@ import contextlib
 import os
 import secrets
 import shutil
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
 
 #: Between the name of what a deletion moved aside and a random suffix (no topic or channel
 #: name has a ``~``).
@@ -29,6 +44,14 @@ _BAD_SUFFIX = ".bad"
 def aside_name(name: str) -> str:
     """A name for ``name`` deleted: unique, marked, and never that of a topic or channel."""
     return f"{name}{DELETED_MARK}{secrets.token_hex(4)}"
+
+
+def holding(busy: threading.Lock, fn: Callable[..., T], *args: object) -> T:
+    """``fn(*args)``, a file operation (blocking: in a worker thread), with ``busy`` held:
+    the lock of the log, journal or queue whose files it works on, which its ``detach``
+    takes too."""
+    with busy:
+        return fn(*args)
 
 
 def remove_deleted(data_path: Path, topics: Path) -> None:

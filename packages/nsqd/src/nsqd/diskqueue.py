@@ -26,7 +26,8 @@ read-ahead, the periodic sync, deleting fully-read files and putting aside corru
 started they finish and their result is applied before the cancellation is delivered, so
 memory always matches the files. ``detach()`` (the channel deleted) renames the files from the
 Trio thread at once: a ``threading.Lock`` held through each file operation has it wait for one
-under way, so that no file is ever made again under the old name.
+under way, so that no file is ever made again under the old name; a task waiting for records
+is woken, to find the queue closed.
 
 Durability. ``put()`` returns after the OS accepted the bytes (a killed process loses nothing).
 The metadata always names the current write file: it is persisted before the first byte goes
@@ -52,7 +53,7 @@ from typing import TypeVar
 import attrs
 import trio
 
-from .deletion import aside_name
+from .deletion import aside_name, holding
 from .diskfiles import DiskFiles, Gone, Pos, PutRequest, WriteOutcome, settle, take_batch
 from .errors import DiskQueueClosed, DiskQueueError
 
@@ -256,13 +257,21 @@ class DiskQueue:
             self._wake.set()
 
     async def wait_readable(self) -> None:
-        """Return when pop() would return a record (a waiter left at close() keeps waiting)."""
+        """Return when pop() would return a record.
+
+        Raises:
+            DiskQueueClosed: the queue is closed, or ``detach`` closed it during the wait
+                (nothing will be read any more). A waiter left at close() keeps waiting
+                (nsqd is stopping: its task is cancelled).
+        """
         if self._closed:
             raise DiskQueueClosed
         if self._buffer:
             await trio.lowlevel.checkpoint()
         while not self._buffer:
             await self._readable.wait()
+            if self._closed:
+                raise DiskQueueClosed
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """The background task: read-ahead, periodic sync, file clean-up. Returns after close()."""
@@ -326,9 +335,12 @@ class DiskQueue:
         removes what a crash left so). A file operation under way in a worker thread (one
         write, read or sync at most) is waited for, blocking, so that nothing is written
         under the old name once the files have moved: records being written go with them,
-        and records queued to be written after go into the moved files too."""
+        and records queued to be written after go into the moved files too. Whoever waits
+        for records (``wait_readable``: a peek, a respawn) gets ``DiskQueueClosed`` at once:
+        the read-ahead stops with the queue, so nothing would ever end that wait."""
         self._closed = True
         self._wake.set()
+        self._readable.set()
         name = aside_name(self.name)
         with self._files_busy:
             self._files.rename(name, self._file_range())
@@ -439,12 +451,8 @@ class DiskQueue:
     async def _in_thread(self, fn: Callable[..., T], *args: object) -> T:
         # Shielded so that a started file operation is always followed by its bookkeeping.
         with trio.CancelScope(shield=True):
-            result = await trio.to_thread.run_sync(self._busy_with, fn, *args)
+            result = await trio.to_thread.run_sync(holding, self._files_busy, fn, *args)
         return result
-
-    def _busy_with(self, fn: Callable[..., T], *args: object) -> T:
-        with self._files_busy:
-            return fn(*args)
 
     def _write_blocking(
         self, records: list[bytes], start: Pos, depth: int, read: Pos, sync: bool

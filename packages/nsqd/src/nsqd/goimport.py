@@ -58,6 +58,7 @@ from .clock import SystemClock
 from .diskfiles import DiskFiles
 from .diskqueue import DiskQueue
 from .errors import DiskQueueError, StartError
+from .logfiles import SEGMENT_SUFFIX
 from .record import (
     HEADER_SIZE,
     MAX_EXTENSION,
@@ -66,7 +67,7 @@ from .record import (
     is_plain,
     record_id,
 )
-from .topiclog import SEGMENT_SUFFIX, TopicLog
+from .topiclog import TopicLog
 
 if TYPE_CHECKING:
     from .metadata import TopicMeta

@@ -65,6 +65,7 @@ from .http_args import (
     message_count,
     read_limited,
     size,
+    still_existing,
     timestamp_ns,
     topic_arg,
     ttl_seconds,
@@ -300,7 +301,9 @@ class HttpApi:
         return _empty()
 
     async def channel_empty(self, request: Request) -> Response:
-        await self.broker.empty_channel(existing_channel(self.broker, _query(request))[1])
+        channel = existing_channel(self.broker, _query(request))[1]
+        await self.broker.empty_channel(channel)  # (its own queue's files, on disk)
+        still_existing(self.broker, channel)
         return _empty()
 
     async def channel_pause(self, request: Request) -> Response:

@@ -1,6 +1,7 @@
 """What an nsqd HTTP request carries, read as NSQ reads it: its body within a limit, its
 query's arguments (each refusal a 400 with NSQ's text: ``INVALID_TTL``, ``MISSING_ARG_TOPIC``)
-and the topic or channel they name (404 ``TOPIC_NOT_FOUND``, ``CHANNEL_NOT_FOUND``).
+and the topic or channel they name (404 ``TOPIC_NOT_FOUND``, ``CHANNEL_NOT_FOUND``, also when
+the channel is deleted while the request is at work: ``still_existing``).
 
 Shared by NSQ's routes (``http_api``) and the job routes (``http_jobs``).
 """
@@ -175,3 +176,13 @@ def existing_channel(broker: Broker, q: dict[str, str]) -> tuple[Topic, Channel]
     if channel is None:
         raise ApiError(404, "CHANNEL_NOT_FOUND")
     return topic, channel
+
+
+def still_existing(broker: Broker, channel: Channel) -> None:
+    """A request on ``channel`` that its deletion overtook (its private queues closed under
+    it, say) is answered as one for a channel that does not exist: the deletion counts as
+    first, as it does for the request's effects, which went with the channel. 404
+    ``CHANNEL_NOT_FOUND``, or ``TOPIC_NOT_FOUND`` when the topic went too."""
+    if channel.deleted:
+        raise ApiError(404, "CHANNEL_NOT_FOUND" if channel.topic_name in broker.topics
+                       else "TOPIC_NOT_FOUND")

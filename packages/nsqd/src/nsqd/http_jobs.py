@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import base64
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -33,6 +35,7 @@ from .http_args import (
     max_attempts,
     message_count,
     read_limited,
+    still_existing,
 )
 
 if TYPE_CHECKING:
@@ -67,37 +70,49 @@ class JobApi:
         q = v1_query(request)
         channel = existing_channel(self.broker, q)[1]
         n = message_count(q, self.opts.max_rdy_count)
-        msgs = await channel.peek_dead(n)
+        with self._at_work_on(channel, "peek"):
+            msgs = await channel.peek_dead(n)
         return v1_json({"messages": [message_json(m) for m in msgs]})
 
     async def deadletter_respawn(self, request: Request) -> Response:
         q = v1_query(request)
         channel = existing_channel(self.broker, q)[1]
         n = message_count(q, self.opts.max_rdy_count)
-        await self.broker.store_dead_letters(channel)
-        try:
+        with self._at_work_on(channel, "respawn"):
+            await self.broker.store_dead_letters(channel)
             count = await channel.respawn(n)
-        except DiskQueueError as exc:
-            log.error("respawn on %s:%s failed: %s", channel.topic_name, channel.name, exc)
-            raise ApiError(500, "INTERNAL_ERROR") from exc
         return v1_json({"count": count})
 
     async def deadletter_empty(self, request: Request) -> Response:
         q = v1_query(request)
         channel = existing_channel(self.broker, q)[1]
         n = message_count(q, self.opts.max_rdy_count) if "n" in q else None
-        await self.broker.store_dead_letters(channel)
-        if n is not None:
-            return v1_json({"count": await channel.drop_dead(n)})
-        return v1_json({"count": await channel.empty_dead()})
+        with self._at_work_on(channel, "emptying dead letters"):
+            await self.broker.store_dead_letters(channel)
+            count = await (channel.drop_dead(n) if n is not None else channel.empty_dead())
+        return v1_json({"count": count})
 
     async def message_deadletter(self, request: Request) -> Response:
         channel, _, ids = self._pulled(request)
         self._check_ids(ids[:1])
         if not channel.dead_letter_pulled(ids[0]):
             raise ApiError(404, "MESSAGE_NOT_IN_FLIGHT")
-        await self.broker.store_dead_letters(channel)
+        with self._at_work_on(channel, "dead letter"):
+            await self.broker.store_dead_letters(channel)
         return V1_EMPTY
+
+    @contextmanager
+    def _at_work_on(self, channel: Channel, what: str) -> Iterator[None]:
+        """A request's work on ``channel``'s dead letters: a deletion that overtakes it
+        (closing the queues under it) makes it a 404 (``still_existing``), never a failure;
+        a disk queue's failure otherwise is a 500, logged."""
+        try:
+            yield
+        except DiskQueueError as exc:
+            still_existing(self.broker, channel)
+            log.error("%s on %s:%s failed: %s", what, channel.topic_name, channel.name, exc)
+            raise ApiError(500, "INTERNAL_ERROR") from exc
+        still_existing(self.broker, channel)
 
     # -- HTTP pulling: consume and answer over HTTP -----------------------------------------
     async def channel_consume(self, request: Request) -> Response:

@@ -22,8 +22,14 @@ under ``--sync-every=1``), and become visible in offset order only once stored. 
 leaves the log as it was: nothing of the group is visible, the segment is cut back (see
 ``segment``), and the publishers get the error.
 
+Files. The segments and the ``offsets`` file are ``logfiles.LogFiles``'s: this module decides
+what is written, read and removed, and when; ``LogFiles`` does it, blocking.
+
 Concurrency: all file work runs in worker threads (or inline, for a small write with no fsync
-due) under one ``trio.Lock``; every other method is synchronous on the Trio thread.
+due) under one ``trio.Lock``; every other method is synchronous on the Trio thread. A
+``threading.Lock`` (``LogFiles.busy``) is held through each worker thread's file operation:
+``detach`` (the topic deleted) takes it to rename the directory aside, so that no file is
+made again under the old name (``deletion``).
 
 Errors: ``DiskQueueError`` (nsqd.errors) from ``append`` when the write failed, ``close`` and
 ``delete`` when they could not finish; read-side problems are logged, never raised.
@@ -32,25 +38,22 @@ Errors: ``DiskQueueError`` (nsqd.errors) from ``append`` when the write failed, 
 from __future__ import annotations
 
 import errno
-import json
 import logging
-import os
-import shutil
 from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 import trio
-from nsq_common import write_atomically
 
-from .deletion import aside_name
-from .errors import DiskQueueClosed, DiskQueueError, SegmentError
+from .deletion import holding
+from .errors import DiskQueueClosed, DiskQueueError
+from .logfiles import LogFiles
 from .runs import Run, RunStore
-from .segment import Segment
 
 if TYPE_CHECKING:
     from .clock import Clock
+    from .segment import Segment
 
 T = TypeVar("T")
 
@@ -63,10 +66,8 @@ READ_BYTES = 1 << 20
 #: given, so that no offset is given twice even when a crash loses the memory tail: the next
 #: start begins past the last reservation (a gap, never a reuse).
 RESERVE = 1 << 20
-OFFSETS_FILE = "offsets"
 #: A write this small, with no fsync due, is done on the Trio thread (a page-cache copy).
 _INLINE_WRITE_BYTES = 256 << 10
-SEGMENT_SUFFIX = ".log"
 
 
 class _Append:
@@ -80,10 +81,6 @@ class _Append:
         self.error: DiskQueueError | None = None
 
 
-def segment_name(base: int) -> str:
-    return f"{base:020d}{SEGMENT_SUFFIX}"
-
-
 def _all_needed() -> int:
     return 0
 
@@ -94,7 +91,6 @@ class TopicLog:
                  sync_timeout: float = 2.0, clock: Clock, logger: logging.Logger | None = None,
                  on_readable: Callable[[], None] = lambda: None) -> None:
         self.name = name
-        self.directory = directory  # None: memory only (an ephemeral topic)
         self.mem_queue_size = mem_queue_size
         self.max_bytes_per_file = max_bytes_per_file
         self.sync_every = sync_every
@@ -110,7 +106,7 @@ class TopicLog:
         self._tail = RunStore()
         self._cache = RunStore()
         self._skips: dict[int, int] = {}  # disk reads that found a gap: offset -> next one
-        self._segments: list[Segment] = []
+        self._files = LogFiles(name, directory, self.log)  # (directory None: memory only)
         self._end = 0
         #: Offsets given before the last start that no message has (a crash lost them).
         self.hole: tuple[int, int] | None = None
@@ -130,8 +126,16 @@ class TopicLog:
         self.write_errors = 0
         self.sync_errors = 0
         self.dropped = 0  # memory only: records dropped past mem_queue_size, as NSQ does
-        if directory is not None:
-            self._load(directory)
+        if directory is not None:  # (no write: a full disk must not stop nsqd from starting)
+            next_offset = self._files.load()
+            self._end = self._written_end = self._files.end
+            self.resume_at(next_offset)
+
+    @property
+    def directory(self) -> Path | None:
+        """The log's directory (the one moved aside, once ``detach``ed); None: memory only
+        (an ephemeral topic)."""
+        return self._files.directory
 
     # -- positions ---------------------------------------------------------------------------
     @property
@@ -142,7 +146,7 @@ class TopicLog:
     @property
     def start(self) -> int:
         """The first offset still stored (``end`` when nothing is)."""
-        for segment in self._segments:
+        for segment in self._files.segments:
             if segment.count:
                 first = segment.base
                 return min(first, self._tail.start) if self._tail else first
@@ -161,54 +165,7 @@ class TopicLog:
 
     @property
     def disk_bytes(self) -> int:
-        return sum(s.size for s in self._segments)
-
-    def _load(self, directory: Path) -> None:
-        """Open the segments a previous run left (no write: a full disk must not stop nsqd
-        from starting; segments are made on the first write)."""
-        if not directory.is_dir():
-            return
-        paths = sorted(p for p in directory.iterdir() if p.name.endswith(SEGMENT_SUFFIX))
-        for i, path in enumerate(paths):
-            segment: Segment | None
-            try:
-                segment = Segment.open(path, active=i == len(paths) - 1, logger=self.log)
-            except SegmentError as exc:
-                segment = self._salvage(path, exc)
-            except ValueError as exc:
-                self.log.error("LOG(%s): not a segment, set aside: %s - %s", self.name, path,
-                               exc)
-                self._set_aside(path)
-                continue
-            if segment is not None:
-                self._segments.append(segment)
-        if self._segments:
-            last = self._segments[-1]
-            self._end = self._written_end = max(last.end, last.base)
-        self.resume_at(_read_offsets(directory / OFFSETS_FILE))
-
-    def _salvage(self, path: Path, damage: SegmentError) -> Segment | None:
-        """A damaged segment: a copy set aside (``.bad``), and the whole batches before the
-        damage kept (what comes after it is lost, as go-diskqueue loses the rest of a
-        damaged file)."""
-        self.log.error("LOG(%s): %s; keeping what comes before the damage, the file as it "
-                       "was saved as %s.bad", self.name, damage, path.name)
-        try:
-            shutil.copyfile(path, path.with_name(path.name + ".bad"))
-        except OSError as exc:
-            self.log.error("LOG(%s): cannot copy %s - %s", self.name, path, exc)
-        try:
-            return Segment.open(path, active=True, logger=self.log)
-        except (SegmentError, OSError) as exc:
-            self.log.error("LOG(%s): cannot read %s, set aside - %s", self.name, path, exc)
-            self._set_aside(path)
-            return None
-
-    def _set_aside(self, path: Path) -> None:
-        try:
-            path.rename(path.with_name(path.name + ".bad"))
-        except OSError as exc:
-            self.log.error("LOG(%s): cannot rename %s - %s", self.name, path, exc)
+        return self._files.size
 
     def resume_at(self, offset: int) -> None:
         """Start giving offsets at ``offset`` at least (what the ``offsets`` file, cursors
@@ -379,33 +336,19 @@ class TopicLog:
         count = sum(len(r) for _, r in runs)
         nbytes = sum(sum(map(len, r)) for _, r in runs) + 32 * len(runs) + 4 * count
         sync = self._ops_since_sync + count >= self.sync_every
-        active = self._segments[-1] if self._segments else None
+        active = self._files.segments[-1] if self._files.segments else None
         roll = active is None or (active.count > 0
                                   and active.size + nbytes > self.max_bytes_per_file)
         if not sync and not roll and nbytes <= _INLINE_WRITE_BYTES:
             assert active is not None
+            # (on the Trio thread, as ``detach`` is: never at once, so without ``busy``)
             active.append(runs)  # type: ignore[arg-type]
         else:
-            await self._in_thread(self._write_blocking, runs, roll, sync)
+            await self._in_thread(self._files.write, runs, roll, sync)
         if sync:
             self._ops_since_sync = 0
         else:
             self._ops_since_sync += count
-
-    def _write_blocking(self, runs: list[tuple[int, Sequence[bytes]]], roll: bool,
-                        sync: bool) -> None:
-        assert self.directory is not None
-        if roll:
-            if self._segments:
-                old = self._segments[-1]
-                old.sync()
-                old.write_index()
-            self.directory.mkdir(parents=True, exist_ok=True)
-            self._segments.append(Segment.create(self.directory, runs[0][0], logger=self.log))
-        active = self._segments[-1]
-        active.append(runs)  # type: ignore[arg-type]
-        if sync:
-            active.sync()
 
     # -- reading -----------------------------------------------------------------------------
     def read(self, offset: int, n: int) -> list[Run] | None:
@@ -456,7 +399,7 @@ class TopicLog:
             return runs
         self._wanted.discard(offset)
         async with self._io_lock:
-            found = await self._in_thread(self._read_blocking, offset, max_bytes)
+            found = await self._in_thread(self._files.read, offset, max_bytes)
         out: list[Run] = []
         for first, records in found:
             records = records[:n]
@@ -466,42 +409,11 @@ class TopicLog:
                 break
         return out
 
-    def _read_blocking(self, offset: int, max_bytes: int) -> list[tuple[int, list[bytes]]]:
-        """Runs from the first record at or after ``offset`` on disk (a worker thread)."""
-        for segment in self._segments:
-            if segment.count and segment.end > offset:
-                at = max(offset, segment.base)
-                try:
-                    found = segment.read(at, max_bytes)
-                except SegmentError as exc:
-                    self.log.error("LOG(%s): %s", self.name, exc)
-                    found = self._read_to_damage(segment, at)
-                if found:
-                    return found
-        return []
-
-    @staticmethod
-    def _read_to_damage(segment: Segment, offset: int) -> list[tuple[int, list[bytes]]]:
-        """The whole batches from ``offset`` up to a damaged one (the rest of the segment is
-        lost, as go-diskqueue loses the rest of a damaged file)."""
-        found: list[tuple[int, list[bytes]]] = []
-        while offset < segment.end:
-            try:
-                batch = segment.read(offset, 0)  # one batch
-            except SegmentError:
-                break
-            if not batch:
-                break
-            found += batch
-            first, records = batch[-1]
-            offset = first + len(records)
-        return found
-
     async def find_time(self, timestamp_ns: int) -> int:
         """The offset of the first stored message published at or after ``timestamp_ns``
         (``end`` when there is none)."""
         async with self._io_lock:
-            for segment in self._segments:
+            for segment in self._files.segments:
                 if segment.count and segment.max_timestamp >= timestamp_ns:
                     found = await self._in_thread(segment.find_time, timestamp_ns)
                     if found is not None:
@@ -554,7 +466,7 @@ class TopicLog:
             if self._cache.covers(offset) or offset >= self.memory_start:
                 got = True
                 continue
-            found = await self._in_thread(self._read_blocking, offset, READ_BYTES)
+            found = await self._in_thread(self._files.read, offset, READ_BYTES)
             if found and found[0][0] > offset:
                 self._skips[offset] = found[0][0]
             elif not found:
@@ -575,9 +487,9 @@ class TopicLog:
         if self.directory is None:
             self._trim_memory()
             return
-        if sync and self._ops_since_sync and self._segments:
+        if sync and self._ops_since_sync and self._files.segments:
             try:
-                await self._in_thread(self._segments[-1].sync)
+                await self._in_thread(self._files.sync)
                 self._ops_since_sync = 0
             except OSError as exc:
                 self.sync_errors += 1
@@ -600,22 +512,24 @@ class TopicLog:
         needed = min(self.needed(), self._written_end)
         retained = self.disk_bytes
         gone: list[Segment] = []
-        for segment in self._segments[:-1]:
+        for segment in self._files.segments[:-1]:
             if not self._removable(segment, needed, retained):
                 break
             gone.append(segment)
             retained -= segment.size
         if gone:
-            del self._segments[:len(gone)]
-            await self._in_thread(_remove_all, gone)
+            try:  # (in ``segments`` until removed: a ``detach`` meanwhile moves their paths)
+                await self._in_thread(self._files.remove, gone)
+            finally:
+                del self._files.segments[:len(gone)]
             self.log.info("LOG(%s): removed %d segment(s) up to offset %d", self.name,
                           len(gone), gone[-1].end)
-        if self._segments and not self._segments[:-1]:
-            active = self._segments[-1]
+        if self._files.segments and not self._files.segments[:-1]:
+            active = self._files.segments[-1]
             if active.count and self._removable(active, needed, retained):
                 # Every cursor is past the active segment: it is cut to nothing and renamed
                 # after the next offset (no data written: this must work on a full disk).
-                await self._in_thread(self._reset_active, active)
+                await self._in_thread(self._files.reset_active, self._written_end)
                 self.log.info("LOG(%s): removed the active segment up to offset %d",
                               self.name, self._written_end)
                 gone.append(active)
@@ -627,23 +541,13 @@ class TopicLog:
         records as a cache, the read cache what it read), so that no reader, ``start`` or a
         rewind finds a record the disk no longer has."""
         below = self._written_end
-        for segment in self._segments:
+        for segment in self._files.segments:
             if segment.count:
                 below = min(segment.base, below)
                 break
         self._tail.drop_before(below)
         self._cache.drop_before(below)
         self._skips.clear()
-
-    def _reset_active(self, active: Segment) -> None:
-        base = self._written_end
-        path = active.path
-        active.close()
-        os.truncate(path, len(b"NSQSEG1\n"))
-        new_path = path.with_name(segment_name(base))
-        active.index_path.unlink(missing_ok=True)
-        os.rename(path, new_path)
-        self._segments[-1] = Segment.open(new_path, active=True, logger=self.log)
 
     def _trim_memory(self) -> None:
         """Drop from memory what nobody needs (and, written, what is past the cache size)."""
@@ -672,14 +576,13 @@ class TopicLog:
             OSError: the reservation could not be written.
         """
         assert self.directory is not None
-        await self._in_thread(self._write_offsets, until)
+        await self._in_thread(self._reserve_blocking, until)
         self._reserved = until
 
-    def _write_offsets(self, until: int) -> None:
-        directory = self.directory
-        if self._closed or directory is None:  # set aside: not to be made again
+    def _reserve_blocking(self, until: int) -> None:
+        if self._closed:  # (``busy`` held: checked before a detach, or after it)
             raise DiskQueueClosed
-        _write_offsets(directory, until)
+        self._files.write_offsets(until)
 
     async def close(self) -> None:
         """Write what some cursor or the retention still needs, fsync, close the files.
@@ -707,50 +610,30 @@ class TopicLog:
                         self._unwritten = 0
                     except OSError as exc:
                         error = DiskQueueError(f"failed to write messages at close - {exc}")
-                elif self._ops_since_sync and self._segments:
+                elif self._ops_since_sync and self._files.segments:
                     try:
-                        await self._in_thread(self._segments[-1].sync)
+                        await self._in_thread(self._files.sync)
                     except OSError as exc:
                         error = DiskQueueError(f"failed to sync at close - {exc}")
-                await self._in_thread(self._close_segments)
+                await self._in_thread(self._files.close)
                 if self._reserved > self._end and self.directory.is_dir():
                     try:  # exact again: the next start goes on from the end, no gap
-                        await self._in_thread(_write_offsets, self.directory, self._end)
+                        await self._in_thread(self._files.write_offsets, self._end)
                     except OSError as exc:
                         self.log.warning("LOG(%s): offsets not written - %s", self.name, exc)
         if error is not None:
             raise error
 
-    def _close_segments(self) -> None:
-        for segment in self._segments:
-            try:
-                if segment.count:
-                    segment.write_index()
-            except OSError as exc:
-                self.log.warning("LOG(%s): index of %s not written - %s", self.name,
-                                 segment.path, exc)
-            segment.close()
-
     def detach(self) -> None:
         """The topic is deleted: the log takes no more writes, and its directory is renamed
         out of the way at once (``deletion.aside_name``), so that a topic made again with the
         same name starts empty in a directory of its own while ``delete`` removes this
-        one. A start removes what a crash left so."""
+        one. A start removes what a crash left so. A file operation under way in a worker
+        thread is waited for, and none after it makes a file under the old name
+        (``LogFiles.detach``)."""
         self._closed = True
         self._wake.set()
-        directory = self.directory
-        if directory is None:
-            return
-        gone = directory.with_name(aside_name(directory.name))
-        try:
-            directory.rename(gone)
-        except FileNotFoundError:
-            return  # nothing was ever written
-        except OSError as exc:
-            self.log.error("LOG(%s): cannot move %s aside to delete it - %s", self.name,
-                           directory, exc)
-            return
-        self.directory = gone
+        self._files.detach()
 
     async def delete(self) -> None:
         """Close without writing and remove every file of the log (``detach`` first, when
@@ -764,13 +647,13 @@ class TopicLog:
                 self._appends.clear()
                 self._tail.clear()
                 self._cache.clear()
-                segments, self._segments = self._segments, []
-                await self._in_thread(_delete_all, segments, self.directory)
+                segments, self._files.segments = self._files.segments, []
+                await self._in_thread(self._files.delete, segments)
 
     async def _in_thread(self, fn: Callable[..., T], *args: object) -> T:
         # Shielded so that a started file operation is always followed by its bookkeeping.
         with trio.CancelScope(shield=True):
-            result = await trio.to_thread.run_sync(fn, *args)
+            result = await trio.to_thread.run_sync(holding, self._files.busy, fn, *args)
         return result
 
 
@@ -782,30 +665,3 @@ def _contiguous(runs: list[Run]) -> list[Run]:
         if runs[i][0] != first + len(records):
             return runs[:i]
     return runs
-
-
-def _read_offsets(path: Path) -> int:
-    """The next offset the ``offsets`` file allows (0 when it is missing or unreadable)."""
-    try:
-        value = json.loads(path.read_bytes()).get("next", 0)
-    except (OSError, ValueError, AttributeError):
-        return 0
-    return value if isinstance(value, int) and value >= 0 else 0
-
-
-def _write_offsets(directory: Path, next_offset: int) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    write_atomically(directory / OFFSETS_FILE, b'{"next":%d}\n' % next_offset, mode=0o600)
-
-
-def _remove_all(segments: list[Segment]) -> None:
-    for segment in segments:
-        segment.close()
-        segment.remove()
-
-
-def _delete_all(segments: list[Segment], directory: Path | None) -> None:
-    for segment in segments:
-        segment.close()
-    if directory is not None:
-        shutil.rmtree(directory, ignore_errors=True)

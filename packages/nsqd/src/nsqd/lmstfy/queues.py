@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from json.encoder import encode_basestring_ascii
 
 import attrs
@@ -24,6 +25,7 @@ import trio
 
 from ..broker import Broker
 from ..channel import Channel
+from ..errors import DiskQueueError
 from ..message import Job, QueuedMessage
 from . import ids, names
 from .state import State
@@ -192,27 +194,43 @@ class JobQueues:
 
     async def dead_letter_head(self, namespace: str, queue: str
                                ) -> tuple[int, QueuedMessage | None]:
-        """How many dead letters, and the oldest."""
+        """How many dead letters, and the oldest (none once the queue is gone, also when
+        that happens while the oldest is read)."""
         channel = self.channel(namespace, queue)
         if channel is None or not channel.dead_letter_count:
             return 0, None
         head = await channel.peek_dead(1)
+        if channel.deleted:
+            return 0, None
         return channel.dead_letter_count, head[0] if head else None
 
     async def respawn(self, namespace: str, queue: str, limit: int, ttl: int) -> int:
         channel = self.channel(namespace, queue)
         if channel is None or not channel.dead_letter_count:
             return 0
-        await self.broker.store_dead_letters(channel)
         expires = self.broker.clock.wall_ns() + ttl * NS if ttl else 0
-        return await channel.respawn(limit, expires)
+        return await self._on_dead_letters(channel, partial(channel.respawn, limit, expires))
 
     async def delete_dead(self, namespace: str, queue: str, limit: int) -> int:
         channel = self.channel(namespace, queue)
         if channel is None or not channel.dead_letter_count:
             return 0
-        await self.broker.store_dead_letters(channel)
-        return await channel.drop_dead(limit)
+        return await self._on_dead_letters(channel, partial(channel.drop_dead, limit))
+
+    async def _on_dead_letters(self, channel: Channel, work: Callable[[], Awaitable[int]]
+                               ) -> int:
+        """``work`` on the channel's dead letters, once those pending are stored: its count,
+        or 0 when the queue is gone before it ends (its topic or channel deleted, which
+        closes the dead letters' queue under the work: no failure then). lmstfy has no
+        deleted queue; what it answers for a queue with no dead letters is the answer."""
+        try:
+            await self.broker.store_dead_letters(channel)
+            count = await work()
+        except DiskQueueError:
+            if not channel.deleted:
+                raise
+            return 0
+        return 0 if channel.deleted else count
 
 
 async def _first(event: trio.Event, scope: trio.CancelScope) -> None:

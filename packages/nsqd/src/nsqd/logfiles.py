@@ -1,0 +1,248 @@
+"""A topic log's files (docs/design/storage.md): its segments in the log's directory, oldest
+first, the last one active (``segment``), and the ``offsets`` file, which reserves offsets
+before they are given. ``topiclog`` decides what is written, read and removed, and when; this
+module does it.
+
+Every method is blocking. The log calls them in a worker thread, ``busy`` held
+(``deletion.holding``), one at a time (under the log's I/O lock), but two: ``load``, at the
+log's construction, which writes nothing (a full disk must not stop nsqd from starting:
+segments are made on the first write); and ``detach`` (the topic deleted), on the Trio
+thread, which renames the directory aside under ``busy`` and points every path at the new
+name, so that no operation makes a file again under the old one, nor unlinks one there
+(``deletion``).
+
+Errors: writes and removals raise ``OSError``; damage found while loading or reading is logged
+and worked around (what comes before it is kept), never raised.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import attrs
+from nsq_common import write_atomically
+
+from .deletion import aside_name
+from .errors import SegmentError
+from .segment import Segment
+
+__all__ = ["OFFSETS_FILE", "SEGMENT_SUFFIX", "LogFiles", "segment_name"]
+
+OFFSETS_FILE = "offsets"
+SEGMENT_SUFFIX = ".log"
+
+
+def segment_name(base: int) -> str:
+    return f"{base:020d}{SEGMENT_SUFFIX}"
+
+
+@attrs.define(eq=False)
+class LogFiles:
+    name: str
+    directory: Path | None  # None: a log in memory only, with no files
+    log: logging.Logger
+    segments: list[Segment] = attrs.field(init=False, factory=list)
+    #: Held through each file operation: what ``detach`` waits for.
+    busy: threading.Lock = attrs.field(init=False, factory=threading.Lock)
+
+    @property
+    def end(self) -> int:
+        """The offset after the last one the segments hold (0 with no segment)."""
+        if not self.segments:
+            return 0
+        last = self.segments[-1]
+        return max(last.end, last.base)
+
+    @property
+    def size(self) -> int:
+        """Bytes of every segment."""
+        return sum(s.size for s in self.segments)
+
+    # -- loading -----------------------------------------------------------------------------
+    def load(self) -> int:
+        """Open the segments a previous run left; the next offset the ``offsets`` file
+        allows (0 when it is missing or unreadable)."""
+        directory = self.directory
+        if directory is None or not directory.is_dir():
+            return 0
+        paths = sorted(p for p in directory.iterdir() if p.name.endswith(SEGMENT_SUFFIX))
+        for i, path in enumerate(paths):
+            segment: Segment | None
+            try:
+                segment = Segment.open(path, active=i == len(paths) - 1, logger=self.log)
+            except SegmentError as exc:
+                segment = self._salvage(path, exc)
+            except ValueError as exc:
+                self.log.error("LOG(%s): not a segment, set aside: %s - %s", self.name, path,
+                               exc)
+                self._set_aside(path)
+                continue
+            if segment is not None:
+                self.segments.append(segment)
+        return _read_offsets(directory / OFFSETS_FILE)
+
+    def _salvage(self, path: Path, damage: SegmentError) -> Segment | None:
+        """A damaged segment: a copy set aside (``.bad``), and the whole batches before the
+        damage kept (what comes after it is lost, as go-diskqueue loses the rest of a
+        damaged file)."""
+        self.log.error("LOG(%s): %s; keeping what comes before the damage, the file as it "
+                       "was saved as %s.bad", self.name, damage, path.name)
+        try:
+            shutil.copyfile(path, path.with_name(path.name + ".bad"))
+        except OSError as exc:
+            self.log.error("LOG(%s): cannot copy %s - %s", self.name, path, exc)
+        try:
+            return Segment.open(path, active=True, logger=self.log)
+        except (SegmentError, OSError) as exc:
+            self.log.error("LOG(%s): cannot read %s, set aside - %s", self.name, path, exc)
+            self._set_aside(path)
+            return None
+
+    def _set_aside(self, path: Path) -> None:
+        try:
+            path.rename(path.with_name(path.name + ".bad"))
+        except OSError as exc:
+            self.log.error("LOG(%s): cannot rename %s - %s", self.name, path, exc)
+
+    # -- writing -----------------------------------------------------------------------------
+    def write(self, runs: list[tuple[int, Sequence[bytes]]], roll: bool, sync: bool) -> None:
+        """``runs`` as one batch each into the active segment; a new one first when ``roll``
+        (the old one synced and its index written); fdatasync'ed when ``sync``."""
+        assert self.directory is not None  # (the moved one if ``detach`` came first)
+        if roll:
+            if self.segments:
+                old = self.segments[-1]
+                old.sync()
+                old.write_index()
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self.segments.append(Segment.create(self.directory, runs[0][0], logger=self.log))
+        active = self.segments[-1]
+        active.append(runs)  # type: ignore[arg-type]
+        if sync:
+            active.sync()
+
+    def sync(self) -> None:
+        """fdatasync the active segment."""
+        self.segments[-1].sync()
+
+    def write_offsets(self, next_offset: int) -> None:
+        """The ``offsets`` file: offsets below ``next_offset`` may be given."""
+        assert self.directory is not None
+        _write_offsets(self.directory, next_offset)
+
+    # -- reading -----------------------------------------------------------------------------
+    def read(self, offset: int, max_bytes: int) -> list[tuple[int, list[bytes]]]:
+        """Runs from the first record at or after ``offset`` on disk."""
+        for segment in self.segments:
+            if segment.count and segment.end > offset:
+                at = max(offset, segment.base)
+                try:
+                    found = segment.read(at, max_bytes)
+                except SegmentError as exc:
+                    self.log.error("LOG(%s): %s", self.name, exc)
+                    found = _read_to_damage(segment, at)
+                if found:
+                    return found
+        return []
+
+    # -- removing ----------------------------------------------------------------------------
+    @staticmethod
+    def remove(segments: list[Segment]) -> None:
+        """Unlink ``segments`` (they stay in ``segments`` until this is done, so that a
+        ``detach`` meanwhile moves their paths too; the caller drops them after)."""
+        for segment in segments:
+            segment.close()
+            segment.remove()
+
+    def reset_active(self, base: int) -> None:
+        """Cut the active segment to nothing and rename it after ``base`` (no data written:
+        this must work on a full disk)."""
+        active = self.segments[-1]
+        path = active.path
+        active.close()
+        os.truncate(path, len(b"NSQSEG1\n"))
+        new_path = path.with_name(segment_name(base))
+        active.index_path.unlink(missing_ok=True)
+        os.rename(path, new_path)
+        self.segments[-1] = Segment.open(new_path, active=True, logger=self.log)
+
+    # -- the end -----------------------------------------------------------------------------
+    def close(self) -> None:
+        """Write each segment's index (a failure is logged) and close them."""
+        for segment in self.segments:
+            try:
+                if segment.count:
+                    segment.write_index()
+            except OSError as exc:
+                self.log.warning("LOG(%s): index of %s not written - %s", self.name,
+                                 segment.path, exc)
+            segment.close()
+
+    def delete(self, segments: list[Segment]) -> None:
+        """Close ``segments`` (the log's, taken from it) and remove the directory."""
+        for segment in segments:
+            segment.close()
+        if self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    def detach(self) -> None:
+        """The topic is deleted: the directory is renamed aside at once
+        (``deletion.aside_name``), on the Trio thread. A file operation under way in a worker
+        thread (a segment made or removed, the offsets written, a read or sync) is waited
+        for, blocking: each builds its paths from ``directory`` and the segments' paths, which
+        this points at the moved directory under the same lock, so that none makes the
+        directory or a file again under the old name (for a topic made again to load, or to
+        lose to this one's removal), nor unlinks one there."""
+        directory = self.directory
+        if directory is None:
+            return
+        gone = directory.with_name(aside_name(directory.name))
+        with self.busy:
+            try:
+                directory.rename(gone)
+            except FileNotFoundError:
+                pass  # nothing written yet: what comes later goes to the new name too
+            except OSError as exc:
+                self.log.error("LOG(%s): cannot move %s aside to delete it - %s", self.name,
+                               directory, exc)
+                return
+            self.directory = gone
+            for segment in self.segments:
+                segment.path = gone / segment.path.name
+
+
+def _read_to_damage(segment: Segment, offset: int) -> list[tuple[int, list[bytes]]]:
+    """The whole batches from ``offset`` up to a damaged one (the rest of the segment is lost,
+    as go-diskqueue loses the rest of a damaged file)."""
+    found: list[tuple[int, list[bytes]]] = []
+    while offset < segment.end:
+        try:
+            batch = segment.read(offset, 0)  # one batch
+        except SegmentError:
+            break
+        if not batch:
+            break
+        found += batch
+        first, records = batch[-1]
+        offset = first + len(records)
+    return found
+
+
+def _read_offsets(path: Path) -> int:
+    """The next offset the ``offsets`` file allows (0 when it is missing or unreadable)."""
+    try:
+        value = json.loads(path.read_bytes()).get("next", 0)
+    except (OSError, ValueError, AttributeError):
+        return 0
+    return value if isinstance(value, int) and value >= 0 else 0
+
+
+def _write_offsets(directory: Path, next_offset: int) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    write_atomically(directory / OFFSETS_FILE, b'{"next":%d}\n' % next_offset, mode=0o600)
