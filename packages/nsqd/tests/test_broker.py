@@ -261,3 +261,31 @@ async def _removed_but(directory: Path, *names: str) -> None:
     with trio.fail_after(10):
         while sorted(p.name for p in directory.iterdir()) != sorted(names):
             await trio.sleep(0.01)
+
+
+async def test_a_publish_its_topics_deletion_overtakes_is_exiting_and_nsqd_stays_healthy(
+        nursery: trio.Nursery, tmp_path: Path) -> None:
+    # Go's nsqd answers a put to a topic that is exiting with "exiting" (HTTP 503 EXITING) and
+    # leaves its health alone: only a failed write makes it unhealthy
+    broker = await start(nursery, tmp_path, mem_queue_size=0)  # every publish writes
+    broker.get_topic("t")
+    outcomes: list[str] = []
+
+    async def publish(body: bytes) -> None:
+        try:
+            await broker.publish("t", broker.new_messages([body]))
+        except Exiting:
+            outcomes.append("exiting")
+        else:
+            outcomes.append("stored")
+
+    nursery.start_soon(publish, b"first")  # its write starts in a worker thread
+    await trio.testing.wait_all_tasks_blocked()
+    nursery.start_soon(publish, b"second")  # waits for the next group commit
+    await trio.testing.wait_all_tasks_blocked()
+    assert broker.delete_topic("t")
+    with trio.fail_after(30):
+        while len(outcomes) < 2:
+            await trio.sleep(0.01)
+    assert "exiting" in outcomes  # (the first too, if its write ends after the deletion)
+    assert broker.health == "OK"

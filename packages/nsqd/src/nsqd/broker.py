@@ -480,11 +480,11 @@ class Broker:
                 await topic.put_records(msgs)
             else:
                 await topic.put(msgs)
+        except DiskQueueClosed as exc:  # the topic was deleted meanwhile (as Go's "exiting":
+            raise Exiting from exc       # no health change, no log line)
         except DiskQueueError as exc:
             self.health = f"NOK - {exc}"
             log.error("TOPIC(%s): failed to store messages - %s", topic_name, exc)
-            if isinstance(exc, DiskQueueClosed):
-                raise Exiting from exc
             raise StoreFailed(str(exc)) from exc
         if self.health != "OK":
             self.health = "OK"
