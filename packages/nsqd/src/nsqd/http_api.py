@@ -292,7 +292,9 @@ class HttpApi:
         offset = size(q, "offset", "INVALID_OFFSET")
         if offset is None:
             offset = await channel.log.find_time(timestamp_ns(q))
+            still_existing(self.broker, channel)
         await self.broker.rewind_channel(channel, offset)
+        still_existing(self.broker, channel)
         return _json({"offset": channel.cursor.read})
 
     async def channel_delete(self, request: Request) -> Response:
