@@ -1,7 +1,7 @@
 """``build_app(store)``: the auth server's HTTP API, as nsqd asks it (NSQ 1.3).
 
-``GET /auth?common_name=&remote_ip=&secret=&tls=`` (or, from an nsqd started with
-``--auth-http-request-method=post``, a POST whose JSON body holds the same keys, each value a
+``GET /auth?common_name=&remote_ip=&secret=&tls=`` (or, from a Go nsqd newer than 1.3 started
+with ``--auth-http-request-method=post``, a POST whose JSON body holds the same keys, each value a
 one-element array) answers 200 with the secret's identity and authorizations::
 
     {"ttl":3600,"identity":"alice","identity_url":"","authorizations":
