@@ -1,6 +1,6 @@
-"""Requests at work on a channel's dead letters (or its own queue) when the channel, or its
-topic, is deleted: the deletion closes the channel's private queues at once (``deletion``),
-under the request.
+"""Requests at work on a channel's dead letters (or its own queue, or a rewind looking up its
+offset) when the channel, or its topic, is deleted: the deletion closes the channel's private
+queues at once (``deletion``), under the request.
 
 nsqd's HTTP API answers such a request as it answers one for a channel that does not exist:
 404 ``CHANNEL_NOT_FOUND``, or ``TOPIC_NOT_FOUND`` when the topic went too. The deletion counts
