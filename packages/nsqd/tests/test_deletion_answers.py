@@ -344,15 +344,16 @@ async def test_a_consume_waiting_for_the_own_queues_read_ends_when_the_channel_i
 
 # -- a rewind by time, looking up its offset ---------------------------------------------------
 
+@OPTIONS
 @pytest.mark.parametrize("deleted", ["channel", "topic"])
 async def test_a_rewind_by_time_its_deletion_overtakes_answers_as_for_no_channel(
-        deleted: str, io_clock: trio.testing.MockClock, io_clock_moving: None,
+        options: dict[str, object], deleted: str, io_clock: trio.testing.MockClock, io_clock_moving: None,
         nursery: trio.Nursery, tmp_path: Path, apis_of: Callable[[Broker, Path], Apis],
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     # /channel/rewind?timestamp= looks the offset up in the topic's log (the segments' time
     # index, in a worker thread) before it moves the cursor; the channel is deleted while it
     # looks. Before, the rewind went on with the deleted channel and answered 200.
-    broker = await start(nursery, tmp_path, mem_queue_size=0)
+    broker = await start(nursery, tmp_path, **options)
     apis = apis_of(broker, tmp_path)
     route = Route("nsqd", "POST", "/channel/rewind?topic=t&channel=c&timestamp=0")
     channel = channel_of(broker, route)
