@@ -41,6 +41,7 @@ from .options import EARLIEST, LATEST, Options, Position
 from .positions import Flat, Key, behind, flat, nest, prorate, ranges, resolved
 
 log = logging.getLogger("nsq_spark")
+clock = time.monotonic  # the clock of maxTriggerDelay (the rest of nsq_spark goes by it too)
 
 
 def current(options: Options) -> dict[Key, Bounds]:
@@ -147,11 +148,11 @@ class OffsetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: Flat | None = None  # Trigger.AvailableNow: the offsets to stop at
         self._latest: Flat | None = None  # the latest offsets at the last trigger
         self._consumed: Flat | None = None  # where the batch planned then ends
-        self._last_trigger = 0.0  # monotonic time the last batch was planned
+        self._last_trigger: float | None = None  # monotonic time the last batch was planned
 
     def __getstate__(self) -> dict[str, Any]:
         return {"options": self.options, "_target": None, "_latest": None, "_consumed": None,
-                "_last_trigger": 0.0}
+                "_last_trigger": None}
 
     def initialOffset(self) -> dict[str, Any]:
         position = self.options.starting or Position("latest")  # Kafka's default for streams
@@ -207,10 +208,11 @@ class OffsetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _delay(self, minimum: int, start: Flat, end: Flat) -> bool:
         """minOffsetsPerTrigger: whether to wait for more (fewer are waiting, and less than
         maxTriggerDelay has passed since the last batch)."""
-        now = time.monotonic()
+        now = clock()
         waiting = sum(max(0, e - start[key]) for key, e in end.items())
-        if waiting < minimum and now - self._last_trigger < self.options.max_trigger_delay:
-            return True
+        if (waiting < minimum and self._last_trigger is not None
+                and now - self._last_trigger < self.options.max_trigger_delay):
+            return True  # no batch yet means none to wait after: the first is planned at once
         self._last_trigger = now
         return False
 
