@@ -395,7 +395,7 @@ def test_an_index_of_another_size_or_segment_is_not_used(tmp_path: Path,
     again.close()
 
     # Segment 0's file and index copied as segment 10's: the index names base 0, so the file
-    # is scanned, and its batches below base 10 (with one after them) make it damaged.
+    # is scanned, and its batches, all below base 10, are damage: kept aside, cut off.
     again = open_segment(seg.path, active=False)
     again.write_index()
     again.close()
@@ -403,9 +403,12 @@ def test_an_index_of_another_size_or_segment_is_not_used(tmp_path: Path,
     shutil.copy(seg.path, other)
     shutil.copy(seg.index_path, other.with_suffix(".index"))
     caplog.clear()
-    with pytest.raises(SegmentError, match="offsets not increasing"):
-        open_segment(other, active=False)
-    assert "is not the segment's" in caplog.text
+    data = other.read_bytes()
+    seg = open_segment(other, active=False)
+    assert (seg.end, seg.count, seg.size, seg.damaged_batches) == (10, 0, 8, 1)
+    assert "is not the segment's" in caplog.text and "offsets out of order" in caplog.text
+    assert other.with_name(other.name + ".damaged-8").read_bytes() == data[8:]
+    seg.close()
 
 
 def test_an_index_whose_last_batch_does_not_agree_is_not_used(made: Segment,
@@ -465,7 +468,8 @@ def test_indexes_whose_crc_holds_but_do_not_fit(made: Segment, caplog: pytest.Lo
 
 
 def test_a_batch_that_moved_under_its_index(made: Segment) -> None:
-    """A base offset damaged in a head (the crc covers the records only) is found by a read."""
+    """A base offset damaged in a head (the crc covers the records only) is found by a read:
+    that batch alone is lost."""
     made.write_index()
     made.close()
     second = batch_positions(made)[1]
@@ -473,8 +477,8 @@ def test_a_batch_that_moved_under_its_index(made: Segment) -> None:
         f.seek(second + 4)
         f.write(struct.pack(">Q", 116))
     seg = open_segment(made.path, active=False)
-    with pytest.raises(SegmentError, match="not what the index says"):
-        seg.read(200, 1)
+    assert seg.read(200, 1)[0][0] == 400  # that batch dropped, the next read
+    assert seg.damaged_batches == 1 and seg.read(100, 1)[0][0] == 100
     seg.close()
 
 
@@ -566,38 +570,92 @@ def flip_byte(path: Path, position: int) -> None:
 
 
 def test_bad_crc_in_the_middle_of_a_closed_segment(made: Segment, caplog: pytest.LogCaptureFixture) -> None:
+    """A flipped byte loses its batch alone, whether a read or the scan finds it; the damaged
+    bytes are kept aside and counted, and the index written after says the same."""
     caplog.set_level(logging.WARNING, logger=LOG.name)
     positions = batch_positions(made)
+    expected = everything(made)
     made.write_index()
     made.close()
     whole = made.path.read_bytes()
     flip_byte(made.path, positions[2] + 28 + 10)  # a record byte of batch 2 (offset 400)
+    without = {o: r for o, r in expected.items() if o != 400}
+    aside = made.path.with_name(f"{made.path.name}.damaged-{positions[2]}")
+    damaged = made.path.read_bytes()
 
-    # With its index, it opens; reading the damaged batch raises, the others read fine.
+    # With its index, it opens; reading the damaged batch drops it, the others read fine.
     seg = open_segment(made.path, active=False)
-    with pytest.raises(SegmentError, match=f"bad crc in the batch at {positions[2]}"):
-        seg.read(400, 1)
-    with pytest.raises(SegmentError):
-        seg.read(300, 1 << 20)  # batch 1 and on, through the damaged one
+    assert seg.read(400, 1)[0][0] == 401
+    assert "a bad crc at position" in caplog.text and aside.name in caplog.text
+    assert aside.read_bytes() == damaged[positions[2]:positions[3]]
+    assert (seg.damaged_batches, seg.damaged_bytes) == (1, positions[3] - positions[2])
+    assert everything(seg) == without and seg.count == len(without)
     assert seg.read(115, 1) == [run(115, 200)]
-    assert seg.read(401, 1)[0][1][0] == rec(401)
-    with pytest.raises(SegmentError):
-        seg.find_time(T0 + 400_000)
+    assert seg.find_time(T0 + 400_000) == 401
+    seg.write_index()  # the index without the batch: used by the next open, which agrees
+    seg.close()
+    assert made.path.read_bytes() == damaged  # the file itself is left as it is
+    seg = open_segment(made.path, active=False)
+    assert everything(seg) == without and seg.damaged_batches == 0
     seg.close()
 
-    # Without it, the scan refuses, and leaves the file alone.
-    made.index_path.unlink()
-    damaged = made.path.read_bytes()
-    with pytest.raises(SegmentError, match=f"a bad crc at position {positions[2]} with whole"):
-        open_segment(made.path, active=False)
-    assert made.path.read_bytes() == damaged
+    # Without it, the scan reads on after the damaged batch, active or not.
+    for active in (False, True):
+        made.index_path.unlink(missing_ok=True)
+        aside.unlink()
+        caplog.clear()
+        seg = open_segment(made.path, active=active)
+        assert everything(seg) == without, active
+        assert (seg.end, seg.count, seg.size) == (3009, len(without), len(whole))
+        assert (seg.damaged_batches, seg.damaged_bytes) == (1, positions[3] - positions[2])
+        assert f"a bad crc at position {positions[2]}" in caplog.text
+        assert f"reading on from position {positions[3]}" in caplog.text
+        assert aside.read_bytes() == damaged[positions[2]:positions[3]]
+        assert made.path.read_bytes() == damaged
+        seg.append([run(4000, 2)])  # appends go on after it
+        assert seg.read(3500, 10) == [run(4000, 2)]
+        seg.close()
+        made.path.write_bytes(damaged)
 
-    # As the active segment: everything from the damage on is cut.
-    caplog.clear()
-    seg = open_segment(made.path, active=True)
-    assert (seg.end, seg.size) == (315, positions[2])
-    assert made.path.read_bytes() == whole[: positions[2]]
-    assert f"cutting off the last {len(whole) - positions[2]} bytes" in caplog.text
+
+@pytest.mark.parametrize("field", ["length", "length-high", "base", "count", "size"])
+def test_a_damaged_head_costs_its_batch_alone(made: Segment, field: str,
+                                              caplog: pytest.LogCaptureFixture) -> None:
+    """A byte flipped in a batch's head (the crc covers the records only): its length (the
+    next batch then found by a search), its base offset, its count, a record's size."""
+    caplog.set_level(logging.WARNING, logger=LOG.name)
+    positions = batch_positions(made)
+    expected = everything(made)
+    made.close()
+    at = {"length": 3, "length-high": 0, "base": 4 + 7, "count": 12 + 3,
+          "size": 28 + 3}[field]
+    flip_byte(made.path, positions[2] + at)  # batch 2: offset 400
+    for active in (False, True):
+        seg = Segment.open(made.path, active=active, logger=LOG, limit=3009)
+        got = everything(seg)
+        assert got == {o: r for o, r in expected.items() if o != 400}, (field, active)
+        assert seg.damaged_batches == 1
+        seg.close()
+
+
+def test_damage_over_several_batches_and_a_tail_of_zeros(made: Segment, tmp_path: Path,
+                                                         caplog: pytest.LogCaptureFixture) -> None:
+    """Bytes overwritten across batches 2 to 4, and then zeros a power cut may leave at the end:
+    what is whole is kept, the rest kept aside."""
+    caplog.set_level(logging.WARNING, logger=LOG.name)
+    positions = batch_positions(made)
+    expected = everything(made)
+    made.close()
+    data = bytearray(made.path.read_bytes())
+    data[positions[2] + 2 : positions[4] + 20] = b"\xa5" * (positions[4] + 18 - positions[2])
+    made.path.write_bytes(bytes(data) + b"\0" * 100_000)
+    seg = open_segment(made.path, active=False)
+    lost = set(range(400, 3003))
+    assert everything(seg) == {o: r for o, r in expected.items() if o not in lost}
+    assert seg.damaged_batches == 2 and seg.size == len(data)
+    assert made.path.stat().st_size == len(data)  # the zeros cut off, kept aside
+    tail = made.path.with_name(f"{made.path.name}.damaged-{len(data)}")
+    assert tail.read_bytes() == b"\0" * 100_000
     seg.close()
 
 
@@ -617,15 +675,15 @@ def test_offsets_not_increasing(tmp_path: Path, base: int, caplog: pytest.LogCap
     for active in (True, False):
         path.write_bytes(good + bad)
         seg = open_segment(path, active=active)
-        assert (seg.end, seg.size) == (10, len(good)) and "offsets not increasing" in caplog.text
+        assert (seg.end, seg.size) == (10, len(good)) and "offsets out of order" in caplog.text
         seg.close()
-    # In the middle: cut in the active segment, refused in a closed one.
-    path.write_bytes(good + bad + later)
-    with pytest.raises(SegmentError, match="offsets not increasing"):
-        open_segment(path, active=False)
-    seg = open_segment(path, active=True)
-    assert (seg.end, seg.size) == (10, len(good))
-    seg.close()
+    # In the middle: that batch alone is lost, active or not.
+    for active in (True, False):
+        path.write_bytes(good + bad + later)
+        seg = open_segment(path, active=active)
+        assert (seg.end, seg.count, seg.damaged_batches) == (21, 11, 1)
+        assert everything(seg) == {o: rec(o) for o in [*range(10), 20]}
+        seg.close()
 
 
 def test_a_batch_below_the_segments_base(tmp_path: Path) -> None:
@@ -647,13 +705,14 @@ def test_a_bad_head_in_the_tail(tmp_path: Path) -> None:
         seg.close()
 
 
-def test_a_malformed_batch_whose_crc_holds_is_an_error_on_read(tmp_path: Path) -> None:
+def test_a_malformed_batch_whose_crc_holds_is_dropped_on_read(tmp_path: Path) -> None:
     path = tmp_path / f"{0:020d}.log"
     body = struct.pack(">I", 50) + b"short"  # a record claiming 50 bytes in a 9-byte part
-    path.write_bytes(MAGIC + BATCH_HEAD.pack(24 + len(body), 0, 1, 0, zlib.crc32(body)) + body)
+    later = raw_batch(1, [rec(1)])
+    path.write_bytes(MAGIC + BATCH_HEAD.pack(24 + len(body), 0, 1, 0, zlib.crc32(body)) + body
+                     + later)
     seg = open_segment(path, active=True)
-    with pytest.raises(SegmentError):
-        seg.read(0, 100)
+    assert seg.read(0, 100) == [(1, [rec(1)])] and seg.damaged_batches == 1
     seg.close()
 
 

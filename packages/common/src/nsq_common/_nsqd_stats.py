@@ -247,6 +247,9 @@ class TopicStats(_GoStruct):
     retention_bytes: int = attrs.field(default=0, metadata=_OMITEMPTY, kw_only=True)
     earliest_offset: int | None = attrs.field(default=None, metadata=_OMITEMPTY, kw_only=True)
     latest_offset: int | None = attrs.field(default=None, metadata=_OMITEMPTY, kw_only=True)
+    # damaged batches found in the topic's log since the start, and their bytes: once any
+    damaged_batches: int = attrs.field(default=0, metadata=_OMITEMPTY, kw_only=True)
+    damaged_bytes: int = attrs.field(default=0, metadata=_OMITEMPTY, kw_only=True)
 
 
 @attrs.frozen

@@ -30,7 +30,9 @@ from nsq_common import write_atomically
 
 from .deletion import aside_name
 from .errors import SegmentError
-from .segment import Segment
+from .segment import MAGIC, Segment
+
+_MAX_OFFSET = (1 << 63) - 1
 
 __all__ = ["OFFSETS_FILE", "SEGMENT_SUFFIX", "LogFiles", "segment_name"]
 
@@ -50,6 +52,8 @@ class LogFiles:
     segments: list[Segment] = attrs.field(init=False, factory=list)
     #: Held through each file operation: what ``detach`` waits for.
     busy: threading.Lock = attrs.field(init=False, factory=threading.Lock)
+    #: Damage found in segments since removed: (batches, bytes).
+    _gone_damage: tuple[int, int] = attrs.field(init=False, default=(0, 0))
 
     @property
     def end(self) -> int:
@@ -64,18 +68,45 @@ class LogFiles:
         """Bytes of every segment."""
         return sum(s.size for s in self.segments)
 
+    @property
+    def damaged_batches(self) -> int:
+        """Damaged batches found in the segments since the start (kept aside, see
+        ``segment``), removed segments' included."""
+        return self._gone_damage[0] + sum(s.damaged_batches for s in self.segments)
+
+    @property
+    def damaged_bytes(self) -> int:
+        return self._gone_damage[1] + sum(s.damaged_bytes for s in self.segments)
+
+    def _forget(self, segment: Segment) -> None:
+        """``segment`` leaves the log: its damage stays counted."""
+        batches, nbytes = self._gone_damage
+        self._gone_damage = (batches + segment.damaged_batches, nbytes + segment.damaged_bytes)
+
     # -- loading -----------------------------------------------------------------------------
     def load(self) -> int:
         """Open the segments a previous run left; the next offset the ``offsets`` file
-        allows (0 when it is missing or unreadable)."""
+        allows (0 when it is missing or unreadable).
+
+        A segment file with no batch, made by a roll that a crash cut short (no more than
+        the magic, or a part of it), is removed (the last one is kept when whole: an empty
+        active segment, named after the next offset)."""
         directory = self.directory
         if directory is None or not directory.is_dir():
             return 0
+        next_offset = _read_offsets(directory / OFFSETS_FILE)
         paths = sorted(p for p in directory.iterdir() if p.name.endswith(SEGMENT_SUFFIX))
+        paths = [p for i, p in enumerate(paths) if not self._unfinished(p, i == len(paths) - 1)]
         for i, path in enumerate(paths):
+            # No offset of a segment reaches the next one's base, nor past the reservation.
+            if i + 1 < len(paths):
+                limit = _base_of(paths[i + 1])
+            else:
+                limit = next_offset if next_offset else _MAX_OFFSET
             segment: Segment | None
             try:
-                segment = Segment.open(path, active=i == len(paths) - 1, logger=self.log)
+                segment = Segment.open(path, active=i == len(paths) - 1, logger=self.log,
+                                       limit=limit)
             except SegmentError as exc:
                 segment = self._salvage(path, exc)
             except ValueError as exc:
@@ -85,24 +116,32 @@ class LogFiles:
                 continue
             if segment is not None:
                 self.segments.append(segment)
-        return _read_offsets(directory / OFFSETS_FILE)
+        return next_offset
+
+    def _unfinished(self, path: Path, last: bool) -> bool:
+        """Whether ``path`` is a segment a roll left unfinished (removed, then: no batch in
+        it was ever acknowledged)."""
+        try:
+            size = path.stat().st_size
+            if size > len(MAGIC) or (size == len(MAGIC) and last):
+                return False
+            if not MAGIC.startswith(path.read_bytes()):
+                return False  # not ours: set aside as damaged, below
+            path.unlink()
+            path.with_suffix(".index").unlink(missing_ok=True)
+        except OSError as exc:
+            self.log.warning("LOG(%s): cannot remove the empty segment %s - %s", self.name,
+                             path, exc)
+            return False
+        self.log.info("LOG(%s): removed %s, a segment with no batch (%d bytes)", self.name,
+                      path.name, size)
+        return True
 
     def _salvage(self, path: Path, damage: SegmentError) -> Segment | None:
-        """A damaged segment: a copy set aside (``.bad``), and the whole batches before the
-        damage kept (what comes after it is lost, as go-diskqueue loses the rest of a
-        damaged file)."""
-        self.log.error("LOG(%s): %s; keeping what comes before the damage, the file as it "
-                       "was saved as %s.bad", self.name, damage, path.name)
-        try:
-            shutil.copyfile(path, path.with_name(path.name + ".bad"))
-        except OSError as exc:
-            self.log.error("LOG(%s): cannot copy %s - %s", self.name, path, exc)
-        try:
-            return Segment.open(path, active=True, logger=self.log)
-        except (SegmentError, OSError) as exc:
-            self.log.error("LOG(%s): cannot read %s, set aside - %s", self.name, path, exc)
-            self._set_aside(path)
-            return None
+        """A segment whose magic is not ours: set aside (``.bad``) for an operator."""
+        self.log.error("LOG(%s): %s; set aside as %s.bad", self.name, damage, path.name)
+        self._set_aside(path)
+        return None
 
     def _set_aside(self, path: Path) -> None:
         try:
@@ -152,13 +191,14 @@ class LogFiles:
         return []
 
     # -- removing ----------------------------------------------------------------------------
-    @staticmethod
-    def remove(segments: list[Segment]) -> None:
+    def remove(self, segments: list[Segment]) -> None:
         """Unlink ``segments`` (they stay in ``segments`` until this is done, so that a
-        ``detach`` meanwhile moves their paths too; the caller drops them after)."""
+        ``detach`` meanwhile moves their paths too; the caller drops them after). Damaged
+        bytes kept aside (``.damaged-``) stay, for an operator."""
         for segment in segments:
             segment.close()
             segment.remove()
+            self._forget(segment)
 
     def reset_active(self, base: int) -> None:
         """Cut the active segment to nothing and rename it after ``base`` (no data written:
@@ -166,7 +206,8 @@ class LogFiles:
         active = self.segments[-1]
         path = active.path
         active.close()
-        os.truncate(path, len(b"NSQSEG1\n"))
+        self._forget(active)
+        os.truncate(path, len(MAGIC))
         new_path = path.with_name(segment_name(base))
         active.index_path.unlink(missing_ok=True)
         os.rename(path, new_path)
@@ -232,6 +273,12 @@ def _read_to_damage(segment: Segment, offset: int) -> list[tuple[int, list[bytes
         first, records = batch[-1]
         offset = first + len(records)
     return found
+
+
+def _base_of(path: Path) -> int:
+    """The base offset a segment's name gives (``_MAX_OFFSET`` for a name that is none)."""
+    stem = path.name[: -len(SEGMENT_SUFFIX)]
+    return int(stem) if len(stem) == 20 and stem.isdigit() else _MAX_OFFSET
 
 
 def _read_offsets(path: Path) -> int:

@@ -69,6 +69,11 @@ class NsqdCollector(Collector):
                               TOPIC),
             "paused": _gauge("nsq_topic_paused", "1 if the topic is paused", TOPIC),
             "channels": _gauge("nsq_topic_channels", "channels of the topic", TOPIC),
+            "damaged": _counter("nsq_topic_damaged_batches",
+                                "damaged batches found in the topic's log (each lost alone, "
+                                "its bytes kept aside)", TOPIC),
+            "damaged_bytes": _counter("nsq_topic_damaged_bytes",
+                                      "bytes of the damaged batches", TOPIC),
             "e2e": Metric("nsq_topic_e2e_processing_latency_seconds",
                           "publish-to-FIN latency quantiles over the e2e window, all channels",
                           "summary"),
@@ -113,6 +118,8 @@ class NsqdCollector(Collector):
             t["bytes"].add_metric(labels, doc.message_bytes)
             t["paused"].add_metric(labels, int(doc.paused))
             t["channels"].add_metric(labels, len(doc.channels))
+            t["damaged"].add_metric(labels, doc.damaged_batches)
+            t["damaged_bytes"].add_metric(labels, doc.damaged_bytes)
             _add_quantiles(t["e2e"], {"topic": name}, doc)
             _add_disk(disk, [name, ""], topic.log if topic.log.directory is not None else None)
             for ch in doc.channels:

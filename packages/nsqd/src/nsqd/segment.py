@@ -78,11 +78,21 @@ _LOWEST = -(1 << 63)
 _SCAN_CHUNK = 1 << 20  # bytes per read while scanning
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 _NAME = re.compile(r"(\d{20})\.log")
+_NONZERO = re.compile(rb"[^\x00]")
 _NATIVE_IS_BIG = sys.byteorder == "big"
 #: the 4-byte size prefix of a record of each size, looked up in C (see nsqd.packed)
 _size_prefix = PackedBySize(_SIZE.pack).__getitem__
 
 _logger = logging.getLogger(__name__)
+
+
+class _Damaged(Exception):
+    """Batch ``batch`` of the index did not hold when read (``Segment._drop`` it)."""
+
+    def __init__(self, batch: int, why: str) -> None:
+        super().__init__(why)
+        self.batch = batch
+        self.why = why
 
 
 class Segment:
@@ -94,11 +104,12 @@ class Segment:
         size: bytes in the file (magic included)
         end: one past the last record's offset (``base`` when empty)
         count: records in it
+        damaged_batches, damaged_bytes: damage found in it (by open() or read()), kept aside
         max_timestamp: the newest record's timestamp in ns (0 when empty), from the batch heads
     """
 
     __slots__ = ("_ends", "_fd", "_logger", "_maxes", "_positions", "_torn", "base", "count",
-                 "end", "path", "size")
+                 "damaged_batches", "damaged_bytes", "end", "path", "size")
 
     def __init__(self, path: Path, base: int, fd: int, logger: logging.Logger) -> None:
         # Use create() or open().
@@ -113,6 +124,8 @@ class Segment:
         self._positions = array("Q")
         self._maxes = array("q")
         self._torn = False  # a failed append could not be cut back: cut before the next one
+        self.damaged_batches = 0  # damage found (scan or read) and kept aside, and its bytes
+        self.damaged_bytes = 0
 
     def __repr__(self) -> str:
         return f"<Segment {self.path} offsets {self.base}..{self.end} {self.size} bytes>"
@@ -157,23 +170,27 @@ class Segment:
         return cls(path, base, fd, logger or _logger)
 
     @classmethod
-    def open(cls, path: Path, *, active: bool, logger: logging.Logger | None = None) -> Segment:
+    def open(cls, path: Path, *, active: bool, logger: logging.Logger | None = None,
+             limit: int = _MAX_OFFSET) -> Segment:
         """Open an existing segment and build its index.
 
         A segment that is not ``active`` takes its index from ``<base>.index`` when that is
         valid. Otherwise (and always for the active segment, whose index is then removed as
         out of date) the file is scanned batch by batch, in reads of 1 MiB.
 
-        A damaged end found by the scan (a short batch, a bad crc, offsets not increasing) is
-        cut off with ``ftruncate`` and logged as one warning. In the active segment that is
-        everything from the first bad batch on: what a crash mid-write leaves. In a closed
-        segment only a bad *last* batch is cut; damage with whole batches after it raises
-        ``SegmentError`` and leaves the file as it is (``open(path, active=True)`` would keep
-        what comes before the damage and cut the rest).
+        Damage found by the scan costs the damaged bytes alone: the scan looks for the next
+        whole batch after them (``_resync``) and reads on from there; the damaged bytes stay
+        where they are, out of the index, and a copy is kept aside as
+        ``<segment>.damaged-<position>`` (counted in ``damaged_batches`` and
+        ``damaged_bytes``, logged as an error). Damage with no whole batch after it is the end
+        of the segment: in the active segment that is a torn write (what a crash mid-write
+        leaves: cut off with ``ftruncate``, one warning); in a closed one, damage (kept aside,
+        then cut). ``limit``: no offset in the segment is at or past it (the next segment's
+        base, the ``offsets`` reservation), which tells a damaged base offset from a batch.
 
         Raises:
             ValueError: the name is not ``<20 digits>.log``.
-            SegmentError: shorter than the magic, a wrong magic, or a damaged closed segment.
+            SegmentError: shorter than the magic, or a wrong magic.
             OSError: the file could not be opened or read.
         """
         path = Path(path)
@@ -192,9 +209,9 @@ class Segment:
             if active:
                 with contextlib.suppress(FileNotFoundError):
                     segment.index_path.unlink()
-                segment._scan(size, cut_anywhere=True)
+                segment._scan(size, active=True, limit=limit)
             elif not segment._load_index(size):
-                segment._scan(size, cut_anywhere=False)
+                segment._scan(size, active=False, limit=limit)
         except BaseException:
             os.close(fd)
             raise
@@ -254,73 +271,155 @@ class Segment:
             return "the last batch's head does not agree"
         return None
 
-    def _scan(self, size: int, *, cut_anywhere: bool) -> None:
-        """Build the index from the batches themselves; cut off a damaged end (see open())."""
+    def _scan(self, size: int, *, active: bool, limit: int) -> None:
+        """Build the index from the batches themselves, reading on after damage (see open())."""
         fd, pread, crc32 = self._fd, os.pread, zlib.crc32
         unpack = BATCH_HEAD.unpack_from
         ends, positions, maxes = self._ends, self._positions, self._maxes
         pos = len(MAGIC)
-        chunk, at = b"", pos  # chunk holds the file's bytes from position ``at``
-        view, clen = memoryview(chunk), 0
         end, count, running = self.base, 0, _LOWEST
-        problem = None
-        while pos < size:
-            off = pos - at
-            if clen - off < _HEAD:
-                chunk, at, off = pread(fd, min(_SCAN_CHUNK, size - pos), pos), pos, 0
-                view, clen = memoryview(chunk), len(chunk)
-                if clen < _HEAD:
-                    problem = "a short batch head"
+        while True:
+            chunk, at = b"", pos  # chunk holds the file's bytes from position ``at``
+            view, clen = memoryview(chunk), 0
+            problem = None
+            suspect: tuple[int, int, int] | None = None  # a batch after a gap: end, pos, n
+            while pos < size:
+                off = pos - at
+                if clen - off < _HEAD:
+                    chunk, at, off = pread(fd, min(_SCAN_CHUNK, size - pos), pos), pos, 0
+                    view, clen = memoryview(chunk), len(chunk)
+                    if clen < _HEAD:
+                        problem = "a short batch head"
+                        break
+                length, base, n, max_ts, crc = unpack(chunk, off)
+                stop = off + 4 + length
+                if n == 0 or length < _AFTER_LENGTH + 4 * n:
+                    problem = f"a bad batch head (length {length}, count {n})"
                     break
-            length, base, n, max_ts, crc = unpack(chunk, off)
-            stop = off + 4 + length
-            if n == 0 or length < _AFTER_LENGTH + 4 * n:
-                problem = f"a bad batch head (length {length}, count {n})"
-                break
-            if stop > clen:
-                if pos + 4 + length > size:
-                    problem = f"a short batch ({4 + length} bytes, {size - pos} in the file)"
+                if stop > clen:
+                    if pos + 4 + length > size:
+                        problem = f"a short batch ({4 + length} bytes, {size - pos} in the file)"
+                        break
+                    chunk = pread(fd, max(4 + length, min(_SCAN_CHUNK, size - pos)), pos)
+                    at, off = pos, 0
+                    view, clen, stop = memoryview(chunk), len(chunk), 4 + length
+                    if clen < stop:
+                        problem = "a short read"
+                        break
+                if crc32(view[off + _HEAD : stop]) != crc:
+                    problem = "a bad crc"
                     break
-                chunk, at, off = pread(fd, max(4 + length, min(_SCAN_CHUNK, size - pos)), pos), pos, 0
-                view, clen, stop = memoryview(chunk), len(chunk), 4 + length
-                if clen < stop:
-                    problem = "a short read"
-                    break
-            if crc32(view[off + _HEAD : stop]) != crc:
-                problem = "a bad crc"
+                if base < end or base + n > limit:
+                    if suspect is None or not suspect[0] <= base < end or base + n > limit:
+                        problem = f"offsets out of order (base {base} after end {end})"
+                        break
+                    # The batch before came after a gap and overtakes this one: its base
+                    # offset is the damaged one (the crc does not cover it), not all of
+                    # these after it. Out of the index it goes, kept aside.
+                    end, before, size_before = suspect
+                    del ends[-1], positions[-1], maxes[-1]
+                    count -= size_before
+                    running = maxes[-1] if maxes else _LOWEST
+                    self._keep_aside(before, pos, "a base offset past the next batch's",
+                                     f"reading on from position {pos}")
+                suspect = (end, pos, n) if base > end else None
+                end = base + n
+                count += n
+                if max_ts > running:
+                    running = max_ts
+                ends.append(end)
+                positions.append(pos)
+                maxes.append(running)
+                pos += 4 + length
+            if problem is None:
                 break
-            if base < end or base + n > _MAX_OFFSET:
-                problem = f"offsets not increasing (base {base} after end {end})"
+            found = self._resync(pos, size, end, limit)
+            if found is None:  # nothing whole after it: the end of the file
+                if active:
+                    self._logger.warning("segment %s: %s at position %d: cutting off the last "
+                                         "%d bytes", self.path, problem, pos, size - pos)
+                else:
+                    self._keep_aside(pos, size, problem,
+                                     f"cutting off the last {size - pos} bytes")
+                try:
+                    os.ftruncate(fd, pos)
+                except OSError as exc:
+                    self._logger.error("segment %s: cannot cut off the damaged end - %s",
+                                       self.path, exc)
+                    self._torn = True
+                size = pos
                 break
-            end = base + n
-            count += n
-            if max_ts > running:
-                running = max_ts
-            ends.append(end)
-            positions.append(pos)
-            maxes.append(running)
-            pos += 4 + length
-        self.size, self.end, self.count = pos, end, count
-        if problem is None:
-            return
-        if not cut_anywhere and not self._only_tail_left(pos, size, chunk, at):
-            raise SegmentError(f"segment {self.path}: {problem} at position {pos} "
-                               f"with whole batches after it")
-        self._logger.warning("segment %s: %s at position %d: cutting off the last %d bytes",
-                             self.path, problem, pos, size - pos)
-        try:
-            os.ftruncate(fd, pos)
-        except OSError as exc:
-            self._logger.error("segment %s: cannot cut off the damaged end - %s", self.path, exc)
-            self._torn = True
+            self._keep_aside(pos, found, problem, f"reading on from position {found}")
+            pos = found
+        self.size, self.end, self.count = size, end, count
 
-    def _only_tail_left(self, pos: int, size: int, chunk: bytes, at: int) -> bool:
-        """Whether the bad batch at ``pos`` is the last thing in the file (a torn write)."""
-        off = pos - at
-        if len(chunk) - off < _HEAD:
-            return True  # not even a whole head: the file ends there
-        length: int = _SIZE.unpack_from(chunk, off)[0]
-        return pos + 4 + length >= size
+    def _resync(self, pos: int, size: int, end: int, limit: int) -> int | None:
+        """The position of the first whole batch after the damage at ``pos`` (None: none).
+
+        Every position after it is tried as a batch head: a count and length that fit, offsets
+        from ``end`` (the last whole batch's) and below ``limit``, a plausible head right after
+        it (or the end of the file), and its crc. A length field damaged costs no more than
+        one damaged in the records: the scan finds the next batch by its own head."""
+        fd, pread, unpack = self._fd, os.pread, BATCH_HEAD.unpack_from
+        search = _NONZERO.search
+        p = pos + 1
+        while p + _HEAD <= size:
+            chunk = pread(fd, min(_SCAN_CHUNK + _HEAD, size - p), p)
+            last = len(chunk) - _HEAD  # heads at chunk[i] for i in 0..last
+            if last < 0:
+                return None
+            i = 0
+            while i <= last:
+                length, base, n, _, crc = unpack(chunk, i)
+                if length == 0:  # (a run of zeros, say a tail a power cut left: skipped in C)
+                    found = search(chunk, i + 4)
+                    i = max(i + 1, found.start() - 3) if found else last + 1
+                    continue
+                at = p + i
+                if (n and _AFTER_LENGTH + 4 * n <= length and at + 4 + length <= size
+                        and end <= base and base + n <= limit
+                        and self._followed(at + 4 + length, size, base + n, limit)
+                        and self._crc_holds(at, length, crc)):
+                    return at
+                i += 1
+            p += last + 1
+        return None
+
+    def _followed(self, pos: int, size: int, end: int, limit: int) -> bool:
+        """Whether what comes at ``pos`` may follow a batch ending at offset ``end``: the end
+        of the file, a torn head, or a plausible head."""
+        if size - pos < _HEAD:
+            return True
+        length, base, n, _, _ = BATCH_HEAD.unpack(os.pread(self._fd, _HEAD, pos))
+        return bool(n > 0 and _AFTER_LENGTH + 4 * n <= length and end <= base
+                    and base + n <= limit)
+
+    def _crc_holds(self, pos: int, length: int, crc: int) -> bool:
+        data = os.pread(self._fd, length - _AFTER_LENGTH, pos + _HEAD)
+        return len(data) == length - _AFTER_LENGTH and zlib.crc32(data) == crc
+
+    def _keep_aside(self, pos: int, stop: int, problem: str, then: str) -> None:
+        """Bytes ``pos..stop`` are damaged: counted, logged, and copied to
+        ``<segment>.damaged-<pos>`` for inspection (left as it is when there already)."""
+        self.damaged_batches += 1
+        self.damaged_bytes += stop - pos
+        aside = self.path.with_name(f"{self.path.name}.damaged-{pos}")
+        self._logger.error("segment %s: %s at position %d: %d bytes lost, kept aside as %s; %s",
+                           self.path, problem, pos, stop - pos, aside.name, then)
+        try:
+            if aside.exists() and aside.stat().st_size == stop - pos:
+                return
+            with open(aside, "wb") as out:
+                at = pos
+                while at < stop:
+                    data = os.pread(self._fd, min(_SCAN_CHUNK, stop - at), at)
+                    if not data:
+                        break
+                    out.write(data)
+                    at += len(data)
+        except OSError as exc:
+            self._logger.error("segment %s: cannot keep the damaged bytes aside - %s",
+                               self.path, exc)
 
     # ---- writing ----------------------------------------------------------------------------
 
@@ -454,33 +553,52 @@ class Segment:
         Whole batches are read, in one ``pread``, until about ``max_bytes`` of the file
         (always the batch holding that first record, whatever its size); batches with
         consecutive offsets come back as one run. Empty when no record is at or after
-        ``offset``.
+        ``offset``. A batch that does not hold (a bad crc, not what the index says, sizes
+        that do not fill it) is taken out of the index and kept aside (``_keep_aside``): the
+        read goes on without it, and so do later ones.
 
         Raises:
-            SegmentError: a batch read does not hold (bad crc, or not what the index says).
+            SegmentError: the file is shorter than the index says.
             OSError: the read failed.
         """
         if self._fd < 0:
             raise ValueError(f"segment {self.path} is closed")
-        ends, positions = self._ends, self._positions
-        i = bisect_right(ends, offset)
-        last = len(ends) - 1
-        if i > last:
-            return []
-        start = positions[i]
-        # Whole batches from i while they end within max_bytes of start; at least batch i.
-        limit = start + max_bytes
-        k = bisect_right(positions, limit, i + 1)  # positions[i+1:k] <= limit
-        stop_batch = last if k > last and self.size <= limit else max(i, k - 2)
-        stop = positions[stop_batch + 1] if stop_batch < last else self.size
-        data = os.pread(self._fd, stop - start, start)
-        if len(data) != stop - start:
-            raise SegmentError(f"segment {self.path}: short read at {start} "
-                               f"({len(data)} of {stop - start} bytes)")
-        try:
-            return self._parse(data, start, i, stop_batch, offset)
-        except struct.error:  # sizes that run past their batch, in a batch whose crc holds
-            raise SegmentError(f"segment {self.path}: a batch from {start} is malformed") from None
+        while True:
+            ends, positions = self._ends, self._positions
+            i = bisect_right(ends, offset)
+            last = len(ends) - 1
+            if i > last:
+                return []
+            start = positions[i]
+            # Whole batches from i while they end within max_bytes of start; at least batch i.
+            limit = start + max_bytes
+            k = bisect_right(positions, limit, i + 1)  # positions[i+1:k] <= limit
+            stop_batch = last if k > last and self.size <= limit else max(i, k - 2)
+            stop = positions[stop_batch + 1] if stop_batch < last else self.size
+            data = os.pread(self._fd, stop - start, start)
+            if len(data) != stop - start:
+                raise SegmentError(f"segment {self.path}: short read at {start} "
+                                   f"({len(data)} of {stop - start} bytes)")
+            try:
+                return self._parse(data, start, i, stop_batch, offset)
+            except _Damaged as damaged:  # that batch alone is lost: read again without it
+                self._drop(damaged.batch, damaged.why)
+
+    def _drop(self, j: int, why: str) -> None:
+        """Batch ``j`` is damaged (found by a read, the index loaded from its file): out of
+        the index, its bytes kept aside (``_keep_aside``), left in the file."""
+        ends, positions, maxes = self._ends, self._positions, self._maxes
+        pos = positions[j]
+        stop = positions[j + 1] if j + 1 < len(positions) else self.size
+        lost = ends[j] - (ends[j - 1] if j else self.base)  # (and any gap before it)
+        head = os.pread(self._fd, _HEAD, pos)
+        if len(head) == _HEAD:
+            _, base, n, _, _ = BATCH_HEAD.unpack(head)
+            if base + n == ends[j] and n <= lost:  # the head says how many it held
+                lost = n
+        del ends[j], positions[j], maxes[j]
+        self.count -= min(lost, self.count - len(ends))  # a record a batch left, at least
+        self._keep_aside(pos, stop, why, "reading on without it")
 
     def _parse(self, data: bytes, start: int, first: int, last: int, offset: int) -> list[Run]:
         """The records of batches ``first..last`` in ``data`` (file bytes from ``start``), from
@@ -488,54 +606,60 @@ class Segment:
         runs: list[Run] = []
         view = memoryview(data)
         unpack_head, unpack_size, crc32 = BATCH_HEAD.unpack_from, _SIZE.unpack_from, zlib.crc32
-        ends = self._ends
-        p = 0
+        ends, positions = self._ends, self._positions
         records: list[bytes] = []
         append = records.append
         run_end = -1
-        for j in range(first, last + 1):
-            length, base, n, _, crc = unpack_head(data, p)
-            q = p + _HEAD  # the records part is data[q:p] once p is moved past the batch
-            p += 4 + length
-            if base + n != ends[j] or p > len(data) or n == 0:
-                raise SegmentError(f"segment {self.path}: the batch at {start + q - _HEAD} is "
-                                   f"not what the index says")
-            if crc32(view[q:p]) != crc:
-                raise SegmentError(f"segment {self.path}: bad crc in the batch at {start + q - _HEAD}")
-            if offset > base:
-                for _ in range(offset - base):
-                    q += 4 + unpack_size(data, q)[0]
-                n -= offset - base
-                base = offset
-            if base != run_end:
-                records = []
-                append = records.append
-                runs.append((base, records))
-            run_end = base + n
-            if n == 1:
-                if unpack_size(data, q)[0] != p - q - 4:
-                    raise struct.error("a size that does not fill the batch")
-                append(data[q + 4 : p])
-                continue
-            # Records of one size (the checks of its size prefixes done in C, by strided
-            # slices): sliced in a comprehension, 25% less per record than the loop below.
-            stride, rest = divmod(p - q, n)
-            if not rest and stride >= 4:
-                prefix = _size_prefix(stride - 4)
-                if (data[q + 3 : p : stride] == prefix[3:] * n
-                        and data[q + 2 : p : stride] == prefix[2:3] * n
-                        and data[q + 1 : p : stride] == prefix[1:2] * n
-                        and data[q:p:stride] == prefix[:1] * n):
-                    size = stride - 4
-                    records += [data[k : k + size] for k in range(q + 4, p + 4, stride)]
+        j = first
+        try:
+            for j in range(first, last + 1):
+                p = positions[j] - start  # (damaged bytes may lie between two batches)
+                batch_stop = positions[j + 1] - start if j < last else len(data)
+                if p + _HEAD > batch_stop:
+                    raise _Damaged(j, "a short batch")
+                length, base, n, _, crc = unpack_head(data, p)
+                q = p + _HEAD  # the records part is data[q:p] once p is moved past the batch
+                p += 4 + length
+                if base + n != ends[j] or p > batch_stop or n == 0:
+                    raise _Damaged(j, "a batch that is not what the index says")
+                if crc32(view[q:p]) != crc:
+                    raise _Damaged(j, "a bad crc")
+                if offset > base:
+                    for _ in range(offset - base):
+                        q += 4 + unpack_size(data, q)[0]
+                    n -= offset - base
+                    base = offset
+                if base != run_end:
+                    records = []
+                    append = records.append
+                    runs.append((base, records))
+                run_end = base + n
+                if n == 1:
+                    if unpack_size(data, q)[0] != p - q - 4:
+                        raise struct.error("a size that does not fill the batch")
+                    append(data[q + 4 : p])
                     continue
-            for _ in range(n):
-                (size,) = unpack_size(data, q)
-                q += 4
-                append(data[q : q + size])
-                q += size
-            if q != p:
-                raise struct.error("sizes that do not fill the batch")
+                # Records of one size (the checks of its size prefixes done in C, by strided
+                # slices): sliced in a comprehension, 25% less per record than the loop below.
+                stride, rest = divmod(p - q, n)
+                if not rest and stride >= 4:
+                    prefix = _size_prefix(stride - 4)
+                    if (data[q + 3 : p : stride] == prefix[3:] * n
+                            and data[q + 2 : p : stride] == prefix[2:3] * n
+                            and data[q + 1 : p : stride] == prefix[1:2] * n
+                            and data[q:p:stride] == prefix[:1] * n):
+                        size = stride - 4
+                        records += [data[k : k + size] for k in range(q + 4, p + 4, stride)]
+                        continue
+                for _ in range(n):
+                    (size,) = unpack_size(data, q)
+                    q += 4
+                    append(data[q : q + size])
+                    q += size
+                if q != p:
+                    raise struct.error("sizes that do not fill the batch")
+        except struct.error:  # sizes that run past their batch, in a batch whose crc holds
+            raise _Damaged(j, "a malformed batch") from None
         return runs
 
     def find_time(self, timestamp_ns: int) -> int | None:

@@ -16,7 +16,9 @@ a daemon whose users use only NSQ's features answers Go's nsqd 1.3 document key 
 - the log's offsets, a topic's ``earliest_offset`` and ``latest_offset`` and each of its
   channels' cursor (``mark_delete_offset``, ``read_offset``): with ``include_offsets=true``
   (nsqadmin asks so), never with ``include_offsets=false``, and without the parameter on a
-  topic that has a retention (replay is in use there).
+  topic that has a retention (replay is in use there);
+- a topic's ``damaged_batches`` and ``damaged_bytes``: once damage was found in its log
+  (``segment``: kept aside, the rest read on).
 """
 
 from __future__ import annotations
@@ -114,6 +116,7 @@ def topic_stats(topic: Topic, channel_filter: str | None, include_clients: bool,
         message_ttl=ttl, retention=retention, retention_bytes=retention_bytes,
         earliest_offset=log.start if offsets else None,
         latest_offset=log.end - 1 if offsets else None,
+        damaged_batches=log.damaged_batches, damaged_bytes=log.damaged_bytes,
     )
 
 

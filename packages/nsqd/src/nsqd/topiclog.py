@@ -167,6 +167,16 @@ class TopicLog:
     def disk_bytes(self) -> int:
         return self._files.size
 
+    @property
+    def damaged_batches(self) -> int:
+        """Damaged batches found in the segments since the start (each lost alone, its bytes
+        kept aside: ``segment``), and their bytes."""
+        return self._files.damaged_batches
+
+    @property
+    def damaged_bytes(self) -> int:
+        return self._files.damaged_bytes
+
     def resume_at(self, offset: int) -> None:
         """Start giving offsets at ``offset`` at least (what the ``offsets`` file, cursors
         and nsqd.dat say was given before). Offsets skipped so are a ``hole``: no message
