@@ -11,7 +11,7 @@ export UV_PROJECT_ENVIRONMENT := .venv
 # compile Trio, Hypercorn and Starlette from source where bytecode is not written back.
 export UV_COMPILE_BYTECODE := 1
 
-.PHONY: install run test stress lint typecheck bench docs clean pipeline
+.PHONY: install run test soak stress lint typecheck bench docs clean pipeline
 
 $(UV):
 	$(PYTHON) -m venv .tools
@@ -46,6 +46,11 @@ typecheck: install
 
 test: lint
 	.venv/bin/python -m pytest $(PYTEST_ARGS)
+
+# The slow tests: soaks, and thousands of the storage model's random sequences per storage mode
+# (NSQ_MODEL_SOAK=<n> sequences each; docs/design/storage.md, "How storage is crash-tested").
+soak: install
+	.venv/bin/python -m pytest -m slow $(PYTEST_ARGS)
 
 # The whole suite STRESS_RUNS times in a row beside STRESS_BUSY busy processes (see the script).
 STRESS_RUNS ?= 5
