@@ -95,8 +95,11 @@ async def test_other_requests_wait_for_the_real_server(address: str) -> None:
     both = socket.create_connection((host, int(port)), timeout=30)
     both.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n"
                  b"GET /info HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    responder = next(iter(early._state.responders.values()))
     try:
         async with trio.open_nursery() as nursery:
+            while not responder.answered:  # the early thread has answered that /ping
+                await trio.sleep(0.001)
             await serve_real(address, nursery)
 
             def read_all(sock: socket.socket) -> bytes:
