@@ -1,18 +1,23 @@
 """How fast the daemons start, against a bare interpreter started at the same moment.
 
     python -m bench.startup [--runs 10] [--daemons nsqd,nsqlookupd,nsqadmin] [--busy N]
-                            [--bytecode-cache] [--lookupd] [--metadata N]
+                            [--bytecode-cache] [--lookupd] [--metadata N] [--go-nsqd PATH]
 
 Runs the console scripts installed next to this Python (``sys.executable``'s directory). Each
 run measures, one right after the other, so that all see the same machine:
 
 * ``python -c pass``: this Python, start to exit: the floor every daemon stands on;
+* ``python -c "import trio"``: the floor of any Trio program (the ``x trio`` columns);
 * for each daemon, ``--version`` and ``--help``: start to exit;
 * for each daemon, from starting it (``Popen``) to its TCP port accepting a connection
   (nsqd, nsqlookupd) and to the first HTTP ``GET /ping`` answered 200, on free ports of
   127.0.0.1 (nsqd keeps its data in a temporary directory; nsqadmin is pointed at an
-  nsqlookupd address nobody listens on, which it does not contact to answer ``/ping``). The
-  daemon is then killed and its directory removed.
+  nsqlookupd address nobody listens on, which it does not contact to answer ``/ping``);
+  ``/ping`` answers OK only once the daemon serves every listener (the early start answers
+  500 ``NOK - starting`` before). For nsqd, then, to the first delivery: right after that
+  OK, a ``PUB`` on one connection, a ``SUB`` and ``RDY 1`` on another, until the message
+  arrives (each connection with its ``IDENTIFY``). The daemon is then killed and its
+  directory removed.
 
 Prints, per measure, the median, min and max in milliseconds and ``x``: the median over the
 runs of the measure divided by that run's ``python -c pass``. The last column is the CPU time
@@ -26,6 +31,8 @@ Two variants of nsqd's start: ``--lookupd`` starts one nsqlookupd for the whole 
 ``registered`` column (start to nsqlookupd's ``/nodes`` listing it, polled with the rest) and
 says in how many runs it was registered by its first ``/ping``. ``--metadata N`` gives nsqd a
 data path with an ``nsqd.dat`` of N topics with a channel each (as a restarted nsqd has).
+``--go-nsqd PATH``: Go's nsqd binary, started and measured the same way in each run, as a
+row of its own (``go nsqd``; its ``--version`` and ``--help`` are not timed).
 
 The daemons inherit this process's environment. Where ``PYTHONDONTWRITEBYTECODE`` is set and
 no ``.pyc`` files were installed (an editable workspace never has them for its own sources),
@@ -43,6 +50,7 @@ import shutil
 import signal
 import socket
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -60,9 +68,14 @@ POLL_INTERVAL = 0.002
 _ENV: dict[str, str] | None = None  # the daemons' environment; None: this process's
 _LOOKUPD: tuple[int, int] | None = None  # (TCP, HTTP) ports of the nsqlookupd for nsqd
 _METADATA_TOPICS = 0  # topics (with a channel each) in the nsqd.dat nsqd starts with
+_GO_NSQD: str | None = None  # Go's nsqd binary, measured beside ours ("go nsqd")
+GO_NSQD = "go nsqd"
 
 
 def _bin(name: str) -> str:
+    if name == GO_NSQD:
+        assert _GO_NSQD is not None
+        return _GO_NSQD
     candidate = Path(sys.executable).with_name(name)
     if not candidate.exists():
         raise SystemExit(f"no {name} next to {sys.executable} (run make install)")
@@ -78,7 +91,7 @@ def _free_port() -> int:
 
 def _args(daemon: str, http_port: int, tcp_port: int, data_dir: str) -> list[str]:
     http = f"--http-address=127.0.0.1:{http_port}"
-    if daemon == "nsqd":
+    if daemon in ("nsqd", GO_NSQD):
         lookupd = ([f"--lookupd-tcp-address=127.0.0.1:{_LOOKUPD[0]}",
                     "--broadcast-address=127.0.0.1"] if _LOOKUPD else [])
         return [http, f"--tcp-address=127.0.0.1:{tcp_port}", f"--data-path={data_dir}", *lookupd]
@@ -118,6 +131,48 @@ def _ping(port: int) -> bool:
     return _get(port, "/ping").split(b" ", 2)[1:2] == [b"200"]
 
 
+def _frame(sock: socket.socket) -> tuple[int, bytes]:
+    """One V2 frame: its type and data."""
+    def exactly(n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = sock.recv(n - len(data))
+            if not chunk:
+                raise OSError("nsqd closed the connection")
+            data += chunk
+        return data
+
+    size, kind = struct.unpack(">ii", exactly(8))
+    return kind, exactly(size - 4)
+
+
+def _identified(port: int) -> socket.socket:
+    """A V2 connection to nsqd that has had its ``IDENTIFY`` answered."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=PING_TIMEOUT)
+    body = json.dumps({"client_id": "bench", "hostname": "bench", "user_agent": "bench.startup",
+                       "feature_negotiation": True}).encode()
+    sock.sendall(b"  V2IDENTIFY\n" + struct.pack(">i", len(body)) + body)
+    if _frame(sock)[0] != 0:
+        raise RuntimeError("IDENTIFY refused")
+    return sock
+
+
+def _delivered(port: int) -> bool:
+    """A message PUBlished on one connection and delivered on another (SUB, RDY 1)."""
+    with _identified(port) as producer, _identified(port) as consumer:
+        producer.sendall(b"PUB startup\n" + struct.pack(">i", 5) + b"first")
+        if _frame(producer) != (0, b"OK"):
+            raise RuntimeError("PUB refused")
+        consumer.sendall(b"SUB startup bench\n")
+        if _frame(consumer) != (0, b"OK"):
+            raise RuntimeError("SUB refused")
+        consumer.sendall(b"RDY 1\n")
+        while True:
+            kind, data = _frame(consumer)
+            if kind == 2:
+                return data[26:] == b"first"
+
+
 def _registered(lookupd_http_port: int, http_port: int) -> bool:
     """True once nsqlookupd's ``/nodes`` lists the nsqd whose HTTP port is ``http_port``."""
     reply = _get(lookupd_http_port, "/nodes", whole=True)
@@ -150,6 +205,11 @@ def time_bare() -> float:
     return time_command([sys.executable, "-c", "pass"], "")
 
 
+def time_trio() -> float:
+    """Seconds ``python -c "import trio"`` takes with this Python: any Trio program's floor."""
+    return time_command([sys.executable, "-c", "import trio"], "")
+
+
 def time_version(daemon: str) -> float:
     """Seconds ``<daemon> --version`` takes, start to exit."""
     return time_command([_bin(daemon), "--version"], daemon)
@@ -169,19 +229,22 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def time_start(daemon: str) -> tuple[float, float, float, bool, float]:
+def time_start(daemon: str) -> tuple[float, float, float, bool, float, float]:
     """Seconds from starting ``daemon`` to its TCP port accepting (NaN for nsqadmin, which
-    has none), to its first ``/ping`` answered and to nsqlookupd listing it (NaN but for
+    has none), to its first ``/ping`` answered OK and to nsqlookupd listing it (NaN but for
     nsqd with ``--lookupd``); whether nsqlookupd listed it when its first ``/ping`` was
-    answered (asked right after that answer, if not before); and the CPU seconds it had
-    used by its first ``/ping``. Each is polled every ``POLL_INTERVAL``."""
+    answered (asked right after that answer, if not before); the CPU seconds it had
+    used by its first ``/ping``; and, for nsqd, seconds to the first delivery made right
+    after that ``/ping`` (``_delivered``; NaN for the others). Each is polled every
+    ``POLL_INTERVAL``."""
+    nsqd = daemon in ("nsqd", GO_NSQD)
     data_dir = tempfile.mkdtemp(prefix="nsq-startup-")
     http_port, tcp_port = _free_port(), _free_port()
-    if daemon == "nsqd" and _METADATA_TOPICS:
+    if nsqd and _METADATA_TOPICS:
         _write_metadata(data_dir, _METADATA_TOPICS)
     log = open(os.path.join(data_dir, "output.log"), "wb")  # noqa: SIM115 (closed below)
     checks: dict[str, Callable[[], bool]] = {}
-    if daemon == "nsqd" and _LOOKUPD:
+    if nsqd and _LOOKUPD:
         lookupd_http = _LOOKUPD[1]
         checks["registered"] = lambda: _registered(lookupd_http, http_port)
     if daemon != "nsqadmin":
@@ -208,8 +271,13 @@ def time_start(daemon: str) -> tuple[float, float, float, bool, float]:
                 if len(times) < len(checks):
                     _wait(daemon, process, start, log)
             nan = float("nan")
+            delivered = nan
+            if nsqd:
+                if not _delivered(tcp_port):
+                    raise RuntimeError(f"{daemon} delivered another message")
+                delivered = time.perf_counter() - start
             return (times.get("accepting", nan), times["ping"], times.get("registered", nan),
-                    by_ping, cpu)
+                    by_ping, cpu, delivered)
         finally:
             if process.poll() is None:
                 os.kill(process.pid, signal.SIGKILL)
@@ -304,6 +372,9 @@ def _figures(seconds: list[float], bare: list[float] | None = None) -> str:
 
 
 MEASURES = ("--version", "--help", "TCP accepting", "first /ping")
+#: Beside the floor of a Trio program (``python -c "import trio"``): launch to ready and to
+#: the first message delivered.
+TRIO_MEASURES = ("first /ping", "first delivery")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -319,9 +390,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="nsqd registers with an nsqlookupd (see above)")
     parser.add_argument("--metadata", type=_count, default=0, metavar="N",
                         help="nsqd starts with an nsqd.dat of N topics (default 0: none)")
+    parser.add_argument("--go-nsqd", default=None, metavar="PATH",
+                        help="Go's nsqd binary, measured beside ours (default: none)")
     args = parser.parse_args(argv)
-    global _ENV, _METADATA_TOPICS
+    global _ENV, _METADATA_TOPICS, _GO_NSQD
     _METADATA_TOPICS = args.metadata
+    _GO_NSQD = args.go_nsqd
+    daemons = [*args.daemons, *([GO_NSQD] if args.go_nsqd else [])]
     cache_dir = None
     if args.bytecode_cache:
         cache_dir = tempfile.mkdtemp(prefix="nsq-startup-pyc-")
@@ -334,33 +409,41 @@ def main(argv: list[str] | None = None) -> int:
         bytecode = "written and reused as usual"
     try:
         with lookupd(args.lookupd), busy(args.busy):
-            _report(args.daemons, args.runs, bytecode, args.busy, warm=args.bytecode_cache)
+            _report(daemons, args.runs, bytecode, args.busy, warm=args.bytecode_cache)
     finally:
         _ENV = None
         _METADATA_TOPICS = 0
+        _GO_NSQD = None
         if cache_dir is not None:
             shutil.rmtree(cache_dir, ignore_errors=True)
     return 0
 
 
 def _report(daemons: list[str], runs: int, bytecode: str, busy_count: int, warm: bool) -> None:
+    nan = float("nan")
     if warm:  # fill the bytecode cache; not timed
+        time_trio()
         for daemon in daemons:
-            time_version(daemon)
-            time_help(daemon)
+            if daemon != GO_NSQD:
+                time_version(daemon)
+                time_help(daemon)
             time_start(daemon)
     bare: list[float] = []
+    trio_floor: list[float] = []
     figures: dict[str, dict[str, list[float]]] = {
-        d: {m: [] for m in (*MEASURES, "cpu", "registered", "by ping")} for d in daemons}
+        d: {m: [] for m in (*MEASURES, *TRIO_MEASURES, "cpu", "registered", "by ping")}
+        for d in daemons}
     for _ in range(runs):  # every measure in turn, each run, so that all see the same load
         for daemon in daemons:
             bare.append(time_bare())
+            trio_floor.append(time_trio())
             row = figures[daemon]
-            row["--version"].append(time_version(daemon))
-            row["--help"].append(time_help(daemon))
-            accepting, ping, registered, by_ping, cpu = time_start(daemon)
+            row["--version"].append(nan if daemon == GO_NSQD else time_version(daemon))
+            row["--help"].append(nan if daemon == GO_NSQD else time_help(daemon))
+            accepting, ping, registered, by_ping, cpu, delivered = time_start(daemon)
             row["TCP accepting"].append(accepting)
             row["first /ping"].append(ping)
+            row["first delivery"].append(delivered)
             row["registered"].append(registered)
             row["by ping"].append(float(by_ping))
             row["cpu"].append(cpu)
@@ -377,9 +460,17 @@ def _report(daemons: list[str], runs: int, bytecode: str, busy_count: int, warm:
         own_bare = bare[daemons.index(daemon)::len(daemons)]
         print(f"{daemon:12} " + "   ".join(_figures(row[m], own_bare) for m in MEASURES)
               + f"   {_figures(row['cpu'])}", flush=True)
-        if daemon == "nsqd" and _LOOKUPD:
+        if daemon in ("nsqd", GO_NSQD) and _LOOKUPD:
             print(f"{'':12} registered with nsqlookupd: {_figures(row['registered'], own_bare)}; "
                   f"by its first /ping in {sum(row['by ping']):.0f} of {runs} runs", flush=True)
+    print("\nlaunch to ready, x trio: median of each run's ratio to `python -c \"import trio\"`")
+    print(f"{'':12} " + "   ".join(f"{m:>30}" for m in TRIO_MEASURES))
+    print(f"{'import trio':12} {_figures(trio_floor)}     (python -c \"import trio\")")
+    for daemon in daemons:
+        row = figures[daemon]
+        own_trio = trio_floor[daemons.index(daemon)::len(daemons)]
+        print(f"{daemon:12} " + "   ".join(_figures(row[m], own_trio) for m in TRIO_MEASURES),
+              flush=True)
 
 
 if __name__ == "__main__":

@@ -42,8 +42,17 @@ def test_startup_times_every_daemon_and_a_bare_interpreter() -> None:
     done = run_module("bench.startup", "--runs", "1", "--busy", "1")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "1 busy processes" in done.stdout
-    rows = {line.split()[0]: line.split()[1:] for line in done.stdout.splitlines()[2:]}
+    first, second = done.stdout.split("\n\n")
+    rows = {line.split()[0]: line.split()[1:] for line in first.splitlines()[2:]}
     assert set(rows) == {"python", "nsqd", "nsqlookupd", "nsqadmin"}
+    # launch to ready and to the first delivery, beside python -c "import trio"
+    floor, *lines = second.splitlines()[2:]
+    assert floor.startswith("import trio") and float(floor.split()[2]) > 0
+    ready = {line.split()[0]: line.split()[1:] for line in lines}
+    assert set(ready) == {"nsqd", "nsqlookupd", "nsqadmin"}
+    assert float(ready["nsqd"][0]) > 0 and float(ready["nsqd"][4]) > 0  # ping, delivery
+    assert float(ready["nsqd"][4]) >= float(ready["nsqd"][0])
+    assert ready["nsqlookupd"][4] == "-"  # no delivery but nsqd's
     assert float(rows["python"][0]) > 0  # python -c pass, ms
     for daemon in ("nsqd", "nsqlookupd", "nsqadmin"):
         # per measure: median, min, max (ms) and the ratio to python -c pass

@@ -1,9 +1,11 @@
-"""The early start (``nsq_serving.early``): ``/ping`` answered from a thread on a socket bound
-before the server runs, byte for byte as the real server answers it, and every other request
-(and whatever follows an early ``/ping``) served by the real server once it takes over.
+"""The early start (``nsq_serving.early``): ``/ping`` answered "not yet" from a thread on a
+socket bound before the server runs, byte for byte as the real server answers it while not
+healthy, never OK; and every other request (and whatever follows an early ``/ping``) served
+by the real server once it takes over.
 
-The real server here is ``serve_http`` with a ``Router`` whose ``/ping`` is the daemons'
-(``plain_text("OK")``), in this process; the early thread runs beside Trio.
+The real server here is ``serve_http`` with a ``Router`` whose ``/ping`` is nsqd's
+(``plain_text(health)``, 500 unless the health is ``OK``), in this process; the early thread
+runs beside Trio.
 """
 
 from __future__ import annotations
@@ -22,9 +24,9 @@ from starlette.responses import Response
 DATE = re.compile(rb"date: [A-Z][a-z]{2}, \d\d [A-Z][a-z]{2} \d{4} \d\d:\d\d:\d\d GMT\r\n")
 
 
-def app() -> Router:
+def app(health: str = "OK") -> Router:
     async def ping(request: Request) -> Response:
-        return plain_text("OK")
+        return plain_text(health, 200 if health == "OK" else 500)
 
     async def info(request: Request) -> Response:
         return v1_text("real")
@@ -64,29 +66,28 @@ PING_CLOSE = b"GET /ping HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
 PING_10 = b"GET /ping HTTP/1.0\r\n\r\n"
 
 
-async def serve_real(address: str, nursery: trio.Nursery) -> None:
+async def serve_real(address: str, nursery: trio.Nursery, health: str = "OK") -> None:
     sock = listen_tcp(address)  # the early start's socket
-    await nursery.start(serve_http, app(), [sock])
+    await nursery.start(serve_http, app(health), [sock])
 
 
-async def test_early_ping_is_the_real_servers_answer_byte_for_byte(address: str) -> None:
+async def test_early_ping_is_the_real_servers_not_healthy_answer_byte_for_byte(
+        address: str) -> None:
     assert early.start(address, [])
-    early.ready()
     early_answers = [await trio.to_thread.run_sync(exchange, address, request)
                      for request in (PING_CLOSE, PING_10)]
     async with trio.open_nursery() as nursery:
-        await serve_real(address, nursery)
+        await serve_real(address, nursery, health="NOK - starting")
         real_answers = [await trio.to_thread.run_sync(exchange, address, request)
                         for request in (PING_CLOSE, PING_10)]
         nursery.cancel_scope.cancel()
     assert [undated(a) for a in early_answers] == [undated(a) for a in real_answers]
-    assert early_answers[0].startswith(b"HTTP/1.1 200 OK\r\n")
-    assert early_answers[0].endswith(b"\r\n\r\nOK")
+    assert early_answers[0].startswith(b"HTTP/1.1 500 Internal Server Error\r\n")
+    assert early_answers[0].endswith(b"\r\n\r\nNOK - starting")
 
 
 async def test_other_requests_wait_for_the_real_server(address: str) -> None:
     assert early.start(address, [])
-    early.ready()
     host, port = address.rsplit(":", 1)
     # sent while only the early thread runs: /info, and a kept-alive /ping then /info
     info = socket.create_connection((host, int(port)), timeout=30)
@@ -94,8 +95,11 @@ async def test_other_requests_wait_for_the_real_server(address: str) -> None:
     both = socket.create_connection((host, int(port)), timeout=30)
     both.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n"
                  b"GET /info HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    responder = next(iter(early._state.responders.values()))
     try:
         async with trio.open_nursery() as nursery:
+            while not responder.answered:  # the early thread has answered that /ping
+                await trio.sleep(0.001)
             await serve_real(address, nursery)
 
             def read_all(sock: socket.socket) -> bytes:
@@ -111,33 +115,31 @@ async def test_other_requests_wait_for_the_real_server(address: str) -> None:
         info.close()
         both.close()
     assert info_answer.endswith(b"\r\n\r\nreal") and b" 200 OK" in info_answer
-    assert both_answer.count(b"HTTP/1.1 200 OK") == 2
-    assert both_answer.endswith(b"\r\n\r\nreal")
-    ping, _, _ = both_answer.partition(b"OKHTTP/1.1")
-    assert ping.startswith(b"HTTP/1.1 200 OK\r\n")
+    # the /ping answered early says "not yet"; the /info after it is the real server's
+    ping, _, info_after = both_answer.partition(b"NOK - startingHTTP/1.1")
+    assert ping.startswith(b"HTTP/1.1 500 Internal Server Error\r\n")
+    assert info_after.startswith(b" 200 OK\r\n") and info_after.endswith(b"\r\n\r\nreal")
 
 
-async def test_ping_waits_until_ready(address: str) -> None:
-    """Before ``ready()`` a /ping is held: the real server answers it after taking over."""
+async def test_ping_is_ok_only_once_the_real_server_serves(address: str) -> None:
+    """A kept-alive client asking again and again: "not yet" from the early thread, then OK
+    from the real server, on the same connection, never OK before."""
     assert early.start(address, [])
     host, port = address.rsplit(":", 1)
     client = socket.create_connection((host, int(port)), timeout=30)
-    client.sendall(PING_CLOSE)
-    client.setblocking(False)
-    responder = next(iter(early._state.responders.values()))
+    ping = b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n"
     try:
+        client.sendall(ping)
+        first = await trio.to_thread.run_sync(lambda: client.recv(65536))
         async with trio.open_nursery() as nursery:
-            while not responder.held:  # the early thread has read the /ping, and holds it
-                await trio.sleep(0.001)
-            with pytest.raises(BlockingIOError):  # unanswered
-                client.recv(1)
             await serve_real(address, nursery)
-            client.setblocking(True)
-            answer = await trio.to_thread.run_sync(lambda: client.recv(65536))
+            client.sendall(ping)
+            second = await trio.to_thread.run_sync(lambda: client.recv(65536))
             nursery.cancel_scope.cancel()
     finally:
         client.close()
-    assert answer.startswith(b"HTTP/1.1 200 OK\r\n") and answer.endswith(b"OK")
+    assert first.startswith(b"HTTP/1.1 500 ") and first.endswith(b"\r\n\r\nNOK - starting")
+    assert second.startswith(b"HTTP/1.1 200 OK\r\n") and second.endswith(b"\r\n\r\nOK")
 
 
 def test_a_taken_address_abandons_the_early_start(address: str) -> None:

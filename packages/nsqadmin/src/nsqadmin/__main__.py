@@ -3,15 +3,16 @@
 Only the flag parser is loaded before the flags are parsed, so that ``--version``, ``--help``
 and a bad flag answer at once, and a lone ``--version`` before the flags are even described.
 Then comes the early start (``nsq_serving.early``, docs/architecture.md): the listener is bound
-and ``/ping`` is answered from a thread while Trio, the server and the HTTP client are imported,
-once the options are checked and nothing is left that could fail the start.
+and ``/ping`` answers "not yet" from a thread while Trio, the server and the HTTP client are
+imported; it says OK once the real server serves. A SIGINT or SIGTERM at any moment of this
+stops nsqadmin cleanly, once started (``catch_signals``).
 """
 
 from __future__ import annotations
 
 import sys
 
-from nsq_serving import exit_on, version_string
+from nsq_serving import catch_signals, exit_on, version_string
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -40,7 +41,7 @@ def options_of(values: Mapping[str, Any]) -> Options:
 
 def _check(values: Mapping[str, Any]) -> None:
     """The Go nsqadmin's start-up checks on the flag values (``flags.check``): a bad one
-    exits 1 with its message. No attrs: the early start's ``ready()`` waits for them."""
+    exits 1 with its message. No attrs: checked while the early start binds."""
     from .flags import check
 
     with exit_on(ValueError, prefix=values["log_prefix"],
@@ -74,14 +75,6 @@ def _has_tls_files(values: Mapping[str, Any]) -> bool:
                 or values["http_client_tls_insecure_skip_verify"])
 
 
-def _answers_early(values: Mapping[str, Any]) -> bool:
-    """Whether nothing left could fail the start once the options are checked: not with
-    files the app loads as it is made (a history file, a static directory), nor a basic-auth
-    file (``/ping`` then goes through its middleware) or client TLS."""
-    return not (values["history_file"] or values["dev_static_dir"]
-                or values["admin_basic_auth_file"] or _has_tls_files(values))
-
-
 def ping_path(base_path: str) -> str:
     """Where ``/ping`` is: under ``--base-path`` (as ``Options`` normalizes it)."""
     from .flags import normalize_base_path
@@ -94,15 +87,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args in VERSION_FLAGS:
         print(version_string(NAME))
         return
+    catch_signals()
     from .flags import build_flagset
 
     values = build_flagset().parse_command_line(args, version_string(NAME))
     from nsq_serving import early  # not before: --version and --help need no socket
-    bound = early.start(values["http_address"], [], ping_path=ping_path(values["base_path"]))
+    early.start(values["http_address"], [], ping_path=ping_path(values["base_path"]))
     try:
         _check(values)
-        if bound and _answers_early(values):
-            early.ready()
         options = _options_of_valid(values)
     except BaseException:
         early.abandon()

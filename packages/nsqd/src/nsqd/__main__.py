@@ -3,8 +3,11 @@
 Only the flag parser is loaded before the flags are parsed, so that ``--version``, ``--help``
 and a bad flag answer at once, and a lone ``--version`` before the flags are even described.
 Then comes the early start (``nsq_serving.early``, docs/architecture.md): the listeners are
-bound and ``/ping`` is answered from a thread while Trio and the server are imported, once
-nothing is left that could fail the start (``_early_checks``).
+bound (TCP clients wait in the kernel) and ``/ping`` answers "not yet" from a thread while
+Trio and the server are imported; the data path is locked and every lookupd told of nsqd
+meanwhile when nothing else there could fail the start (``_early_checks``). ``/ping`` says
+OK once the real server serves every listener. A SIGINT or SIGTERM at any moment of this
+stops nsqd cleanly, once started (``catch_signals``).
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 import gc
 import sys
 
-from nsq_serving import exit_on, version_string
+from nsq_serving import catch_signals, exit_on, release_signals, version_string
 
 from .errors import NsqdError
 
@@ -27,8 +30,8 @@ if TYPE_CHECKING:
 #: What Go's flag package takes for "print the version" alone on the command line.
 VERSION_FLAGS = (["--version"], ["-version"])
 #: Names in a data path that nsqd brings in at start (queues of an older layout): with any of
-#: them there, that could still fail, so ``/ping`` waits for the real server. (nsqd.dat is
-#: read early: ``_loaded_topics``.)
+#: them there, that could still fail, so nothing is done early but binding. (nsqd.dat is read
+#: early: ``_loaded_topics``.)
 _LOADED_AT_START = ("goimport.json",)
 #: ``metadata_file.FILE_NAME``, named here so that a fresh data path does not load its parser.
 METADATA_FILE = "nsqd.dat"
@@ -50,7 +53,7 @@ def options_of(values: Mapping[str, Any]) -> Options:
 
 def _check(values: Mapping[str, Any]) -> None:
     """NSQ's start-up checks on the flag values (``flags.check``): a bad one exits 1 with
-    NSQ's message. No attrs: the early start's ``ready()`` waits for them."""
+    NSQ's message. No attrs: checked while the early start binds."""
     from .flags import check
 
     with exit_on(ValueError, prefix="[nsqd] "):
@@ -70,6 +73,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args in VERSION_FLAGS:
         print(version_string("nsqd"))
         return
+    catch_signals()
     from .flags import build_flagset
 
     values = build_flagset().parse_command_line(args, version_string("nsqd"))
@@ -82,15 +86,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         if bound and _answers_early(values):
             data_lock = _early_checks(values)
             topics = None if data_lock is None else _loaded_topics(values)
-            if topics is not None and _register_early(values, bound, topics):
-                early.ready()
+            if topics is not None:
+                _register_early(values, bound, topics)
     except BaseException:
         early.abandon()
         raise
-    from .options import Options  # attrs: after ready(), the values are valid
+    from .options import Options  # attrs: after the checks, the values are valid
 
     opts = Options.from_values(values)
     if opts.export_go_data_path:
+        release_signals()  # an offline mode: no server to stop cleanly
         from .goexport import main as export  # deferred: an offline mode
 
         raise SystemExit(export(opts))
@@ -99,7 +104,8 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 def _answers_early(values: Mapping[str, Any]) -> bool:
     """Whether everything that could still fail this start can be checked before Trio is
-    imported: not with TLS files to load, auth servers, lmstfy's state or statsd to set up."""
+    imported (so that the data path may be locked and the lookupds told early): not with TLS
+    files to load, auth servers, lmstfy's state or statsd to set up."""
     return not any(values[key] for key in (
         "tls_cert", "tls_key", "tls_root_ca_file", "auth_http_addresses",
         "lmstfy_http_address", "lmstfy_admin_http_address", "statsd_address"))
@@ -109,7 +115,7 @@ def _loaded_topics(values: Mapping[str, Any]) -> list[tuple[str, list[str]]] | N
     """The topics (and their channels' names) nsqd will load from its nsqd.dat (none without
     one); None if it cannot be read or parsed (the real start refuses, in its words), or a
     topic's files could not be opened for reading and writing (the real start might fail
-    on them: ``/ping`` then waits for it)."""
+    on them: nothing is told early then)."""
     import os
 
     path = os.path.join(values["data_path"] or ".", METADATA_FILE)
@@ -144,15 +150,13 @@ def _usable(directory: str) -> bool:
 
 
 def _register_early(values: Mapping[str, Any], bound: Sequence[socket.socket],
-                    topics: list[tuple[str, list[str]]]) -> bool:
+                    topics: list[tuple[str, list[str]]]) -> None:
     """Tell every lookupd of nsqd and its ``topics`` (``early_lookup``), as ``Lookup``
-    would before the real server serves: True once each has been tried, so ``/ping`` may
-    say OK. The ports are those of the sockets bound early (``bound``: TCP, then HTTP)
-    unless broadcast ones are given."""
-    if not values["nsqlookupd_tcp_addresses"]:
-        return True
-    if not values["http_address"]:  # no /ping to answer early
-        return False
+    would before the real server serves (which then goes on over these connections), while
+    nothing else runs. The ports are those of the sockets bound early (``bound``: TCP, then
+    HTTP) unless broadcast ones are given."""
+    if not values["nsqlookupd_tcp_addresses"] or not values["http_address"]:
+        return
     tcp_port = values["broadcast_tcp_port"] or bound[0].getsockname()[1]
     http_port = values["broadcast_http_port"] or bound[-1].getsockname()[1]
     from . import early_lookup
@@ -165,7 +169,6 @@ def _register_early(values: Mapping[str, Any], bound: Sequence[socket.socket],
                 for topic, channel in early_lookup.registrations(topics)]
     early_lookup.register(values["nsqlookupd_tcp_addresses"], identify, commands,
                           values["max_body_size"])
-    return True
 
 
 def _early_checks(values: Mapping[str, Any]) -> int | None:

@@ -17,8 +17,9 @@ Task tree::
 The listeners are bound before anything is served, so the real ports (port 0 included) are
 known to tell the lookupds and to print. Everything that serves is imported and built
 before them (the apps, lmstfy's state), and nothing is served before the broker has loaded
-its metadata and told every lookupd about it (``Lookup.run``): the first ``/ping`` answered
-means nsqd is registered. Nothing is imported on the event loop from then on.
+its metadata and told every lookupd about it (``Lookup.run``). HTTP is served last: the
+first ``/ping`` answered OK means nsqd is registered and serves every listener (the early
+start answers "not yet" before). Nothing is imported on the event loop from then on.
 """
 
 from __future__ import annotations
@@ -146,7 +147,9 @@ async def serve(opts: Options, *, data_lock: int | None = None,
                 accounts = dict(a.split(":", 1) for a in opts.lmstfy_admin_accounts)
                 await nursery.start(serve_lmstfy, broker, state, *lmstfy_socks, accounts)
             listener = trio.SocketListener(trio.socket.from_stdlib_socket(tcp_sock))
-            nursery.start_soon(serve_tcp, broker, [listener])
+            await nursery.start(serve_tcp, broker, [listener])
+            # HTTP last: its /ping says OK from now on (the early start's said "not yet"),
+            # and every other listener serves already
             if http_sock is not None or https_sock is not None:
                 await nursery.start(_serve_http, app, broker, http_sock, https_sock)
             # loaded on first use: /metrics' collector, the lookupds' HTTP client

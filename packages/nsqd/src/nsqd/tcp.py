@@ -350,8 +350,10 @@ async def handle_stream(broker: Broker, stream: trio.abc.Stream, remote: str | N
             await stream.aclose()
 
 
-async def serve_tcp(broker: Broker, listeners: list[trio.SocketListener]) -> None:
+async def serve_tcp(broker: Broker, listeners: list[trio.SocketListener], *,
+                    task_status: trio.TaskStatus[object] = trio.TASK_STATUS_IGNORED) -> None:
+    """Serve protocol V2 on ``listeners``; ``task_status.started()`` once they accept."""
     async def handler(stream: trio.SocketStream) -> None:
         await handle_stream(broker, stream)
 
-    await trio.serve_listeners(handler, listeners)
+    await trio.serve_listeners(handler, listeners, task_status=task_status)

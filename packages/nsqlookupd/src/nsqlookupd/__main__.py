@@ -3,16 +3,17 @@
 Trio, the server and the logger are imported only once the flags are parsed, so that
 ``--version``, ``--help`` and a bad flag answer without loading them, and a lone ``--version``
 is answered before the flags are even described (see docs/performance.md). Then comes the
-early start (``nsq_serving.early``, docs/architecture.md): both listeners are bound and
-``/ping`` is answered from a thread while Trio and the server are imported (once the config
-file, if any, has been read: nothing after it can fail the start).
+early start (``nsq_serving.early``, docs/architecture.md): both listeners are bound (when no
+config file may name others) and ``/ping`` answers "not yet" from a thread while Trio and the
+server are imported; it says OK once the real server serves both. A SIGINT or SIGTERM at any
+moment of this stops nsqlookupd cleanly, once started (``catch_signals``).
 """
 
 from __future__ import annotations
 
-import signal
 import sys
 
+from nsq_serving import catch_signals
 from nsq_serving import version_string as daemon_version
 
 TYPE_CHECKING = False
@@ -32,6 +33,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args in VERSION_FLAGS:
         print(version_string())
         return
+    catch_signals()
     from nsq_common import FlagError, exit_with_flag_error
 
     from .flags import check, flag_set
@@ -47,16 +49,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     from nsq_serving import early  # not before: --version and --help need no socket
 
     # the addresses of a config file are not known before it is read (parsed_values, below)
-    bound = not values["config"] and early.start(values["http_address"],
-                                                 [values["tcp_address"]])
+    if not values["config"]:
+        early.start(values["http_address"], [values["tcp_address"]])
     try:
         try:
             check(values, given)
         except FlagError as exc:
             exit_with_flag_error(flags, exc)
-        if bound:  # no config file: nothing left can fail the start
-            early.ready()
-        from .options import ConfigError, parsed_values  # attrs: after ready()
+        from .options import ConfigError, parsed_values  # attrs: after the checks
 
         try:
             parsed = parsed_values(values, given, flags)
@@ -87,12 +87,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     except ListenError as exc:
         log.fatal(f"failed to instantiate nsqlookupd - {exc}")
         raise SystemExit(1) from None
-    # Until trio listens for signals itself, both of them mean a quiet exit too.
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        # the first signal ends the server, gracefully
+        # the first signal ends the server, gracefully (one noted since main began too)
         trio.run(serve_until_signalled, partial(serve, options, log=log, listeners=listeners))
-    except KeyboardInterrupt:
+    finally:
         listeners.close()
 
 

@@ -37,7 +37,9 @@ if TYPE_CHECKING:
     from ._client import client_gone, wait_until_gone, while_connected
     from ._connection import REQUEST_TIMEOUT
     from ._daemon import (
+        catch_signals,
         exit_on,
+        release_signals,
         run_daemon,
         serve_until_signalled,
         start_logging,
@@ -55,10 +57,12 @@ if TYPE_CHECKING:
 
 __all__ = ["KEEP_ALIVE_TIMEOUT", "NSQ", "REQUEST_TIMEOUT", "V1_EMPTY", "ConnectionCounts",
            "Conventions", "HttpError", "HttpGate", "ListenError", "Router", "bound_address",
-           "build_info", "client_gone", "connection_metrics", "declared_length",
+           "build_info", "catch_signals", "client_gone", "connection_metrics",
+           "declared_length",
            "direct_endpoints", "early", "exit_on", "listen_tcp", "metrics_endpoint",
            "plain_text",
-           "read_body", "registry_with", "render", "run_daemon", "serve_app", "serve_http",
+           "read_body", "registry_with", "release_signals", "render", "run_daemon", "serve_app",
+           "serve_http",
            "serve_until_signalled", "split_host_port", "start_logging", "v1_error", "v1_json",
            "v1_json_bytes", "v1_query", "v1_query_all", "v1_text", "version_string",
            "wait_until_gone", "warm_up", "while_connected"]
@@ -72,7 +76,8 @@ __getattr__ = lazy_exports(__name__, {
     "KEEP_ALIVE_TIMEOUT": "_server", "ConnectionCounts": "_server", "serve_http": "_server",
     "ListenError": "_listen", "bound_address": "_listen", "listen_tcp": "_listen",
     "split_host_port": "_listen", "direct_endpoints": "_direct", "HttpGate": "_gate",
-    "early": "_early", "exit_on": "_daemon", "run_daemon": "_daemon",
+    "early": "_early", "catch_signals": "_daemon", "exit_on": "_daemon",
+    "release_signals": "_daemon", "run_daemon": "_daemon",
     "serve_until_signalled": "_daemon",
     "start_logging": "_daemon", "version_string": "_daemon", "warm_up": "_daemon",
     "serve_app": "_one_address",

@@ -7,6 +7,7 @@ functions that run after the flags (``start_logging``, ``serve_until_signalled``
 
     version_string(name)          "nsqd v1.3.0 (built w/python3.12.7)"
     exit_on(ValueError, ...)      a bad option: "<prefix>FATAL: <why>" on stderr, exit 1
+    catch_signals()               SIGINT/SIGTERM noted from main's first line, until Trio runs
     start_logging(name, ...)      NSQ's log layout on stderr, the version as the first line
     run_daemon(name, log, serve)  serve until SIGINT/SIGTERM, exit 1 if the start failed
     warm_up("pkg.mod", ...)       a task: import what is loaded on first use, in a thread
@@ -55,14 +56,53 @@ def start_logging(name: str, prefix: str, level: str) -> logging.Logger:
     return log
 
 
+#: The signals that stop a daemon, and those noted since ``catch_signals`` (in order).
+STOPPING = (signal.SIGINT, signal.SIGTERM)
+_caught: list[int] = []
+
+
+def _note(signum: int, frame: object) -> None:
+    _caught.append(signum)
+
+
+def catch_signals() -> None:
+    """From now until Trio listens for them, a SIGINT or SIGTERM is noted, not acted on: a
+    daemon stopped while it starts finishes starting, then stops as it always does (Go's
+    daemons watch for them from their first line, and stop cleanly on one at any moment).
+    Each command calls it first thing; ``serve_until_signalled`` replays them."""
+    for signum in STOPPING:
+        signal.signal(signum, _note)
+
+
+def replay_signals() -> None:
+    """Raise again the signals noted since ``catch_signals``: called once Trio listens for
+    them, which then stops the daemon; ``catch_signals`` goes on noting any that come after
+    Trio stops listening (while the daemon stops already)."""
+    caught = list(dict.fromkeys(_caught))
+    _caught.clear()
+    for signum in caught:
+        signal.raise_signal(signum)
+
+
+def release_signals() -> None:
+    """Undo ``catch_signals`` for a command that does not serve after all (an offline mode):
+    SIGINT and SIGTERM act as Python's defaults again, those noted meanwhile at once."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    replay_signals()
+
+
 async def serve_until_signalled(serve: Callable[..., Awaitable[Any]], *args: Any,
                                 on_hangup: Callable[[], object] | None = None) -> None:
-    """Start ``serve(*args)`` (``nursery.start``) and cancel it at the first SIGINT or SIGTERM.
-    With ``on_hangup``, each SIGHUP calls it instead of ending the daemon."""
+    """Start ``serve(*args)`` (``nursery.start``) and cancel it at the first SIGINT or SIGTERM,
+    those that came before Trio ran included (``catch_signals``): the start is finished
+    first, then stopped. With ``on_hangup``, each SIGHUP calls it instead of ending the
+    daemon."""
     import trio
 
     watched = [signal.SIGINT, signal.SIGTERM] + ([signal.SIGHUP] if on_hangup else [])
     with trio.open_signal_receiver(*watched) as signals:
+        replay_signals()
         async with trio.open_nursery() as nursery:
             await nursery.start(serve, *args)
             async for signum in signals:

@@ -1,30 +1,32 @@
-"""The early start: a daemon's listeners bound, and ``GET /ping`` answered, while it still
-imports its server.
+"""The early start: a daemon's listeners bound, and ``GET /ping`` answered "not yet", while
+it still imports its server.
 
-A daemon needs Trio, its HTTP server and its app before it can answer anything: 100-150 ms
-of imports against a 10-20 ms interpreter (docs/performance.md). So each command, once its
+A daemon needs Trio, its HTTP server and its app before it can serve anything: 100-400 ms of
+imports against a 10-20 ms interpreter (docs/performance.md). So each command, once its
 flags are parsed, binds its listeners here with the plain ``socket`` module (``listen``: TCP
-clients are accepted by the kernel from then on), and a small thread answers ``/ping`` on
-the HTTP socket while the main thread imports the rest. Then the real server takes over,
-as under systemd's socket activation::
+clients are accepted by the kernel from then on, and wait there for the real server), and a
+small thread answers ``/ping`` on the HTTP socket while the main thread imports the rest.
+Then the real server takes over, as under systemd's socket activation::
 
-    main thread   flags ─ listen() ─ answer_pings() ─ checks ─ ready() ─ import Trio, app ─ serve
-    early thread                       accept; /ping: hold ──────┴─ answer ──────── hand over ┘
+    main thread   flags ─ listen() ─ answer_pings() ─ checks ─ import Trio, app ─ serve
+    early thread                       accept; /ping: 500 "NOK - starting" ─── hand over ┘
 
+- ``/ping`` is answered here with what Go's nsqd answers while it is not healthy (its
+  ``pingHandler``: 500 and the health text, ``NOK - <why>``), never OK: OK comes from the
+  real handler, once the daemon serves every listener it was given (a readiness probe or a
+  test harness that waits for OK may use any of them at once).
 - ``listen_tcp`` (``_listen``) takes the socket bound here for the same address, if any;
   ``serve_http`` (``_server``) stops the thread and serves every connection it accepted and
   did not finish (``take_connections``), with their unread bytes still in the kernel.
 - The thread reads with ``MSG_PEEK`` and consumes only a ``/ping`` it answers: any other
   request, anything it does not understand, and whatever follows an answered ``/ping`` on a
   kept-alive connection, is left for the real server, byte for byte.
-- ``/ping`` is answered only after ``ready()``: the daemon calls it once everything that could
-  still fail its start has been checked (options, data path, ...). A daemon that cannot check
-  it all early never calls it, and its ``/ping`` waits for the real server. A start that fails
-  calls ``abandon()``, and the real path reports the error as it always did: a bind that fails
-  here abandons the early start too, so the real bind fails again, in its own words.
+- A start that fails calls ``abandon()``, and the real path reports the error as it always
+  did: a bind that fails here abandons the early start too, so the real bind fails again, in
+  its own words.
 
-Nothing here imports more than ``socket``, ``select`` and ``_thread``: the point is to be
-quick (``threading`` and ``typing`` cost more than the rest of the early start).
+Nothing here imports more than ``socket``, ``select`` and ``_thread``: the point
+is to be quick (``threading`` and ``typing`` cost more than the rest of the early start).
 """
 
 from __future__ import annotations
@@ -42,8 +44,8 @@ if TYPE_CHECKING:
 
 #: The most of a request head looked at for ``/ping``; a longer head goes to the real server.
 _MAX_HEAD = 8192
-#: What a ping answer the thread need not wait for is sent within (GIL switches while the main
-#: thread imports); restored when the real server takes over.
+#: What a ping answer is sent within (GIL switches while the main thread imports); restored
+#: when the real server takes over.
 _SWITCH_INTERVAL = 0.0005
 
 _DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
@@ -59,8 +61,8 @@ def date_line(now: float) -> bytes:
 
 
 class PingAnswer:
-    """The daemon's answer to ``GET <path>`` as its real server writes it: the status line and
-    the app's headers (before the server's ``connection``/``date``), and the body."""
+    """An answer to ``GET <path>`` as the daemon's real server writes one: the status line
+    and the app's headers (before the server's ``connection``/``date``), and the body."""
 
     __slots__ = ("body", "head", "path")
 
@@ -125,10 +127,8 @@ class _Responder:
     def __init__(self, listener: socket.socket, answer: PingAnswer) -> None:
         self.listener = listener
         self.answer = answer
-        self.ready = False
         self.stopping = False
         self.watched: dict[int, socket.socket] = {}  # accepted, their first request not seen
-        self.held: list[socket.socket] = []  # a /ping waiting for ready()
         self.handed: list[socket.socket] = []  # for the real server
         self.closing: dict[int, socket.socket] = {}  # answered and closing: read until EOF
         self.answered: list[tuple[str, int, float]] = []  # (client host, port, seconds)
@@ -164,10 +164,6 @@ class _Responder:
                     self._look(poller, fd)
             if self.stopping:
                 return
-            if self.ready and self.held:
-                held, self.held = self.held, []
-                for conn in held:
-                    self._answer(poller, conn)
 
     def _accept(self, poller: select.poll) -> None:
         try:
@@ -179,8 +175,8 @@ class _Responder:
         poller.register(conn.fileno(), select.POLLIN)
 
     def _look(self, poller: select.poll, fd: int) -> None:
-        """A watched connection sent something: a whole ``/ping`` is answered (or held until
-        ready); anything else is handed over untouched."""
+        """A watched connection sent something: a whole ``/ping`` is answered; anything else
+        is handed over untouched."""
         conn = self.watched[fd]
         try:
             data = conn.recv(_MAX_HEAD, socket.MSG_PEEK)
@@ -198,24 +194,17 @@ class _Responder:
         # A head not whole in the first read goes to the real server: waiting for the rest
         # here would mean polling a socket whose peeked bytes keep it readable.
         end = data.find(b"\r\n\r\n")
-        if end < 0 or parse_ping(data[:end + 4], self.answer.path) is None:
+        parsed = None if end < 0 else parse_ping(data[:end + 4], self.answer.path)
+        if parsed is None:
             self.handed.append(conn)
-        elif self.ready:
-            self._answer(poller, conn)
         else:
-            self.held.append(conn)
+            self._answer(poller, conn, end + 4, *parsed)
 
-    def _answer(self, poller: select.poll, conn: socket.socket) -> None:
-        """Consume the ``/ping`` head at the front of ``conn`` and answer it; the connection
-        then goes to the real server (kept alive) or is closed gently (as the server
-        lingers: stop sending, read until the client closes)."""
-        data = conn.recv(_MAX_HEAD, socket.MSG_PEEK)
-        end = data.find(b"\r\n\r\n") + 4
-        parsed = parse_ping(data[:end], self.answer.path)
-        if parsed is None:  # cannot happen: it was parsed when it was held
-            self.handed.append(conn)
-            return
-        keep_alive, http11 = parsed
+    def _answer(self, poller: select.poll, conn: socket.socket, end: int, keep_alive: bool,
+                http11: bool) -> None:
+        """Consume the ``/ping`` head (``end`` bytes) at the front of ``conn`` and answer it;
+        the connection then goes to the real server (kept alive) or is closed gently (as the
+        server lingers: stop sending, read until the client closes)."""
         began = time.perf_counter()
         conn.recv(end)  # exactly the head: whatever follows stays for the real server
         conn.setblocking(True)
@@ -260,7 +249,7 @@ class _Responder:
             conn.close()
         os.close(self.wake_r)
         os.close(self.wake_w)
-        return self.handed + self.held + list(self.watched.values())
+        return self.handed + list(self.watched.values())
 
 
 class _EarlyStart:
@@ -276,25 +265,28 @@ class _EarlyStart:
 _state = _EarlyStart()
 
 
-#: ``GET /ping`` as nsqd and nsqlookupd answer it (``plain_text("OK")``).
-PLAIN_OK_HEAD = (b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n"
-                 b"content-type: text/plain; charset=utf-8\r\n")
+#: The health text of a daemon that does not serve yet, as Go's nsqd words an unhealthy one
+#: (``NOK - <why>``).
+STARTING = b"NOK - starting"
+#: ``GET /ping`` until the daemon serves: Go's nsqd's answer while it is not healthy (500,
+#: the health text), as the real server writes ``plain_text(health, 500)``.
+STARTING_HEAD = (b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: %d\r\n"
+                 b"content-type: text/plain; charset=utf-8\r\n" % len(STARTING))
 
 
 def start(http_address: str, addresses: Sequence[str], *, ping_path: str = "/ping",
-          ping_head: bytes = PLAIN_OK_HEAD, ping_body: bytes = b"OK",
           ) -> list[socket.socket] | None:
     """A daemon's early start: listen on ``addresses`` and on ``http_address`` (none if
-    empty), and answer ``GET <ping_path>`` there (once ``ready()``) with ``ping_head`` and
-    ``ping_body``, as its real server would. The sockets, in that order (the real start
-    takes them in the same order); None, with nothing bound, if an address cannot be
-    listened on (the real start then fails on it)."""
+    empty), and answer ``GET <ping_path>`` there with "not yet" (``STARTING``) until the
+    real server takes over. The sockets, in that order (the real start takes them in the
+    same order); None, with nothing bound, if an address cannot be listened on (the real
+    start then fails on it)."""
     every = [*addresses, http_address] if http_address else list(addresses)
     bound = listen(every)
     if bound is None:
         return None
     if http_address:
-        answer_pings(bound[-1], PingAnswer(ping_path.encode(), ping_head, ping_body))
+        answer_pings(bound[-1], PingAnswer(ping_path.encode(), STARTING_HEAD, STARTING))
     return bound
 
 
@@ -320,7 +312,7 @@ def listen(addresses: Sequence[str], backlog: int = 1024) -> list[socket.socket]
 
 
 def answer_pings(listener: socket.socket, answer: PingAnswer) -> None:
-    """Answer ``GET /ping`` on ``listener`` from a thread, once ``ready()``, until the real
+    """Answer ``GET /ping`` on ``listener`` with ``answer``, from a thread, until the real
     server takes the socket over."""
     listener.setblocking(False)
     responder = _Responder(listener, answer)
@@ -331,16 +323,9 @@ def answer_pings(listener: socket.socket, answer: PingAnswer) -> None:
     _thread.start_new_thread(responder.run, ())
 
 
-def ready() -> None:
-    """Everything that could fail the start has been checked: ``/ping`` may say OK now."""
-    for responder in _state.responders.values():
-        responder.ready = True
-        responder.wake()
-
-
 def access_log(write: Callable[[str], object]) -> None:
     """Log the ``/ping``s answered early as the daemon logs its requests
-    (``200 GET /ping (<ip>:<port>) <elapsed>``), with ``write``: called by the real server
+    (``500 GET /ping (<ip>:<port>) <elapsed>``), with ``write``: called by the real server
     as it takes over (in its own thread, not this one's), so their time stamps are that
     moment's."""
     _state.access_log = write
@@ -365,8 +350,10 @@ def take_connections(listener: socket.socket) -> list[socket.socket]:
         from nsq_common import format_go_duration
 
         path = responder.answer.path.decode()
+        status = responder.answer.head.split(b" ", 2)[1].decode()
         for host, port, seconds in responder.answered:
-            _state.access_log(f"200 GET {path} ({host}:{port}) {format_go_duration(seconds)}")
+            _state.access_log(f"{status} GET {path} ({host}:{port}) "
+                              f"{format_go_duration(seconds)}")
     if not _state.responders and _state.switch_interval is not None:
         sys.setswitchinterval(_state.switch_interval)
         _state.switch_interval = None
@@ -385,3 +372,4 @@ def abandon() -> None:
         for sock in sockets:
             sock.close()
     PREBOUND.clear()
+
