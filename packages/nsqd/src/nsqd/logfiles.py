@@ -32,9 +32,12 @@ from .deletion import aside_name
 from .errors import SegmentError
 from .segment import Segment
 
-__all__ = ["OFFSETS_FILE", "SEGMENT_SUFFIX", "LogFiles", "segment_name"]
+__all__ = ["MAX_OFFSET", "OFFSETS_FILE", "SEGMENT_SUFFIX", "LogFiles", "segment_name"]
 
 OFFSETS_FILE = "offsets"
+#: No log gives an offset past this (2^62: a million messages a second for 146,000 years);
+#: a file claiming one is damaged, never believed (it would move the log's end).
+MAX_OFFSET = 1 << 62
 SEGMENT_SUFFIX = ".log"
 
 
@@ -48,6 +51,8 @@ class LogFiles:
     directory: Path | None  # None: a log in memory only, with no files
     log: logging.Logger
     segments: list[Segment] = attrs.field(init=False, factory=list)
+    #: The topic's hold the ``offsets`` file keeps (None: it keeps none), read by ``load``.
+    saved_hold: int | None = attrs.field(init=False, default=None)
     #: Held through each file operation: what ``detach`` waits for.
     busy: threading.Lock = attrs.field(init=False, factory=threading.Lock)
 
@@ -67,7 +72,7 @@ class LogFiles:
     # -- loading -----------------------------------------------------------------------------
     def load(self) -> int:
         """Open the segments a previous run left; the next offset the ``offsets`` file
-        allows (0 when it is missing or unreadable)."""
+        allows (0 when it is missing or unreadable; its hold into ``saved_hold``)."""
         directory = self.directory
         if directory is None or not directory.is_dir():
             return 0
@@ -85,7 +90,8 @@ class LogFiles:
                 continue
             if segment is not None:
                 self.segments.append(segment)
-        return _read_offsets(directory / OFFSETS_FILE)
+        next_offset, self.saved_hold = _read_offsets(directory / OFFSETS_FILE, self.log)
+        return next_offset
 
     def _salvage(self, path: Path, damage: SegmentError) -> Segment | None:
         """A damaged segment: a copy set aside (``.bad``), and the whole batches before the
@@ -131,10 +137,11 @@ class LogFiles:
         """fdatasync the active segment."""
         self.segments[-1].sync()
 
-    def write_offsets(self, next_offset: int) -> None:
-        """The ``offsets`` file: offsets below ``next_offset`` may be given."""
+    def write_offsets(self, next_offset: int, hold: int) -> None:
+        """The ``offsets`` file: offsets below ``next_offset`` may be given; a topic without
+        channels holds from ``hold`` for its first channel."""
         assert self.directory is not None
-        _write_offsets(self.directory, next_offset)
+        _write_offsets(self.directory, next_offset, hold)
 
     # -- reading -----------------------------------------------------------------------------
     def read(self, offset: int, max_bytes: int) -> list[tuple[int, list[bytes]]]:
@@ -234,15 +241,31 @@ def _read_to_damage(segment: Segment, offset: int) -> list[tuple[int, list[bytes
     return found
 
 
-def _read_offsets(path: Path) -> int:
-    """The next offset the ``offsets`` file allows (0 when it is missing or unreadable)."""
+def _read_offsets(path: Path, log: logging.Logger) -> tuple[int, int | None]:
+    """The next offset the ``offsets`` file allows (0 when it is missing or unreadable) and
+    the hold it keeps (None: none). A value past ``MAX_OFFSET`` is no offset nsqd gives: it
+    is left out, with an ERROR (it must not move the log's end)."""
     try:
-        value = json.loads(path.read_bytes()).get("next", 0)
+        doc = json.loads(path.read_bytes())
+        value, hold = doc.get("next", 0), doc.get("hold")
     except (OSError, ValueError, AttributeError):
-        return 0
-    return value if isinstance(value, int) and value >= 0 else 0
+        return 0, None
+    value = _offset(value, path, "next", log)
+    hold = _offset(hold, path, "hold", log) if hold is not None else None
+    return value or 0, hold
 
 
-def _write_offsets(directory: Path, next_offset: int) -> None:
+def _offset(value: object, path: Path, key: str, log: logging.Logger) -> int | None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        return None
+    if value > MAX_OFFSET:
+        log.error("%s: %s %d is past the largest offset (%d), ignored", path, key, value,
+                  MAX_OFFSET)
+        return None
+    return value
+
+
+def _write_offsets(directory: Path, next_offset: int, hold: int) -> None:
     directory.mkdir(parents=True, exist_ok=True)
-    write_atomically(directory / OFFSETS_FILE, b'{"next":%d}\n' % next_offset, mode=0o600)
+    write_atomically(directory / OFFSETS_FILE, b'{"next":%d,"hold":%d}\n' % (next_offset, hold),
+                     mode=0o600)
