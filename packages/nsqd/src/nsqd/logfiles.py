@@ -1,7 +1,7 @@
 """A topic log's files (docs/design/storage.md): its segments in the log's directory, oldest
 first, the last one active (``segment``), and the ``offsets`` file, which reserves offsets
-before they are given. ``topiclog`` decides what is written, read and removed, and when; this
-module does it.
+before they are given and keeps the topic's hold. ``topiclog`` decides what is written, read
+and removed, and when; this module does it.
 
 Every method is blocking. The log calls them in a worker thread, ``busy`` held
 (``deletion.holding``), one at a time (under the log's I/O lock), but two: ``load``, at the
