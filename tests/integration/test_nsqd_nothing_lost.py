@@ -234,10 +234,15 @@ async def test_a_rewind_past_the_end_is_refused_and_nothing_moves_the_end(run_da
     journal.close()
     offsets = directory / "offsets"
     offsets.write_text(json.dumps({"next": 9223372036855824384}))
+    metadata = data / "nsqd.dat"
+    doc = json.loads(metadata.read_text())
+    doc["topics"][0]["next_offset"] = (1 << 63) - 1
+    metadata.write_text(json.dumps(doc))
     daemon = run_daemon("nsqd", *args)
     log = daemon.output()
     assert "ERROR" in log and "c.cursor is past the log's end" in log, log
     assert "next 9223372036855824384 is past the largest offset" in log, log
+    assert f"next_offset {(1 << 63) - 1} is past the largest offset" in log, log
     last = bodies("last", 5)
     await publish(daemon, "r", last)
     assert sorted(await drain(daemon, "r", "c")) == sorted(last)

@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import attrs
 import trio
 from nsq_common import NSQ_VERSION, ServerFeatures
 from nsq_serving import ConnectionCounts
@@ -47,6 +48,7 @@ from .errors import (
     SubscribeRefused,
 )
 from .guid import GuidFactory
+from .logfiles import MAX_OFFSET
 from .lookup import Lookup
 from .message import QueuedMessage
 from .options import Options, Settings
@@ -197,6 +199,10 @@ class Broker:
             topic.message_ttl = meta.message_ttl
             topic.log.retention_ns = meta.retention
             topic.log.retention_bytes = meta.retention_bytes
+            if meta.next_offset > MAX_OFFSET:  # damage: it must not move the log's end
+                log.error("TOPIC(%s): nsqd.dat's next_offset %d is past the largest offset "
+                          "(%d), ignored", meta.name, meta.next_offset, MAX_OFFSET)
+                meta = attrs.evolve(meta, next_offset=topic.log.end)
             topic.log.resume_at(meta.next_offset)
             if not meta.channels:
                 hold = metadata.hold_of(meta, topic.log.saved_hold)
