@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import attrs
 import trio
 from nsq_common import NSQ_VERSION, ServerFeatures
 from nsq_serving import ConnectionCounts
@@ -47,6 +48,7 @@ from .errors import (
     SubscribeRefused,
 )
 from .guid import GuidFactory
+from .logfiles import MAX_OFFSET
 from .lookup import Lookup
 from .message import QueuedMessage
 from .options import Options, Settings
@@ -197,11 +199,16 @@ class Broker:
             topic.message_ttl = meta.message_ttl
             topic.log.retention_ns = meta.retention
             topic.log.retention_bytes = meta.retention_bytes
+            if meta.next_offset > MAX_OFFSET:  # damage: it must not move the log's end
+                log.error("TOPIC(%s): nsqd.dat's next_offset %d is past the largest offset "
+                          "(%d), ignored", meta.name, meta.next_offset, MAX_OFFSET)
+                meta = attrs.evolve(meta, next_offset=topic.log.end)
             topic.log.resume_at(meta.next_offset)
-            if meta.hold is not None:
-                topic.hold = max(meta.hold, topic.log.start)
+            if not meta.channels:
+                hold = metadata.hold_of(meta, topic.log.saved_hold)
+                topic.hold = min(max(hold, topic.log.start), topic.log.end)
             for cmeta in meta.channels:
-                channel = self.get_channel(topic, cmeta.name, changed=False)
+                channel = self.get_channel(topic, cmeta.name, changed=False, listed=True)
                 channel.paused = cmeta.paused
                 channel.max_attempts = cmeta.max_attempts
                 channel.dead_letter_expired = cmeta.dead_letter_expired
@@ -263,14 +270,16 @@ class Broker:
         return topic
 
     def get_channel(self, topic: Topic, name: str, *, start: str | None = None,
-                    changed: bool = True) -> Channel:
+                    changed: bool = True, listed: bool = False) -> Channel:
         """The channel ``name`` of ``topic``, made if needed: its cursor where the last run
-        left it, else at ``start`` (``topic.STARTS``; by default as NSQ)."""
+        left it, else at ``start`` (``topic.STARTS``; by default as NSQ); ``listed``: nsqd.dat
+        lists it (so it must have a cursor journal). A new channel's journal is written in
+        the background: ``keep_channel`` waits for it."""
         channel = topic.channels.get(name)
         if channel is not None:
             return channel
         durable = not (topic.ephemeral or name.endswith("#ephemeral"))
-        cursor = self._cursor(topic, name, start) if durable else Cursor(
+        cursor = self._cursor(topic, name, start, listed) if durable else Cursor(
             topic.start_position(start))
         percentiles = self.opts.e2e_processing_latency_percentiles
         channel = Channel(topic, name, self, cursor=cursor, clock=self.clock,
@@ -294,13 +303,35 @@ class Broker:
         self.lookup.changed("register", topic.name, name)
         return channel
 
-    def _cursor(self, topic: Topic, name: str, start: str | None) -> Cursor:
+    def _cursor(self, topic: Topic, name: str, start: str | None, listed: bool) -> Cursor:
+        """The cursor of a channel: where its journal says, or, for a new channel, at
+        ``start``. A journal that should be there and is not (``listed``), or that cannot be
+        read or holds no whole entry, starts the channel at the earliest offset stored: what
+        it held is delivered again, never skipped. A journal past the log's end (damage: no
+        cursor passes the offsets given) is brought back to the end; it never moves it."""
         path = self.topic_directory(topic.name) / f"{name}{cursorfile.SUFFIX}"
         cursor = Cursor(topic.start_position(start), cursorfile.CursorJournal(path))
-        state = cursorfile.load(path)
+        end = topic.log.end
+        what = "is missing" if listed else None
+        try:
+            state = cursorfile.load(path, logger=log)
+            if state is None and path.exists():
+                what = "holds no whole entry"
+        except OSError as exc:
+            state, what = None, f"cannot be read ({exc})"
+        if state is not None and state.mark_delete > end:
+            log.error("TOPIC(%s): channel(%s): cursor journal %s is past the log's end (%d > "
+                      "%d): the channel starts at the end", topic.name, name, path,
+                      state.mark_delete, end)
+            state = cursorfile.CursorState(end)
         if state is not None:
-            topic.log.resume_at(state.mark_delete)
             cursor.restore(state, topic.log.start)
+        elif what is not None:
+            earliest = topic.log.start
+            log.error("TOPIC(%s): channel(%s): cursor journal %s %s: the channel starts at the "
+                      "earliest offset stored, %d (what it held is delivered again)",
+                      topic.name, name, path, what, earliest)
+            cursor.move_to(earliest)
         hole = topic.log.hole
         if hole is not None and cursor.read < hole[1]:
             cursor.skip(*hole)  # offsets no message has: done with
@@ -415,6 +446,8 @@ class Broker:
 
     async def empty_topic(self, topic: Topic) -> None:
         topic.empty()
+        if not topic.channels:
+            self.metadata_changed()  # its hold
         await topic.persist_cursors()
 
     async def empty_channel(self, channel: Channel) -> None:
@@ -423,6 +456,21 @@ class Broker:
         if channel.own is not None and channel.own.disk is not None:
             await channel.own.disk.empty()
         await channel.topic.persist_cursors()
+
+    async def keep_channel(self, channel: Channel) -> None:
+        """A new durable channel on disk, its cursor journal written (fsynced as the first
+        entry of a journal always is), before the request that made it is answered
+        (``/channel/create``, ``SUB``, an lmstfy queue): a kill after the answer finds it. A
+        failure is logged (the channel lives on; after a crash before its journal is
+        written it starts at the earliest offset stored)."""
+        journal = channel.cursor.journal
+        if journal is None or journal.size or channel.deleted:
+            return
+        try:
+            await channel.cursor.flush(channel.cursor_state, sync=self.opts.sync_every == 1)
+        except OSError as exc:
+            log.error("TOPIC(%s): channel(%s): failed to persist its cursor - %s",
+                      channel.topic_name, channel.name, exc)
 
     async def rewind_channel(self, channel: Channel, offset: int) -> None:
         channel.rewind(offset)

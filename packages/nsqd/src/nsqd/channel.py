@@ -371,7 +371,8 @@ class Channel(PullDoor):
         self.changed()
 
     def rewind(self, offset: int) -> None:
-        """Deliver again everything from ``offset`` (clamped to what the log still holds):
+        """Deliver again everything from ``offset`` (clamped to what the log still holds, and
+        to its end: nothing moves a cursor past it):
         in-flight messages stay in flight, requeued and deferred ones come again from the
         log."""
         held = [*self.requeued, *self.deferred.clear()]
@@ -381,7 +382,7 @@ class Channel(PullDoor):
         own = [m for m in held if m.offset == OWN]
         if own and self.own is not None:
             self.own.put_back(own)
-        offset = max(offset, self.log.start)
+        offset = min(max(offset, self.log.start), self.log.end)
         self._rewound = {o: i for o, i in self.in_flight.ids_by_offset() if o >= offset}
         self.cursor.move_to(offset)
         self.changed()

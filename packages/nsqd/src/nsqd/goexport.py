@@ -111,7 +111,7 @@ class SourceTopic:
         """Where what the topic holds for its channels starts (None: it holds nothing)."""
         log = self.topic_log
         if not self.meta.channels:
-            return max(self.meta.hold, log.start) if self.meta.hold is not None else None
+            return min(max(metadata.hold_of(self.meta, log.saved_hold), log.start), log.end)
         return self.visible_end if self.meta.paused else None
 
     async def channel_records(self, channel: str, tally: Tally, sink: Sink) -> None:

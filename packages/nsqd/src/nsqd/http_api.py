@@ -282,17 +282,30 @@ class HttpApi:
             raise ApiError(400, "INVALID_START")
         channel = self.broker.get_channel(topic, name, start=start)
         configure_channel(self.broker, channel, attempts, dead_expired)
+        await self.broker.keep_channel(channel)  # on disk before the answer
         return _empty()
 
     async def channel_rewind(self, request: Request) -> Response:
         """Beyond NSQ: deliver again everything the log holds from ``timestamp`` (unix
-        seconds) or ``offset``."""
+        seconds) or ``offset``. Past the end (an offset past the log's end, a time after now)
+        is ``E_INVALID`` with the valid range (as nsqd's ``RDY count 3000 out of range
+        0-2500``): nothing a client sends moves a cursor past the end. Before the earliest
+        stored is the earliest (``offset=0``: everything the log still holds)."""
         q = _query(request)
         channel = existing_channel(self.broker, q)[1]
+        log_ = channel.log
         offset = size(q, "offset", "INVALID_OFFSET")
         if offset is None:
-            offset = await channel.log.find_time(timestamp_ns(q))
+            ts = timestamp_ns(q)
+            now = -(-self.broker.clock.wall_ns() // 1_000_000_000)  # (rounded up)
+            if ts > now * 1_000_000_000:
+                raise ApiError(400, f"E_INVALID rewind timestamp {q['timestamp']} out of range "
+                                    f"0-{now}")
+            offset = await log_.find_time(ts)
             still_existing(self.broker, channel)
+        elif offset > log_.end:
+            raise ApiError(400, f"E_INVALID rewind offset {offset} out of range "
+                                f"{log_.start}-{log_.end}")
         await self.broker.rewind_channel(channel, offset)
         still_existing(self.broker, channel)
         return _json({"offset": channel.cursor.read})

@@ -1,7 +1,7 @@
 """A topic log's files (docs/design/storage.md): its segments in the log's directory, oldest
 first, the last one active (``segment``), and the ``offsets`` file, which reserves offsets
-before they are given. ``topiclog`` decides what is written, read and removed, and when; this
-module does it.
+before they are given and keeps the topic's hold. ``topiclog`` decides what is written, read
+and removed, and when; this module does it.
 
 Every method is blocking. The log calls them in a worker thread, ``busy`` held
 (``deletion.holding``), one at a time (under the log's I/O lock), but two: ``load``, at the
@@ -32,12 +32,14 @@ from .deletion import aside_name
 from .errors import SegmentError
 from .segment import MAGIC, Segment
 
-_MAX_OFFSET = (1 << 63) - 1
-
-__all__ = ["OFFSETS_FILE", "SEGMENT_SUFFIX", "LogFiles", "segment_name"]
+__all__ = ["MAX_OFFSET", "OFFSETS_FILE", "SEGMENT_SUFFIX", "LogFiles", "segment_name"]
 
 OFFSETS_FILE = "offsets"
+#: No log gives an offset past this (2^62: a million messages a second for 146,000 years);
+#: a file claiming one is damaged, never believed (it would move the log's end).
+MAX_OFFSET = 1 << 62
 SEGMENT_SUFFIX = ".log"
+_NO_LIMIT = (1 << 63) - 1  # a segment's offsets are bounded by nothing known
 
 
 def segment_name(base: int) -> str:
@@ -50,6 +52,8 @@ class LogFiles:
     directory: Path | None  # None: a log in memory only, with no files
     log: logging.Logger
     segments: list[Segment] = attrs.field(init=False, factory=list)
+    #: The topic's hold the ``offsets`` file keeps (None: it keeps none), read by ``load``.
+    saved_hold: int | None = attrs.field(init=False, default=None)
     #: Held through each file operation: what ``detach`` waits for.
     busy: threading.Lock = attrs.field(init=False, factory=threading.Lock)
     #: Damage found in segments since removed: (batches, bytes).
@@ -86,7 +90,7 @@ class LogFiles:
     # -- loading -----------------------------------------------------------------------------
     def load(self) -> int:
         """Open the segments a previous run left; the next offset the ``offsets`` file
-        allows (0 when it is missing or unreadable).
+        allows (0 when it is missing or unreadable; its hold into ``saved_hold``).
 
         A segment file with no batch, made by a roll that a crash cut short (no more than
         the magic, or a part of it), is removed (the last one is kept when whole: an empty
@@ -94,7 +98,7 @@ class LogFiles:
         directory = self.directory
         if directory is None or not directory.is_dir():
             return 0
-        next_offset = _read_offsets(directory / OFFSETS_FILE)
+        next_offset, self.saved_hold = _read_offsets(directory / OFFSETS_FILE, self.log)
         paths = sorted(p for p in directory.iterdir() if p.name.endswith(SEGMENT_SUFFIX))
         paths = [p for i, p in enumerate(paths) if not self._unfinished(p, i == len(paths) - 1)]
         for i, path in enumerate(paths):
@@ -102,7 +106,7 @@ class LogFiles:
             if i + 1 < len(paths):
                 limit = _base_of(paths[i + 1])
             else:
-                limit = next_offset if next_offset else _MAX_OFFSET
+                limit = next_offset if next_offset else _NO_LIMIT
             segment: Segment | None
             try:
                 segment = Segment.open(path, active=i == len(paths) - 1, logger=self.log,
@@ -170,10 +174,11 @@ class LogFiles:
         """fdatasync the active segment."""
         self.segments[-1].sync()
 
-    def write_offsets(self, next_offset: int) -> None:
-        """The ``offsets`` file: offsets below ``next_offset`` may be given."""
+    def write_offsets(self, next_offset: int, hold: int) -> None:
+        """The ``offsets`` file: offsets below ``next_offset`` may be given; a topic without
+        channels holds from ``hold`` for its first channel."""
         assert self.directory is not None
-        _write_offsets(self.directory, next_offset)
+        _write_offsets(self.directory, next_offset, hold)
 
     # -- reading -----------------------------------------------------------------------------
     def read(self, offset: int, max_bytes: int) -> list[tuple[int, list[bytes]]]:
@@ -276,20 +281,36 @@ def _read_to_damage(segment: Segment, offset: int) -> list[tuple[int, list[bytes
 
 
 def _base_of(path: Path) -> int:
-    """The base offset a segment's name gives (``_MAX_OFFSET`` for a name that is none)."""
+    """The base offset a segment's name gives (``_NO_LIMIT`` for a name that is none)."""
     stem = path.name[: -len(SEGMENT_SUFFIX)]
-    return int(stem) if len(stem) == 20 and stem.isdigit() else _MAX_OFFSET
+    return int(stem) if len(stem) == 20 and stem.isdigit() else _NO_LIMIT
 
 
-def _read_offsets(path: Path) -> int:
-    """The next offset the ``offsets`` file allows (0 when it is missing or unreadable)."""
+def _read_offsets(path: Path, log: logging.Logger) -> tuple[int, int | None]:
+    """The next offset the ``offsets`` file allows (0 when it is missing or unreadable) and
+    the hold it keeps (None: none). A value past ``MAX_OFFSET`` is no offset nsqd gives: it
+    is left out, with an ERROR (it must not move the log's end)."""
     try:
-        value = json.loads(path.read_bytes()).get("next", 0)
+        doc = json.loads(path.read_bytes())
+        value, hold = doc.get("next", 0), doc.get("hold")
     except (OSError, ValueError, AttributeError):
-        return 0
-    return value if isinstance(value, int) and value >= 0 else 0
+        return 0, None
+    value = _offset(value, path, "next", log)
+    hold = _offset(hold, path, "hold", log) if hold is not None else None
+    return value or 0, hold
 
 
-def _write_offsets(directory: Path, next_offset: int) -> None:
+def _offset(value: object, path: Path, key: str, log: logging.Logger) -> int | None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        return None
+    if value > MAX_OFFSET:
+        log.error("%s: %s %d is past the largest offset (%d), ignored", path, key, value,
+                  MAX_OFFSET)
+        return None
+    return value
+
+
+def _write_offsets(directory: Path, next_offset: int, hold: int) -> None:
     directory.mkdir(parents=True, exist_ok=True)
-    write_atomically(directory / OFFSETS_FILE, b'{"next":%d}\n' % next_offset, mode=0o600)
+    write_atomically(directory / OFFSETS_FILE, b'{"next":%d,"hold":%d}\n' % (next_offset, hold),
+                     mode=0o600)

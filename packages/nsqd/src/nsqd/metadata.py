@@ -48,6 +48,15 @@ class TopicMeta:
     paused_at: int | None = None  # paused: how far its channels may read
 
 
+def hold_of(meta: TopicMeta, saved: int | None) -> int:
+    """Where a topic without channels holds from, as the last run left it: nsqd.dat's
+    ``hold`` (left out when it equals ``next_offset``) and the one the log's ``offsets`` file
+    keeps (``saved``), whichever is lower (each was the hold when it was written, and a hold
+    only ever moves up: the lower one may deliver again, never skip)."""
+    listed = meta.hold if meta.hold is not None else meta.next_offset
+    return listed if saved is None else min(listed, saved)
+
+
 def metadata_path(data_path: str) -> Path:
     return Path(metadata_file.metadata_file(data_path))
 

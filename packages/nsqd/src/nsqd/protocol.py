@@ -357,9 +357,10 @@ class ProtocolV2:
                                 f"SUB channel name {go_quote(params[1])} is not valid")
         await self._authorize(b"SUB", params[0], params[1])
         try:
-            self.broker.subscribe(client, _name(params[0]), _name(params[1]))
+            channel = self.broker.subscribe(client, _name(params[0]), _name(params[1]))
         except (Exiting, SubscribeRefused) as exc:
             raise _failed(E.E_SUB_FAILED, b"SUB", exc) from None
+        await self.broker.keep_channel(channel)  # a new channel on disk before the OK
         client.state = subscribed
         client.send_frame(OK_FRAME)
 

@@ -53,13 +53,21 @@ class Topic:
         self.message_count = 0
         self.message_bytes = 0
         self.message_ttl = 0  # seconds; messages published without a TTL of their own get it
-        #: Without channels: the offset the first channel starts at (what the topic holds).
-        self.hold = log.end
         self._persist_now = trio.Event()
         log.needed = self.needed
         log.on_readable = self._readable
 
     # -- positions ---------------------------------------------------------------------------
+    @property
+    def hold(self) -> int:
+        """Without channels: the offset the first channel starts at (what the topic holds).
+        The log keeps it, in its ``offsets`` file (``TopicLog.hold``)."""
+        return self.log.hold
+
+    @hold.setter
+    def hold(self, offset: int) -> None:
+        self.log.hold_from(offset)
+
     @property
     def visible_end(self) -> int:
         """How far the channels may read: the log's end, or where the topic was paused (or

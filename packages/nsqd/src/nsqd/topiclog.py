@@ -126,10 +126,18 @@ class TopicLog:
         self.write_errors = 0
         self.sync_errors = 0
         self.dropped = 0  # memory only: records dropped past mem_queue_size, as NSQ does
+        self._hold_saved: int | None = None  # the hold the ``offsets`` file keeps
         if directory is not None:  # (no write: a full disk must not stop nsqd from starting)
             next_offset = self._files.load()
             self._end = self._written_end = self._files.end
             self.resume_at(next_offset)
+            self._hold_saved = self._files.saved_hold
+        #: The topic's hold (``Topic.hold``): without channels, where the first channel
+        #: starts. Kept in the ``offsets`` file with every reservation, so it is on disk
+        #: before the first record is; without one, everything stored is held (never the
+        #: end, which may be a reservation: what a crash lost is a gap there).
+        saved = self._hold_saved
+        self.hold = min(saved, self._end) if saved is not None else self.start
 
     @property
     def directory(self) -> Path | None:
@@ -185,6 +193,18 @@ class TopicLog:
             start = self.hole[0] if self.hole is not None else self._end
             self.hole = (start, offset)
             self._end = self._written_end = offset
+
+    @property
+    def saved_hold(self) -> int | None:
+        """The hold the ``offsets`` file keeps (None: none, a log of an earlier version)."""
+        return self._hold_saved
+
+    def hold_from(self, offset: int) -> None:
+        """The topic holds from ``offset`` now (emptied, or its last channel gone): written
+        to the ``offsets`` file soon (until then, a crash holds from the old one: delivered
+        again, never lost)."""
+        self.hold = offset
+        self.poke()
 
     def hole_in(self, start: int, end: int) -> int:
         """How many offsets of [start, end) are in the ``hole``."""
@@ -507,6 +527,21 @@ class TopicLog:
                 self.log.error("LOG(%s): failed to sync - %s", self.name, exc)
         await self._remove_unneeded()
         self._trim_memory()
+        if self.hold != self._hold_saved and self.directory.is_dir():
+            hold = self.hold
+            try:
+                await self._in_thread(self._save_hold_blocking, max(self._reserved, self._end),
+                                      hold)
+                self._hold_saved = hold
+            except DiskQueueClosed:
+                pass
+            except OSError as exc:
+                self.log.error("LOG(%s): failed to write the offsets file - %s", self.name, exc)
+
+    def _save_hold_blocking(self, next_offset: int, hold: int) -> None:
+        if self._closed:  # (``busy`` held: checked before a detach, or after it)
+            raise DiskQueueClosed
+        self._files.write_offsets(next_offset, hold)
 
     def _removable(self, segment: Segment, needed: int, retained_bytes: int) -> bool:
         if segment.end > needed:
@@ -586,13 +621,10 @@ class TopicLog:
             OSError: the reservation could not be written.
         """
         assert self.directory is not None
-        await self._in_thread(self._reserve_blocking, until)
+        hold = self.hold
+        await self._in_thread(self._save_hold_blocking, until, hold)
         self._reserved = until
-
-    def _reserve_blocking(self, until: int) -> None:
-        if self._closed:  # (``busy`` held: checked before a detach, or after it)
-            raise DiskQueueClosed
-        self._files.write_offsets(until)
+        self._hold_saved = hold
 
     async def close(self) -> None:
         """Write what some cursor or the retention still needs, fsync, close the files.
@@ -626,9 +658,10 @@ class TopicLog:
                     except OSError as exc:
                         error = DiskQueueError(f"failed to sync at close - {exc}")
                 await self._in_thread(self._files.close)
-                if self._reserved > self._end and self.directory.is_dir():
+                if ((self._reserved > self._end or self.hold != self._hold_saved)
+                        and self.directory.is_dir()):
                     try:  # exact again: the next start goes on from the end, no gap
-                        await self._in_thread(self._files.write_offsets, self._end)
+                        await self._in_thread(self._files.write_offsets, self._end, self.hold)
                     except OSError as exc:
                         self.log.warning("LOG(%s): offsets not written - %s", self.name, exc)
         if error is not None:

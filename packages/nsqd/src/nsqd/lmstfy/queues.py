@@ -59,6 +59,7 @@ class JobQueues:
         channel = topic.channels.get(names.CHANNEL)
         if channel is None:
             channel = broker.get_channel(topic, names.CHANNEL)
+            await broker.keep_channel(channel)  # on disk before the job is answered
         channel.requeue_behind = True  # lmstfy's ready list: back of the queue
         if self.state.add_queue(namespace, queue):
             await self.state.save()
