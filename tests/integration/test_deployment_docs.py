@@ -1,8 +1,10 @@
-"""The operator docs stay true: the configuration reference is what the parsers define, and the
-operations page explains every field nsqd's /stats returns."""
+"""The operator docs stay true: the configuration reference is what the parsers define, the
+operations page explains every field nsqd's /stats returns, and every package has a README
+that names its whole public API where it lists it, and only its own flags."""
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
 import re
@@ -151,3 +153,65 @@ def test_start_up_errors_are_quoted_as_the_daemons_print_them():
                     "failed to lock data-path: open ...: no such file or directory",
                     "cannot flock directory ... (possibly in use by another instance of nsqd)"):
         assert current in trouble, current
+
+
+# -- the packages' READMEs ----------------------------------------------------------------------
+
+PACKAGES = sorted(p for p in (ROOT / "packages").iterdir() if (p / "pyproject.toml").exists())
+DAEMON_PACKAGES = {"nsqd": "nsqd", "nsqlookupd": "nsqlookupd", "nsqadmin": "nsqadmin",
+                   "nsq_auth": "authd"}
+
+
+def _public_names(package: Path) -> list[str]:
+    """What the package's ``__init__.py`` lists in ``__all__`` (``=`` and ``+=``), read
+    without importing it."""
+    names: list[str] = []
+    for init in package.glob("src/*/__init__.py"):
+        for node in ast.parse(init.read_text(encoding="utf-8")).body:
+            target = (node.target if isinstance(node, ast.AugAssign)
+                      else node.targets[0] if isinstance(node, ast.Assign) else None)
+            if isinstance(target, ast.Name) and target.id == "__all__":
+                names += ast.literal_eval(node.value)
+    return names
+
+
+def test_every_package_has_a_readme_whose_links_resolve():
+    for package in PACKAGES:
+        readme = package / "README.md"
+        assert readme.exists(), f"{package.name} has no README.md"
+        for target in re.findall(r"\]\((?!https?:|#)([^)#]+)", readme.read_text(encoding="utf-8")):
+            assert (package / target).exists(), f"{readme.relative_to(ROOT)}: {target}"
+
+
+def test_a_readme_that_gives_the_public_api_names_all_of_it():
+    """A README that says it lists ``__all__`` lists every name in it."""
+    checked = 0
+    for package in PACKAGES:
+        text = (package / "README.md").read_text(encoding="utf-8")
+        if "__all__" not in text:
+            continue
+        names = _public_names(package)
+        assert names, package.name
+        missing = [name for name in names if not re.search(rf"`{re.escape(name)}\b", text)]
+        assert not missing, f"packages/{package.name}/README.md does not name {missing}"
+        checked += 1
+    assert checked >= 7
+
+
+def test_the_daemons_readmes_name_only_their_own_flags():
+    """The flags a daemon's README tables under "## Flags" are flags of that daemon."""
+    generator = load_generator()
+    checked = 0
+    for program, build, _ in generator.DAEMONS:
+        text = (ROOT / "packages" / DAEMON_PACKAGES[program] / "README.md").read_text(
+            encoding="utf-8")
+        if "\n## Flags\n" not in text:
+            continue
+        section = text.split("\n## Flags\n", 1)[1].split("\n## ", 1)[0]
+        rows = [line.split("|")[1] for line in section.splitlines() if line.startswith("| `")]
+        named = {name for row in rows for name in re.findall(r"`--([a-z0-9-]+)", row)}
+        assert named, program
+        unknown = named - set(build().flags)
+        assert not unknown, f"{program}'s README names flags it does not have: {sorted(unknown)}"
+        checked += 1
+    assert checked >= 3
