@@ -116,6 +116,8 @@ def test_bodies_cut_short_too_large_and_badly_framed(lmstfy):
     (b'{"read":"1","write":1,"interval":1}',
      b'{"error":{"Value":"string","Type":{},"Offset":11,"Struct":"Limiter","Field":"read"}}'),
     (b'{"read":1,', b'{"error":{}}'),
+    (b"not json", b'{"error":{"Offset":2}}'),  # Go's offset: the bytes read, the bad one too
+    (b'{"read":tru}', b'{"error":{"Offset":12}}'),
 ])
 def test_a_limiter_lmstfy_cannot_decode(lmstfy, body, error):
     for method in ("PUT", "POST"):
