@@ -1,5 +1,6 @@
 """lmstfy's answers at the HTTP edge, against a real nsqd, compared with the real lmstfy
-(bitleak/lmstfy on gin 1.6): routing (empty names, trailing slashes, unknown routes),
+(bitleak/lmstfy 1.0.10 on its gin of 2017): routing (empty names, trailing slashes where
+httprouter's tree recommends them, unknown routes),
 malformed, cut and oversized bodies, and a limiter's JSON read as Go's encoding/json reads it
 (the texts below are those Go 1.19's encoding/json gives for lmstfy's ``Limiter``)."""
 
@@ -39,8 +40,23 @@ def test_routing_as_gin_does(lmstfy):
     r = lmstfy.api("GET", "/q/size/", follow_redirects=False)
     assert (r.status_code, r.headers["location"]) == (301, "/api/ns/q/size")
     assert "x-request-id" not in r.headers  # gin redirects before its middleware runs
-    r = lmstfy.api("PUT", "/q/", content=b"x", follow_redirects=False)
-    assert (r.status_code, r.headers["location"], r.content) == (307, "/api/ns/q", b"")
+    for method, path in (("PUT", "/api/ns/q/"), ("GET", "/api/ns"), ("GET", "/api/ns/q/"),
+                         ("DELETE", "/api/ns/q/job/"), ("GET", "/nope/"), ("GET", "/api/")):
+        # httprouter's tree recommends no slash here: lmstfy 1.0.10's own 404
+        r = httpx.request(method, lmstfy.data_url + path, content=b"x", timeout=DEADLINE,
+                          headers={"X-Token": lmstfy.token}, follow_redirects=False)
+        assert (r.status_code, r.json()) == (404, {"error": "api not found"}), (method, path)
+        assert r.headers["content-type"] == "application/json; charset=utf-8"
+        assert len(r.headers["x-request-id"]) == 26
+    for method, path, status, location in (("GET", "/api/ns/", 301, "/api/ns"),
+                                           ("PUT", "/api/ns/?x=1", 307, "/api/ns?x=1"),
+                                           ("DELETE", "/api/ns/q/job/j/", 307, "/api/ns/q/job/j"),
+                                           ("GET", "/api/ns/q/deadletter/", 301,
+                                            "/api/ns/q/deadletter")):
+        r = httpx.request(method, lmstfy.data_url + path, timeout=DEADLINE,
+                          follow_redirects=False)
+        assert (r.status_code, r.headers["location"]) == (status, location), (method, path)
+        assert "x-request-id" not in r.headers
     r = lmstfy.admin("GET", "/pools/", follow_redirects=False)
     assert (r.status_code, r.headers["location"]) == (301, "/pools")
     r = lmstfy.api("POST", "/q")  # a method the path lacks: gin's 404, not a 405
@@ -100,6 +116,8 @@ def test_bodies_cut_short_too_large_and_badly_framed(lmstfy):
     (b'{"read":"1","write":1,"interval":1}',
      b'{"error":{"Value":"string","Type":{},"Offset":11,"Struct":"Limiter","Field":"read"}}'),
     (b'{"read":1,', b'{"error":{}}'),
+    (b"not json", b'{"error":{"Offset":2}}'),  # Go's offset: the bytes read, the bad one too
+    (b'{"read":tru}', b'{"error":{"Offset":12}}'),
 ])
 def test_a_limiter_lmstfy_cannot_decode(lmstfy, body, error):
     for method in ("PUT", "POST"):

@@ -19,6 +19,7 @@ from nsq_serving import (
     v1_json,
 )
 from nsq_serving._router import _clean_path
+from nsq_serving._tree import Conflict, Tree
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -131,14 +132,45 @@ async def test_gin_s_conventions():
     gin = Conventions(error=error, not_found=HttpError(404, "api not found"),
                       method_not_allowed=None, internal_error=HttpError(500, "internal error"),
                       options=False, fixed_path=False, empty_params=True)
-    transport = httpx.ASGITransport(app=make_router(gin))
+    router = make_router(gin)
+    for method, tail in (("GET", ""), ("GET", "/peek"), ("GET", "/size"), ("PUT", ""),
+                         ("PUT", "/bulk"), ("PUT", "/job/:job_id")):  # (two after "q/" split)
+        router.add(method, "/api/:namespace/:queue" + tail, queue_route)
+    transport = httpx.ASGITransport(app=router)
     async with httpx.AsyncClient(transport=transport, base_url="http://lmstfy") as client:
-        assert (await client.get("/config/")).json() == {"opt": "", "method": "GET"}
-        for method, path in (("POST", "/ping"), ("OPTIONS", "/pub"), ("GET", "/PING")):
+        assert (await client.get("/api//q")).json() == {"opt": "", "method": "GET"}
+        for method, path in (("POST", "/ping"), ("OPTIONS", "/pub"), ("GET", "/PING"),
+                             ("GET", "/config/"),  # no empty last :name in gin's tree
+                             ("GET", "/api/ns"), ("GET", "/api/ns/q/"), ("PUT", "/api/ns/q/")):
             response = await client.request(method, path)
-            assert (response.status_code, response.json()) == (404, {"message": "api not found"})
-        response = await client.get("/ping/")
-        assert (response.status_code, response.headers["location"]) == (301, "/ping")
+            answer = (response.status_code, response.json())
+            assert answer == (404, {"message": "api not found"}), path
+        for method, path, status, location in (
+                ("GET", "/ping/", 301, "/ping"), ("GET", "/api/ns/q/peek/", 301, "/api/ns/q/peek"),
+                ("GET", "/api/ns/", 301, "/api/ns"), ("PUT", "/api/ns/?a=b", 307, "/api/ns?a=b"),
+                ("GET", "/api/n%20s/q/peek/", 301, "/api/n%20s/q/peek")):
+            response = await client.request(method, path)
+            assert (response.status_code, response.headers["location"]) == (status, location)
+
+
+async def queue_route(request: Request) -> Response:
+    return v1_json({"opt": request.path_params["namespace"], "method": request.method})
+
+
+def test_trailing_slash_as_httprouter_s_tree() -> None:
+    """The tree's recommendation, not "the toggled path has a route": Go's httprouter v1.3.0
+    and gin (lmstfy 1.0.10's) give these for lmstfy's GET routes."""
+    tree = Tree()
+    for tail in ("/peek", "/job/:job_id", "", "/deadletter", "/size", "/deadletter/size"):
+        tree.add("/api/:namespace/:queue" + tail)
+    for path, redirects in (("/api/ns", False), ("/api/ns/", True), ("/api/ns/q/", False),
+                            ("/api/ns/q/peek/", True), ("/api/ns/q/deadletter/", True),
+                            ("/api/ns/q/job/", False), ("/api/ns/q/job/x/", True),
+                            ("/api", False), ("/api/", False), ("/api/ns/q/peekx", False),
+                            ("/api/ns/q/deadletter/size/", True), ("/api/ns/q", False)):
+        assert tree.redirects(path) is redirects, path
+    with pytest.raises(Conflict):
+        tree.add("/api/:namespace/fixed")
 
 
 def test_clean_path_like_httprouter() -> None:

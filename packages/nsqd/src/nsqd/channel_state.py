@@ -265,7 +265,9 @@ class ChannelState:
             elif self._own_ready():
                 batch = self.own.take(want)  # type: ignore[union-attr]
             else:
-                runs = self._read_log(min(want, READ_BATCH))
+                # never read past a held-back message's turn: a count of n takes what n
+                # consumes of one would, in their order (and peek shows: ``_waiting``)
+                runs = self._read_log(min(want, READ_BATCH, self._room()))
                 if not runs:
                     if runs is not None and (self.requeued or self._own_after):
                         self._requeued_after = deque([0] * len(self.requeued))
@@ -451,12 +453,29 @@ class ChannelState:
         return runs
 
     def _waiting(self, n: int) -> Iterator[QueuedMessage]:
-        """What would be delivered next, in order, without taking it: requeued, own, then
-        the log (in memory)."""
-        yield from self.requeued
-        if self.own is not None:
-            yield from self.own.peek(n)
-        yield from self._decoded_copy(self._unread_runs(n))
+        """What would be delivered next, in order, without taking it: ``_take``'s order,
+        played on a copy of the cursor's position. A requeued message (a deferral come due,
+        a timeout) waits until the log is read past what it went behind, a respawned one
+        (the own queue) the same; at the log's end (what is in memory) the rest of both."""
+        requeued = list(zip(self._requeued_after, self.requeued, strict=True))
+        own = self.own.peek(n) if self.own is not None else []
+        own_after = self._own_after
+        read = self.cursor.read
+        r = o = 0
+        for msg in self._decoded_copy(self._unread_runs(n)):
+            while True:
+                if r < len(requeued) and requeued[r][0] <= read:
+                    yield requeued[r][1]
+                    r += 1
+                elif o < len(own) and own_after <= read:
+                    yield own[o]
+                    o += 1
+                else:
+                    break
+            read = msg.offset + 1
+            yield msg
+        yield from (msg for _, msg in requeued[r:])
+        yield from own[o:]
 
     def _decoded_copy(self, runs: list[Run]) -> list[QueuedMessage]:
         out: list[QueuedMessage] = []

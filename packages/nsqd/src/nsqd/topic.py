@@ -98,22 +98,18 @@ class Topic:
 
     @property
     def depth(self) -> int:
-        """Messages the topic holds (NSQ's topic depth): for its first channel, or while
-        paused."""
+        """Messages the topic holds (NSQ's topic depth): for its first channel, or what its
+        channels may not read yet (``visible_end`` on: while paused or not started), so a
+        message is counted at the topic or at a channel at every moment, as in Go's nsqd."""
         end = self.log.end
         if not self.channels:
             start = max(self.hold, self.log.start)
             return max(end - start - self.log.hole_in(start, end), 0)
-        return end - self.paused_at if self.paused else 0
+        return end - self.visible_end
 
     @property
     def backend_depth(self) -> int:
-        if not self.channels:
-            start = max(self.hold, self.log.start)
-        elif self.paused:
-            start = self.paused_at
-        else:
-            return 0
+        start = max(self.hold, self.log.start) if not self.channels else self.visible_end
         return max(min(self.log.written_end, self.log.end) - start, 0)
 
     def start_position(self, start: str | None) -> int:

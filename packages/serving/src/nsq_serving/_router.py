@@ -5,10 +5,13 @@ with other defaults); ``Conventions`` says which answers a router gives for what
 answers, ``NSQ`` being nsqd's and nsqlookupd's:
 
 - a path matches exactly; ``:name`` is one segment, read as ``request.path_params["name"]``
-  (NSQ's routes refuse an empty one, gin's take it);
-- no route for the method, but one with a slash added or removed: a redirect, 301 for GET,
-  307 for any other method (the method and body are kept), ``Location`` the path alone (with
-  the query). NSQ's also try the cleaned path (``//``, ``.``, ``..``) and another letter case;
+  (NSQ's routes refuse an empty one, gin's take it but for the last: ``/api//q`` is a match,
+  ``/api/ns/`` is not);
+- no route for the method, but httprouter's tree recommends a trailing slash added or removed
+  (``_tree``: where its walk ends next to a handle, not wherever the other path has a route):
+  a redirect, 301 for GET, 307 for any other method (the method and body are kept),
+  ``Location`` the path alone (escaped and cleaned as Go's ``http.Redirect`` does, with the
+  query). NSQ's also try the cleaned path (``//``, ``.``, ``..``) and another letter case;
 - a known path with another method: 405 ``METHOD_NOT_ALLOWED`` with ``Allow`` (NSQ's; gin's
   answer 404), OPTIONS on it an empty 200 with ``Allow``; HEAD is a method like any other
   (no route answers it, so it is a 405);
@@ -27,6 +30,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 from typing import Protocol
+from urllib.parse import quote
 
 import attrs
 from nsq_common import format_go_duration, join_host_port, parse_query, query_first
@@ -36,6 +40,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from ._answers import HttpError, v1_error
+from ._tree import Conflict, Tree
 
 Handler = Callable[[Request], Awaitable[Response]]
 Params = dict[str, str]
@@ -105,9 +110,10 @@ class _Pattern:
         if len(segments) != len(self.parts):
             return None
         values = []
-        for part, segment in zip(self.parts, segments, strict=True):
+        last = len(segments) - 1
+        for index, (part, segment) in enumerate(zip(self.parts, segments, strict=True)):
             if part is None:
-                if not segment and not empty:
+                if not segment and not (empty and index < last):
                     return None
                 values.append(segment)
             elif part != segment and not (fold and part.lower() == segment.lower()):
@@ -144,11 +150,19 @@ class Router:
         self._by_length: dict[int, list[_Pattern]] = {}  # patterns by their segment count
         self._direct: dict[str, dict[str, Handler]] = {}
         self._logged: set[Handler] = set()
+        #: httprouter's trees by method, for its trailing-slash redirects (None: routes it
+        #: would refuse, then a redirect where the toggled path has a route).
+        self._trees: dict[str, Tree] | None = {}
 
     def add(self, method: str, path: str, handler: Handler, *, logged: bool = True) -> None:
         """Route ``method path`` to ``handler``; ``path`` may have ``:name`` segments."""
         if logged:
             self._logged.add(handler)
+        if self._trees is not None:
+            try:
+                self._trees.setdefault(method, Tree()).add(path)
+            except Conflict:
+                self._trees = None
         segments = path.split("/")
         if not any(s.startswith(":") for s in segments):
             self._static.setdefault(path, {})[method] = handler
@@ -262,10 +276,13 @@ class Router:
         return response
 
     def _redirect_target(self, method: str, path: str) -> str | None:
-        """httprouter's fallbacks: the path with its trailing slash toggled, then (NSQ's) the
-        cleaned path in the routes' letter case."""
+        """httprouter's fallbacks: the path with its trailing slash toggled where its tree
+        recommends it, then (NSQ's) the cleaned path in the routes' letter case."""
         toggled = path[:-1] if path.endswith("/") else path + "/"
-        if method in self._methods(toggled)[0]:
+        if self._trees is None:
+            if method in self._methods(toggled)[0]:
+                return toggled
+        elif (tree := self._trees.get(method)) is not None and tree.redirects(path):
             return toggled
         if not self.conventions.fixed_path:
             return None
@@ -330,9 +347,10 @@ def _access_line(request: Request, status: int, start: float) -> str:
 
 
 def _redirect(request: Request, target: str) -> Response:
-    """Go's ``http.Redirect`` to a path: 301 with a small HTML body for GET, 307 for the rest."""
+    """Go's ``http.Redirect`` to a path (escaped as ``URL.String`` and cleaned, keeping a
+    trailing slash): 301 with a small HTML body for GET, 307 for the rest."""
     query = request.scope.get("query_string", b"").decode("latin-1")
-    location = target + (f"?{query}" if query else "")
+    location = _clean_path(quote(target, safe="/!$&'()*+,;=:@")) + (f"?{query}" if query else "")
     if request.method == "GET":
         body = f'<a href="{html.escape(location)}">Moved Permanently</a>.\n\n'
         return Response(body, 301, {"Location": location}, media_type="text/html; charset=utf-8")

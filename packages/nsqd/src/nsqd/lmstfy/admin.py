@@ -168,8 +168,10 @@ class Admin:
         delayed: list[QueuedMessage] = []
         dead: list[QueuedMessage] = []
         clock = self.queues.broker.clock
-        now_ns = clock.wall_ns()
         channel = self.queues.channel(namespace, queue)
+        if channel is not None:
+            await channel.fetch()  # what a consume would read next, from disk if need be
+        now_ns = clock.wall_ns()
         if channel is not None:
             ready = channel.peek(count, clock.now())
             delayed = sorted((m for m in channel.deferred if m.due > now_ns),

@@ -3,9 +3,11 @@ texts and JSON keys (sorted, as gin writes a map), and a fresh ``X-Request-ID`` 
 but a redirect.
 
 The routes are lmstfy's, on nsq_serving's ``Router`` with gin's conventions (``GIN``): a
-``:name`` may be empty (``PUT /api//q`` is lmstfy's 400 on the namespace), a trailing slash
-redirects (301 for GET, 307 otherwise, ``Location`` the path), a method a path does not have is
-a 404, like an unknown path: ``{"error":"api not found"}``. Every refusal is an ``HttpError``
+``:name`` may be empty but the last (``PUT /api//q`` is lmstfy's 400 on the namespace), a
+trailing slash redirects where httprouter's tree recommends it (``GET /api/ns/q/peek/``: 301
+for GET, 307 otherwise, ``Location`` the path; ``PUT /api/ns/q/`` or ``GET /api/ns`` are no
+redirect but lmstfy's 404), a method a path does not have is a 404, like an unknown path:
+``{"error":"api not found"}``. Every refusal is an ``HttpError``
 (``refuse``), answered in lmstfy's JSON; a bug is a 500 ``{"error":"internal error"}``, never
 plain text.
 """
@@ -77,8 +79,8 @@ def log_bug(line: str, exc: BaseException) -> None:
 
 
 def gin_conventions(not_found: HttpError) -> Conventions:
-    """gin 1.6's defaults, as lmstfy runs it: no 405 (a 404), no OPTIONS, no fixed-path
-    redirects, empty ``:name`` segments taken."""
+    """gin's defaults, as lmstfy 1.0.10 runs it (its gin of 2017; 1.6 answers the same): no 405
+    (a 404), no OPTIONS, no fixed-path redirects, empty ``:name`` segments taken but the last."""
     return Conventions(error=error_answer, not_found=not_found, method_not_allowed=None,
                        internal_error=HttpError(500, "internal error"), options=False,
                        fixed_path=False, empty_params=True)

@@ -4,7 +4,8 @@
 Go decodes what fits and reports the first value that does not: a number that is not an
 int64 (``1.5``, ``1e308``, ``1e999``, ``-1e999``, 2**63), a string, a bool, an array or an
 object, as ``json.UnmarshalTypeError``; keys match the fields in any letter case, ``null``
-leaves a field as it is, other keys are ignored. gin has written the 400 status before lmstfy
+leaves a field as it is, other keys are ignored. JSON that is not is refused where Go's scanner
+stops (``goscan``). gin has written the 400 status before lmstfy
 writes ``{"error": <the error as JSON>}``, so the answer goes out without its JSON content type
 (Go sniffs ``text/plain; charset=utf-8``).
 """
@@ -15,6 +16,8 @@ import json
 from typing import Any
 
 from nsq_serving import HttpError
+
+from .goscan import EndOfInput, SyntaxError_, scan_value
 
 _FIELDS = ("read", "write", "interval")
 _INT64 = range(-(1 << 63), 1 << 63)
@@ -39,26 +42,28 @@ def decode_limiter(body: bytes) -> tuple[int, int, int]:
     Raises:
         HttpError: 400 with gin's text/plain body for JSON Go would not decode into it.
     """
-    text = body.decode("latin-1")  # offsets are Go's byte offsets
+    try:  # the first value only, as Go's json.Decoder reads it (what follows is not read)
+        scan_value(body)
+    except SyntaxError_ as exc:
+        raise _refused_error({"Offset": exc.offset}) from None
+    except EndOfInput:
+        raise _refused_error({}) from None
+    text = body.decode("latin-1")  # offsets are Go's byte offsets; Go reads bytes, not UTF-8
     decoder = _decoder()
     start = _skip(text, 0)
-    try:  # the first value only, as Go's json.Decoder reads it (what follows is not read)
-        decoder.raw_decode(body.decode("utf-8"), start)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise _syntax_error(text, exc) from None
     values = dict.fromkeys(_FIELDS, 0)
     first: dict[str, Any] | None = None
     if text.startswith("null", start):
         return values["read"], values["write"], values["interval"]
     if text[start] != "{":
-        value, end = decoder.raw_decode(text, start)
+        value, end = _value(decoder, body, text, start)
         return _refused(_type_error(value, start, end, "", ""))
     pos = _skip(text, start + 1)
     while text[pos] != "}":
         key, pos = decoder.raw_decode(text, pos)
         pos = _skip(text, _skip(text, pos) + 1)  # past ':'
         value_start = pos
-        value, pos = decoder.raw_decode(text, pos)
+        value, pos = _value(decoder, body, text, pos)
         field = next((f for f in _FIELDS if f == key), None) or next(
             (f for f in _FIELDS if f.lower() == str(key).lower()), None)
         if field is not None and value is not None:
@@ -73,6 +78,16 @@ def decode_limiter(body: bytes) -> tuple[int, int, int]:
     if first is not None:
         return _refused(first)
     return values["read"], values["write"], values["interval"]
+
+
+def _value(decoder: json.JSONDecoder, body: bytes, text: str, pos: int) -> tuple[Any, int]:
+    """The value at ``pos`` and its end; an array or object (however deep) as an empty one,
+    all a limiter's fields need to know of it."""
+    if text[pos] == "[":
+        return [], scan_value(body, pos)
+    if text[pos] == "{":
+        return {}, scan_value(body, pos)
+    return decoder.raw_decode(text, pos)
 
 
 def _skip(text: str, pos: int) -> int:
@@ -103,15 +118,6 @@ def _type_error(value: Any, start: int, end: int, struct: str, field: str) -> di
     else:
         kind, offset = "object", start + 1
     return {"Value": kind, "Type": {}, "Offset": offset, "Struct": struct, "Field": field}
-
-
-def _syntax_error(text: str, exc: Exception) -> HttpError:
-    """Go's error for JSON that is not: the end of the input (``{}``), else a
-    ``SyntaxError`` with the offset past the first byte that is wrong."""
-    position = getattr(exc, "pos", None)
-    if position is None or _skip(text, position) >= len(text):
-        return _refused_error({})
-    return _refused_error({"Offset": position + 1})
 
 
 def _refused(error: dict[str, Any]) -> tuple[int, int, int]:
