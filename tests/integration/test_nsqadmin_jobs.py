@@ -237,3 +237,7 @@ async def test_two_lmstfy_on_one_machine_are_told_apart(run_daemon, make_admin):
         assert f'href="/jobs/{service.nsqd.http_address}/ns/{queue}"' in page
     queue = (await admin.get(f"/jobs/{two.nsqd.http_address}/ns/orders")).text
     assert f"lmstfy on {hostname}:{two.nsqd.http_port}" in queue
+    # the breadcrumb names the node too: Jobs › node › namespace › queue
+    crumbs = re.search(r'<nav class="crumbs"[^>]*>(.*?)</nav>', queue).group(1)
+    assert re.findall(r"<li[^>]*>(?:<a [^>]*>)?([^<]*)", crumbs) == [
+        "Jobs", f"{hostname}:{two.nsqd.http_port}", "ns", "orders"]
