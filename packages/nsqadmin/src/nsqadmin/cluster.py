@@ -66,11 +66,13 @@ class NodeNotFound(UpstreamError):
 @attrs.frozen
 class Stats:
     """``/stats`` of several nodes: per-node topics, channels summed across nodes (keyed by
-    channel name when one topic was asked for, else by ``topic:channel``), health by node."""
+    channel name when one topic was asked for, else by ``topic:channel``), health and
+    ``start_time`` (unix seconds) by node."""
 
     topics: tuple[TopicStats, ...] = ()
     channels: dict[str, ChannelStats] = attrs.field(factory=dict)
     health: dict[str, str] = attrs.field(factory=dict)
+    started: dict[str, float] = attrs.field(factory=dict)
 
 
 @attrs.frozen
@@ -303,8 +305,12 @@ class ClusterInfo:
         topics: list[TopicStats] = []
         parts: dict[str, list[ChannelStats]] = {}
         health: dict[str, str] = {}
+        started: dict[str, float] = {}
         for node, body in answers:
             health[node.http_address] = str(body.get("health", ""))
+            start = body.get("start_time")
+            if isinstance(start, int | float) and not isinstance(start, bool):
+                started[node.http_address] = float(start)
             for raw in body.get("topics") or ():
                 stats = TopicStats.parse(raw, node.http_address, node.hostname, now)
                 if topic and stats.topic_name != topic:
@@ -316,7 +322,7 @@ class ClusterInfo:
         topics.sort(key=lambda t: (t.hostname, t.node))
         channels = {key: aggregate_channel(ps[0].topic_name, ps[0].channel_name, ps)
                     for key, ps in parts.items()}
-        return Partial(Stats(tuple(topics), channels, health), tuple(errors))
+        return Partial(Stats(tuple(topics), channels, health, started), tuple(errors))
 
     async def channel_messages(self, topic: str, channel: str, which: str, n: int
                                ) -> Partial[list[PeekedMessage]]:
