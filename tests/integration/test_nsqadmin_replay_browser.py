@@ -161,7 +161,7 @@ def test_after_a_rewind_the_graphs_say_what_the_table_says(run_daemon, browser):
 
     rewind = page.locator("section.panel").filter(has_text="Rewind to")
     rewind.get_by_label("an offset").check()
-    rewind.get_by_label("Offset").fill("10")
+    rewind.get_by_label("Offset", exact=True).fill("10")
     page.once("dialog", lambda dialog: dialog.accept())
     rewind.get_by_role("button", name="Rewind").click()
     expect(page.locator("#report")).to_contain_text("Its position now: offset 10 on ")
