@@ -27,7 +27,8 @@ DATA_PATHS = {"/api/{namespace}/{queue}", "/api/{namespace}/{queue}/bulk",
               "/api/{namespace}/{queue}/deadletter/size"}
 ADMIN_PATHS = {"/info", "/version", "/metrics", "/pools", "/limits", "/accesslog",
                "/token/{namespace}", "/token/{namespace}/{token}",
-               "/token/{namespace}/{token}/limit", "/peek/{namespace}/{queue}", "/openapi.json"}
+               "/token/{namespace}/{token}/limit", "/peek/{namespace}/{queue}",
+               "/peek/{namespace}/{queue}/{job_id}", "/openapi.json"}
 
 
 @pytest.fixture
@@ -46,6 +47,8 @@ def test_the_description_is_served_and_lists_every_route(service):
     # every path it names is served where its tag says (none is the listener's 404)
     assert httpx.get(f"{service.data_url}/api/ns/q/size", timeout=DEADLINE).status_code == 200
     assert httpx.get(f"{service.admin_url}/peek/ns/q", timeout=DEADLINE).status_code == 200
+    r = httpx.get(f"{service.admin_url}/peek/ns/q/01M8DB4B3BNTGK79XQEWF00000", timeout=DEADLINE)
+    assert (r.status_code, r.json()) == (404, {"error": "job not found"})
 
 
 def schemathesis(cwd: Path, base: str, schema: str, *args: str) -> subprocess.CompletedProcess:

@@ -236,3 +236,60 @@ async def test_sampler_keeps_graphs_current_without_page_loads(nsqd, nursery):
     await until(lambda: len(history.points(("depth", "gr_sampled", "work", ""))) >= 2)
     assert history.latest(("depth", "", "", nsqd.http_address)) is not None
     done.set()
+
+
+def rate_shown(base: str, path: str, window: str = "10m") -> tuple[float, float] | None:
+    """The rate graph's latest point of ``path``: (its time, messages per second)."""
+    text = httpx.get(f"{base}/graphs{path}", params={"window": window}, timeout=DEADLINE).text
+    svg = text.split('<svg class="chart"')[2]
+    found = re.search(r'<circle class="dot"[^>]*data-t="([\d.]+)" data-value="([^"]+)"', svg)
+    return (float(found.group(1)), float(found.group(2))) if found else None
+
+
+@pytest.fixture
+def sparse_admin(nsqd):
+    """A real nsqadmin whose sampler samples once, at start (pages sample when they load)."""
+    daemon = start_daemon("nsqadmin", [f"--nsqd-http-address={nsqd.http_address}",
+                                       "--http-address=127.0.0.1:0", "--refresh-interval=1h"],
+                          expect=("HTTP",))
+    yield daemon
+    daemon.stop()
+
+
+def test_a_topic_published_between_samples_shows_its_rate(nsqd, sparse_admin):
+    """``make run``: nsqadmin samples the node, then a topic is created and published to; its
+    first sample counts all of it over the time since the node's last sample (the graph stayed
+    flat: a rate needs two samples of the topic)."""
+    base = f"http://{sparse_admin.http_address}"
+    node = nsqd.http_address
+    wait_until(lambda: graph_latest(base, f"/nodes/{node}") is not None,
+               what="the sampler's first sample")
+    (sampled,) = set(strip_times(base, f"/nodes/{node}"))  # its one sample
+    trio.run(publish, nsqd, "gr_between", 30)
+    httpx.get(f"{base}/topics/gr_between", timeout=DEADLINE).raise_for_status()  # a sample
+    for path in ("/topics/gr_between", "/topics/gr_between/work"):
+        shown = rate_shown(base, path)
+        assert shown is not None, path
+        at, rate = shown
+        assert rate * (at - sampled) == pytest.approx(30, rel=1e-3)
+
+
+def test_messages_published_before_nsqadmin_started_show_as_a_rate(nsqd):
+    """nsqadmin's first sample of a node: the counts are averaged since nsqd's start_time."""
+    trio.run(publish, nsqd, "gr_before", 24)
+    started = httpx.get(f"http://{nsqd.http_address}/stats", params={"format": "json"},
+                        timeout=DEADLINE).json()["start_time"]
+    daemon = start_daemon("nsqadmin", [f"--nsqd-http-address={nsqd.http_address}",
+                                       "--http-address=127.0.0.1:0", "--refresh-interval=1h"],
+                          expect=("HTTP",))
+    try:
+        base = f"http://{daemon.http_address}"
+        wait_until(lambda: graph_latest(base, "/topics/gr_before") is not None,
+                   what="the sampler's first sample")
+        for path in ("/topics/gr_before", "/topics/gr_before/work"):
+            shown = rate_shown(base, path, window="6h")  # nsqd's start is in this window
+            assert shown is not None, path
+            at, rate = shown
+            assert rate * (at - started) == pytest.approx(24, rel=1e-3)
+    finally:
+        daemon.stop()

@@ -140,3 +140,30 @@ def test_channel_graph_shows_what_stats_says(run_daemon, browser):
     phone.goto(base + "/topics/orders/billing")
     expect(phone.locator("#graphs svg.chart").first).to_be_visible()
     shoot(phone, "graphs-channel-phone", full_page=True)
+
+
+FETCHES = """path => performance.getEntriesByType('resource')
+    .filter(e => e.initiatorType === 'xmlhttprequest' && new URL(e.name).pathname === path)
+    .length"""
+
+
+def test_the_graphs_are_fetched_once_per_refresh_of_the_tables(run_daemon, browser):
+    """The graphs are redrawn after each refresh of the page's tables, once: before, their
+    trigger's filter was read as part of its ``from:`` selector, so every redraw of the graphs
+    asked for the next one, about 20 requests a second, and a pointer could not rest on them."""
+    nsqd = run_daemon("nsqd", "--broadcast-address=127.0.0.1")
+    base_nsqd = f"http://{nsqd.http_address}"
+    httpx.post(f"{base_nsqd}/topic/create", params={"topic": "orders"},
+               timeout=DEADLINE).raise_for_status()
+    httpx.post(f"{base_nsqd}/channel/create", params={"topic": "orders", "channel": "billing"},
+               timeout=DEADLINE).raise_for_status()
+    admin = run_daemon("nsqadmin", f"--nsqd-http-address={nsqd.http_address}",
+                       "--refresh-interval=1s", expect=("HTTP",))
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.set_default_timeout(DEADLINE * 1000)
+    page.goto(f"http://{admin.http_address}/topics/orders/billing")
+    page.evaluate("() => performance.setResourceTimingBufferSize(100000)")
+    page.wait_for_function(f"() => ({FETCHES})('/graphs/topics/orders/billing') >= 3")
+    tables = page.evaluate(FETCHES, "/topics/orders/billing")
+    graphs = page.evaluate(FETCHES, "/graphs/topics/orders/billing")
+    assert 3 <= graphs <= tables, (graphs, tables)

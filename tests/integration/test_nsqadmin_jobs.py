@@ -116,6 +116,18 @@ async def test_the_jobs_pages_say_what_lmstfy_says(run_daemon, make_admin):
     missing = (await admin.get(f"/jobs/{node}/ns/emails",
                                params={"job": "01M8DB4B3BNTGK79XQEWF00000"})).text
     assert "lmstfy has no job 01M8DB4B3BNTGK79XQEWF00000" in missing
+    # a job looked up says what the tables say of it: its tries left and its delay
+    looked = (await admin.get(f"/jobs/{node}/ns/emails", params={"job": delayed})).text
+    found = Rows(looked.split(f"<h2>Job {delayed}</h2>", 1)[1].split("<h2>", 1)[0])
+    in_table = Rows(looked.split("<h2>Delayed jobs</h2>", 1)[1]).row(delayed)
+    assert (found.row(delayed)[tries], found.row(delayed)[delay]) == ("5", "1h")
+    assert (in_table[tries], in_table[delay]) == ("5", "1h")
+    looked = (await admin.get(f"/jobs/{node}/ns/emails", params={"job": first})).text
+    found = Rows(looked.split(f"<h2>Job {first}</h2>", 1)[1].split("<h2>", 1)[0])
+    assert (found.row(first)[tries], found.row(first)[delay]) == ("3", "none")
+    assert Rows(looked).row(dead)[tries] == "0"
+    assert "lmstfy has no job ../x" in (await admin.get(f"/jobs/{node}/ns/emails",
+                                                        params={"job": "../x"})).text
 
     namespace = (await admin.get(f"/jobs/{node}/ns")).text
     token_row = Rows(namespace).row("…" + service.token[-4:])
@@ -237,3 +249,7 @@ async def test_two_lmstfy_on_one_machine_are_told_apart(run_daemon, make_admin):
         assert f'href="/jobs/{service.nsqd.http_address}/ns/{queue}"' in page
     queue = (await admin.get(f"/jobs/{two.nsqd.http_address}/ns/orders")).text
     assert f"lmstfy on {hostname}:{two.nsqd.http_port}" in queue
+    # the breadcrumb names the node too: Jobs, node, namespace, queue
+    crumbs = re.search(r'<nav class="crumbs"[^>]*>(.*?)</nav>', queue).group(1)
+    assert re.findall(r"<li[^>]*>(?:<a [^>]*>)?([^<]*)", crumbs) == [
+        "Jobs", f"{hostname}:{two.nsqd.http_port}", "ns", "orders"]

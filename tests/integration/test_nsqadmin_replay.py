@@ -244,3 +244,47 @@ async def test_rewind_from_the_page_and_the_api_delivers_again(make_admin, nsqds
                                                  "confirm": "yes"})
     assert r.status_code == 403
     assert (await nsqd_topic(a, "rw"))["channels"][0]["depth"] == 0
+
+
+async def test_one_name_per_node_and_a_failed_rewind_is_an_error(make_admin, nsqds):
+    """The rewind API takes a node by the name the pages show it (``hostname:http_port``), by
+    its ``broadcast_address:http_port`` and by the address nsqadmin reaches it at; a rewind
+    that failed on every nsqd is an error (502), one that failed on some a warning (200)."""
+    a, b = nsqds
+    admin = await make_admin()
+    for daemon, count in ((a, 3), (b, 2)):
+        await nsqd_call(daemon, "POST", "/topic/create", topic="names", retention="1h")
+        await nsqd_call(daemon, "POST", "/channel/create", topic="names", channel="c")
+        for n in range(count):
+            await nsqd_call(daemon, "POST", "/pub", topic="names", body=f"m{n}".encode())
+    hostname = (await nsqd_call(a, "GET", "/info"))["hostname"]
+    shown = f"{hostname}:{a.http_port}"  # what the pages show for node a
+    topic_page = (await admin.get("/topics/names")).text
+    assert f">{shown}</a>" in topic_page
+    node_a = f"127.0.0.1:{a.http_port}"  # its broadcast address:http port, and its address
+    for name in (shown, node_a):
+        r = await admin.post("/api/topics/names/c", json={
+            "action": "rewind", "to": "offset", "offset": "1", "node": name})
+        assert (r.status_code, r.json()) == (200, {"message": "", "offsets": {node_a: 1}})
+        r = await admin.get(f"/api/nodes/{name}")
+        assert r.status_code == 200 and r.json()["node"] == name
+        assert (await admin.get(f"/nodes/{name}")).status_code == 200
+
+    r = await admin.post("/api/topics/names/c", json={
+        "action": "rewind", "to": "earliest", "node": "nowhere:4151"})
+    assert r.status_code == 404
+    assert r.json()["message"] == "NODE_NOT_FOUND: no nsqd nowhere:4151 has topic names"
+    # refused by the one nsqd asked: an error, the cursor left alone
+    r = await admin.post("/api/topics/names/c", json={
+        "action": "rewind", "to": "offset", "offset": "100", "node": shown})
+    assert r.status_code == 502
+    assert r.json()["message"] == ("UPSTREAM_ERROR: offset 100 is past the end of its log: "
+                                   "the next message published gets 3")
+    # refused by every nsqd
+    r = await admin.post("/api/topics/names/c", json={"action": "rewind", "offset": 100})
+    assert r.status_code == 502 and r.json()["message"].count("past the end") == 2
+    # refused by one (b's log ends at 2), done on the other: a warning
+    r = await admin.post("/api/topics/names/c", json={"action": "rewind", "offset": 3})
+    assert r.status_code == 200
+    assert r.json()["offsets"] == {node_a: 3}
+    assert r.json()["message"].startswith("WARNING: ") and "past the end" in r.json()["message"]

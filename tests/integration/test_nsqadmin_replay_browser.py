@@ -132,3 +132,39 @@ def test_rewind_a_channel_from_its_page_and_get_its_messages_again(run_daemon, b
     # and every message is delivered again, in order
     assert consume(nsqd, "clicks", "archive", 5) == bodies
     expect(position.locator("td")).to_have_text(["0 \u2013 4", "5", "5", "4", "0"])  # refreshed
+
+
+def test_after_a_rewind_the_graphs_say_what_the_table_says(run_daemon, browser):
+    """A rewind past some messages lowers the depth: the report, the table and the graph's
+    legend all say the new depth at once (the graphs are redrawn after the table, from the
+    sample it was drawn from), not the legend the old one until its next refresh."""
+    nsqd = run_daemon("nsqd", "--broadcast-address=127.0.0.1")
+    base_nsqd = f"http://{nsqd.http_address}"
+    httpx.post(f"{base_nsqd}/topic/create", params={"topic": "clicks", "retention": "1h"},
+               timeout=DEADLINE).raise_for_status()
+    httpx.post(f"{base_nsqd}/channel/create", params={"topic": "clicks", "channel": "archive"},
+               timeout=DEADLINE).raise_for_status()
+    httpx.post(f"{base_nsqd}/mpub", params={"topic": "clicks"}, timeout=DEADLINE,
+               content=b"\n".join(b"click %d" % n for n in range(50))).raise_for_status()
+    # a refresh far beyond the test's deadlines: whatever changes, the action changed it
+    admin = run_daemon("nsqadmin", f"--nsqd-http-address={nsqd.http_address}",
+                       f"--refresh-interval={int(DEADLINE * 10)}s",
+                       "--http-address=127.0.0.1:0", expect=("HTTP",))
+    expect = sync_api.expect
+    page = new_page(browser)
+    page.goto(f"http://{admin.http_address}/topics/clicks/archive")
+    page.wait_for_function("() => window.htmx !== undefined")
+    legend = page.locator('#graphs svg.chart .legend-item[data-label="Depth"]').first
+    depth_cell = page.locator("#live table").first.locator("tbody tr").first.locator("td").first
+    expect(depth_cell).to_have_text("50")
+    expect(legend).to_have_attribute("data-latest", "50")
+
+    rewind = page.locator("section.panel").filter(has_text="Rewind to")
+    rewind.get_by_label("an offset").check()
+    rewind.get_by_label("Offset", exact=True).fill("10")
+    page.once("dialog", lambda dialog: dialog.accept())
+    rewind.get_by_role("button", name="Rewind").click()
+    expect(page.locator("#report")).to_contain_text("Its position now: offset 10 on ")
+    expect(depth_cell).to_have_text("40")
+    expect(legend).to_have_attribute("data-latest", "40")
+    assert channel_stats(nsqd, "clicks", "archive")["depth"] == 40

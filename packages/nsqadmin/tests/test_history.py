@@ -163,3 +163,84 @@ def test_fake_clock_is_used_when_no_time_is_given():
     history.observe(("depth", "t", "", ""), 1)
     history.observe(("depth", "t", "", ""), 2)
     assert history.points(("depth", "t", "", "")) == [(100.0, 1), (101.0, 2)]
+
+
+# -- counts seen for the first time: from zero at their origin
+
+
+def test_a_topic_new_since_the_nodes_last_sample_counts_from_zero_then():
+    """Created and published to between two samples (``make run``: nsqadmin is up first): the
+    rate over that interval is all of its messages (before, the first interval had no rate and
+    the graph stayed flat)."""
+    history = History()
+    history.record([per_node("a:1", 0, 5, topic="old")], now=100.0, nodes=["a:1"])
+    history.record([per_node("a:1", 0, 5, topic="old"), per_node("a:1", 30, 30)], now=110.0,
+                   nodes=["a:1"])
+    assert history.points(("messages", "t", "", "")) == [(100.0, 0.0), (110.0, 30.0)]
+    assert history.rates("t") == [3.0]
+    assert history.rates("t", "c") == [3.0]
+    assert history.rates("", "", "a:1") == [3.0]  # the node's: old gained nothing
+    assert history.rates("old") == [0.0]
+    history.record([per_node("a:1", 0, 5, topic="old"), per_node("a:1", 30, 40)], now=120.0,
+                   nodes=["a:1"])
+    assert history.rates("t") == [3.0, 1.0]
+
+
+def test_a_first_sample_counts_from_nsqds_start():
+    """nsqadmin's first sample of a node: its counts are averaged since nsqd started."""
+    history = History()
+    history.record([per_node("a:1", 0, 600)], now=1000.0, nodes=["a:1"],
+                   started={"a:1": 700.0})
+    assert history.points(("messages", "t", "c", ""), "6h") == [(700.0, 0.0), (1000.0, 600.0)]
+    assert history.rates("t") == [2.0]
+    assert history.rates("", "", "a:1") == [2.0]
+    # a tier keeps the origin only within its window
+    history.record([per_node("a:1", 0, 620)], now=1400.0, nodes=["a:1"], started={"a:1": 700})
+    assert history.rate_points(("messages", "t", "", ""), "10m") == [(1400.0, 0.05)]
+    assert history.rate_points(("messages", "t", "", ""), "1h") == [(1000.0, 2.0),
+                                                                  (1400.0, 0.05)]
+
+
+def test_the_later_origin_wins_and_a_future_start_is_ignored():
+    history = History()
+    history.record([], now=100.0, nodes=["a:1", "b:1"])
+    # a restarted at 105 (its counts are since then); b's clock is ahead: 100 is the origin
+    history.record([per_node("a:1", 0, 50), per_node("b:1", 0, 20)], now=110.0,
+                   nodes=["a:1", "b:1"], started={"a:1": 105.0, "b:1": 500.0})
+    # the nodes' series have points at 100 and 110: the average rates over that interval
+    assert history.rate_points(("messages", "", "", "a:1")) == [(110.0, 5.0)]
+    assert history.rate_points(("messages", "", "", "b:1")) == [(110.0, 2.0)]
+    # the topic's series starts now: b's 20 spread over 100-110, a's 50 over 105-110
+    assert history.points(("messages", "t", "", "")) == [(100.0, 0.0), (105.0, 10.0),
+                                                         (110.0, 70.0)]
+
+
+def test_a_node_new_to_an_existing_series_adds_its_share_since_the_last_point():
+    history = History()
+    history.record([per_node("a:1", 0, 100)], now=0.0, nodes=["a:1"])
+    history.record([per_node("a:1", 0, 110)], now=10.0, nodes=["a:1"],
+                   started={"b:1": 0.0})  # b does not answer yet
+    # b answers at last: up since 0, 40 messages, 20 of them since the series' last point
+    history.record([per_node("a:1", 0, 120), per_node("b:1", 0, 40)], now=20.0,
+                   nodes=["a:1", "b:1"], started={"a:1": 0.0, "b:1": 0.0})
+    assert history.rates("t") == [1.0, 3.0]  # (10 + 20) / 10
+    history.record([per_node("a:1", 0, 120), per_node("b:1", 0, 50)], now=30.0,
+                   nodes=["a:1", "b:1"])
+    assert history.rates("t") == [1.0, 3.0, 1.0]
+
+
+def test_no_origin_from_partial_stats_nor_a_full_history():
+    """A page about one topic fetches only its stats: the node's other topics were not
+    absent. And a history that refused a series does not know what it lacked."""
+    history = History()
+    history.record([per_node("a:1", 0, 5, topic="one")], now=100.0)  # a topic page
+    history.record([per_node("a:1", 0, 5, topic="one"), per_node("a:1", 0, 70, topic="two")],
+                   now=110.0, nodes=["a:1"])
+    assert history.rates("two") == []  # a:1's 70 may be from any time before
+    full = History(max_series=1)
+    full.observe(("depth", "x", "", ""), 0, now=100.0)
+    full.record([per_node("a:1", 0, 70, topic="two")], now=110.0, nodes=["a:1"])
+    full.record([], now=110.0 + STALE_WHEN_FULL + 1)  # room again
+    full.record([per_node("a:1", 0, 70, topic="two")], now=110.0 + STALE_WHEN_FULL + 2,
+                nodes=["a:1"])
+    assert full.rates("two") == []

@@ -2,7 +2,8 @@
 
 V1 conventions: ``X-NSQ-Content-Type: nsq; version=1.0`` on every answer, errors as
 ``{"message": "<TEXT>"}``. When some daemons fail, the answer is still 200 and its
-``message`` reads ``WARNING: <e1>; <e2>``; when all fail, 502 ``UPSTREAM_ERROR: <err>``.
+``message`` reads ``WARNING: <e1>; <e2>``; when all fail, 502 ``UPSTREAM_ERROR: <err>``
+(for an action too: Go's answers 200 with a warning when every nsqd refused it).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from .cluster import ActionResult
+from .cluster import ActionResult, NodeNotFound
 from .options import LOG_LEVELS, Options
 from .rewind import RewindError
 from .rewind import parse as parse_rewind
@@ -167,6 +168,16 @@ async def counter(request: Request) -> Any:
 # --- actions -----------------------------------------------------------------------------
 
 def _done(result: ActionResult) -> dict[str, str]:
+    """The answer to an action: done everywhere, or done somewhere with a warning naming the
+    daemons that failed (as the Go nsqadmin answers); an action that failed on every daemon it
+    went to is an error, 502 ``UPSTREAM_ERROR`` (Go's answers 200 with a warning then too),
+    and one that named a node that is not there 404 ``NODE_NOT_FOUND``."""
+    if result.errors and not result.done:
+        texts = "; ".join(str(e) for e in result.errors)
+        log.error("failed to %s: %s", result.action, texts)
+        if all(isinstance(e, NodeNotFound) for e in result.errors):
+            raise ApiError(404, f"NODE_NOT_FOUND: {texts}")
+        raise ApiError(502, f"UPSTREAM_ERROR: {texts}")
     return {"message": _warn(list(result.errors))}
 
 

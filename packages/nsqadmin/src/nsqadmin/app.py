@@ -53,7 +53,7 @@ async def sample(admin: Admin) -> None:
     except ClusterError as exc:
         log.debug("sampler: %s", exc)
         return
-    views.record_history(admin, stats.value.topics, stats.value.health)
+    views.record_history(admin, stats.value, stats.value.health)
     views.record_counter(admin, stats.value)
     await admin.lmstfy.discover(nodes.value)  # whether to offer the Jobs pages
 

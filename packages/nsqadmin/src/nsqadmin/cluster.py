@@ -25,7 +25,7 @@ from nsq_common import ChannelStats, TopicStats, aggregate_channel
 
 from .rewind import RewindTarget
 from .settings import Settings
-from .stats import Node, NodeTopic, PeekedMessage, mark_out_of_date
+from .stats import Node, NodeTopic, PeekedMessage, find_node, mark_out_of_date
 from .upstream import ClusterError, Partial, Upstream, UpstreamError
 
 log = logging.getLogger("nsqadmin")
@@ -59,14 +59,20 @@ def _check(kind: str, asked: int, errors: list[UpstreamError]) -> None:
         raise ClusterError(kind, errors)
 
 
+class NodeNotFound(UpstreamError):
+    """An action named a node that is not there (or does not have the topic)."""
+
+
 @attrs.frozen
 class Stats:
     """``/stats`` of several nodes: per-node topics, channels summed across nodes (keyed by
-    channel name when one topic was asked for, else by ``topic:channel``), health by node."""
+    channel name when one topic was asked for, else by ``topic:channel``), health and
+    ``start_time`` (unix seconds) by node."""
 
     topics: tuple[TopicStats, ...] = ()
     channels: dict[str, ChannelStats] = attrs.field(factory=dict)
     health: dict[str, str] = attrs.field(factory=dict)
+    started: dict[str, float] = attrs.field(factory=dict)
 
 
 @attrs.frozen
@@ -271,9 +277,9 @@ class ClusterInfo:
         return await self.nsqd_topic_producers(topic)
 
     def find_node(self, nodes: Iterable[Node], name: str) -> Node | None:
-        """The node called ``name`` (its ``broadcast_address:http_port``, or the configured
-        address it is reached at)."""
-        return next((n for n in nodes if name in (n.http_address, n.reach)), None)
+        """The node called ``name`` (``stats.find_node``: its ``broadcast_address:http_port``,
+        the configured address it is reached at, or its name on the pages)."""
+        return find_node(nodes, name)
 
     async def stats(self, nodes: Sequence[Node], topic: str = "", channel: str = "",
                     include_clients: bool = True, now: float | None = None,
@@ -299,8 +305,12 @@ class ClusterInfo:
         topics: list[TopicStats] = []
         parts: dict[str, list[ChannelStats]] = {}
         health: dict[str, str] = {}
+        started: dict[str, float] = {}
         for node, body in answers:
             health[node.http_address] = str(body.get("health", ""))
+            start = body.get("start_time")
+            if isinstance(start, int | float) and not isinstance(start, bool):
+                started[node.http_address] = float(start)
             for raw in body.get("topics") or ():
                 stats = TopicStats.parse(raw, node.http_address, node.hostname, now)
                 if topic and stats.topic_name != topic:
@@ -312,7 +322,7 @@ class ClusterInfo:
         topics.sort(key=lambda t: (t.hostname, t.node))
         channels = {key: aggregate_channel(ps[0].topic_name, ps[0].channel_name, ps)
                     for key, ps in parts.items()}
-        return Partial(Stats(tuple(topics), channels, health), tuple(errors))
+        return Partial(Stats(tuple(topics), channels, health, started), tuple(errors))
 
     async def channel_messages(self, topic: str, channel: str, which: str, n: int
                                ) -> Partial[list[PeekedMessage]]:
@@ -457,9 +467,10 @@ class ClusterInfo:
         alone): nsqd's ``/channel/rewind``, whose answer says where the channel is now."""
         producers = await self.topic_producers(topic)
         errors = list(producers.errors)
-        nodes = [p for p in producers.value if not node or node in (p.http_address, p.reach)]
+        named = find_node(producers.value, node) if node else None
+        nodes = [named] if named is not None else [] if node else list(producers.value)
         if node and not nodes:
-            errors.append(UpstreamError(node, f"no nsqd {node} has topic {topic}"))
+            errors.append(NodeNotFound(node, f"no nsqd {node} has topic {topic}"))
         params = {"topic": topic, "channel": channel, **target.params}
 
         async def rewind(producer: Node) -> int | None:
@@ -502,10 +513,17 @@ class ClusterInfo:
                                     f"its log: the next message published gets {latest + 1:,}")
 
     async def tombstone_topic_producer(self, topic: str, node: str) -> ActionResult:
-        """Tombstone ``node`` for ``topic`` on every lookupd, then delete the topic there."""
+        """Tombstone ``node`` for ``topic`` on every lookupd, then delete the topic there
+        (``node`` by any of its names, ``find_node``; one nsqadmin does not know is used as
+        given)."""
+        try:
+            named = find_node((await self.nodes()).value, node)
+        except ClusterError:
+            named = None
+        name, address = (named.http_address, named.address) if named else (node, node)
         done, errors = await self._post_all(self.lookupd_addresses, "/topic/tombstone",
-                                            {"topic": topic, "node": node})
-        ok, failed = await self._post_all([node], "/topic/delete", {"topic": topic})
+                                            {"topic": topic, "node": name})
+        ok, failed = await self._post_all([address], "/topic/delete", {"topic": topic})
         return ActionResult("tombstone_topic_producer", tuple(done + ok), tuple(errors + failed))
 
 

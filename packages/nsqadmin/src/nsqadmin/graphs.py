@@ -1,9 +1,11 @@
 """The graphs of the topic, channel and node pages, and their refreshable fragment.
 
 A page includes ``partials/graphs.html`` (the ``#graphs`` region: a window chooser and two
-charts, queue sizes and a message rate). htmx reloads that region every ``--refresh-interval``
-from ``/graphs/...`` (same path as the page, prefixed), which draws from the history alone and
-never asks the cluster: the background sampler keeps the history current. The window chooser
+charts, queue sizes and a message rate). htmx reloads that region from ``/graphs/...`` (same
+path as the page, prefixed) right after each reload of the page's ``#live`` region (every
+``--refresh-interval``, and after an action), which recorded its sample: the fragment draws from
+the history alone and never asks the cluster, and its legends say what the tables say. The
+background sampler keeps the history current between page loads. The window chooser
 is plain links to ``?window=10m|1h|6h`` (a whole page without JavaScript; with it, htmx swaps
 the region and puts the window in the address bar so a reload keeps it).
 """

@@ -32,6 +32,17 @@ So rates are never negative, and a node that was unreachable for a while does no
 burst of everything it ever received. Counters fed
 through ``observe`` directly are stored as given; a drop then yields no rate for its interval.
 
+A count seen for the first time was zero at its *origin*, when one is known: the last sample
+that had all of its node's topics (the topic or channel was not there yet, so its count since
+is exact: a topic created and published to between two samples), or its nsqd's ``start_time``
+(counts start at zero with nsqd), whichever is later. Such a count is spread evenly from its
+origin to now (a new series gets a point of its value at each origin), so messages published
+before nsqadmin first sampled their topic show as that average rate rather than not at all
+(Go's nsqadmin asks Graphite, which saw them when they were published). A tier keeps an origin
+only within its window: an nsqd started an hour before its first sample shows those messages
+on the 1-hour and 6-hour graphs, not the 10-minute one. A count with no known origin (a node
+seen for the first time, without ``start_time``) is only the baseline of later increases.
+
 Time is the wall clock (the graphs print it, and ``--history-file`` keeps it across restarts).
 """
 
@@ -42,7 +53,7 @@ import itertools
 import logging
 import time
 from array import array
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Final
 
 import attrs
@@ -87,6 +98,11 @@ class Series:
         values = self.tiers[0][1]
         return values[-1] if values else None
 
+    def last(self) -> Point | None:
+        """The latest point (the coarsest tier keeps it longest: each tier ends on it)."""
+        times, values = self.tiers[-1]
+        return (times[-1], values[-1]) if times else None
+
     def add(self, specs: tuple[Tier, ...], now: float, value: float) -> None:
         self.updated = max(self.updated, now)
         for spec, (times, values) in zip(specs, self.tiers, strict=True):
@@ -123,6 +139,8 @@ class History:
     # part is a node, or for a node's series "<node> <topic>" (topic names have no spaces)
     _raw: dict[tuple[Key, str], Point] = attrs.field(factory=dict, init=False)
     _refused: bool = attrs.field(default=False, init=False)
+    # per node: when its last sample with every one of its topics was taken (origins, above)
+    _sampled: dict[str, float] = attrs.field(factory=dict, init=False)
 
     def __attrs_post_init__(self) -> None:
         self.specs = tiers_for(self.min_spacing)
@@ -150,12 +168,15 @@ class History:
         return True
 
     def record(self, per_node: Iterable[TopicStats], now: float | None = None, *,
-               nodes: Iterable[str] = (), topics: bool = True) -> None:
+               nodes: Iterable[str] = (), topics: bool = True,
+               started: Mapping[str, float] | None = None) -> None:
         """One sample per topic and channel, summed over the nodes in ``per_node`` (unless
         ``topics`` is false: ``per_node`` lacks some nodes of its topics), and per node for the
         nodes in ``nodes``: those whose every topic is in ``per_node`` (a page about one topic
-        fetches only that topic's)."""
+        fetches only that topic's). ``started``: nsqd's ``start_time`` by node, where known
+        (a count seen for the first time is spread from there, see the module docstring)."""
         now = self.clock() if now is None else now
+        per_node = list(per_node)
         complete = set(nodes)
         gauges: dict[Key, float] = {("depth", "", "", n): 0.0 for n in complete}
         gauges.update({("in_flight", "", "", n): 0.0 for n in complete})
@@ -188,24 +209,51 @@ class History:
                     gauge(("in_flight", "", "", node), channel.in_flight_count)
         for gauge_key, value in gauges.items():
             self.observe(gauge_key, value, now)
+        origins = {node: max(known) for node in {t.node for t in per_node} | complete
+                   if (known := [t for t in (self._sampled.get(node), (started or {}).get(node))
+                                 if t is not None and t < now])}
         for count_key, parts in counts.items():
-            self._count(count_key, parts, now)
+            self._count(count_key, parts, now, origins)
+        for node in complete:  # a full history may have refused a count: then it is unknown
+            if self._refused:
+                self._sampled.pop(node, None)
+            else:
+                self._sampled[node] = now
         self._expire(now)
 
-    def _count(self, key: Key, parts: list[tuple[str, float]], now: float) -> None:
-        """Add the non-negative increase of each part's counter to the series' last value."""
+    def _count(self, key: Key, parts: list[tuple[str, float]], now: float,
+               origins: Mapping[str, float]) -> None:
+        """Add the non-negative increase of each part's counter to the series' last value
+        (a part seen for the first time: its share since the series' last point, counting
+        from zero at its node's origin)."""
         series = self._series.get(key)
-        total = series.latest() if series is not None else None
         increase = 0.0
+        new: list[tuple[float, float]] = []  # (origin, count) of parts counted from zero
         for part, raw in parts:
             last = self._raw.get((key, part))
             self._raw[(key, part)] = (raw, now)
             if last is not None:
                 increase += raw - last[0] if raw >= last[0] else raw  # lower: it restarted
-        value = sum(raw for _, raw in parts) if total is None else total + increase
-        if not self.observe(key, value, now):
-            for part, _ in parts:
-                del self._raw[(key, part)]
+            elif (origin := origins.get(part.partition(" ")[0])) is not None:
+                new.append((origin, raw))
+
+        def spread(at: float) -> float:
+            """The new parts' counts at ``at``, each at its average rate since its origin."""
+            return sum(raw * max(at - origin, 0.0) / (now - origin) for origin, raw in new)
+
+        latest = series.last() if series is not None else None
+        if latest is None:  # starts at each origin, with what the new parts had then
+            total = sum(raw for _, raw in parts)
+            points = [(at, total - spread(now) + spread(at))
+                      for at in sorted({origin for origin, _ in new})] + [(now, total)]
+        else:
+            since, value = latest
+            points = [(now, value + increase + spread(now) - spread(min(since, now)))]
+        for at, value in points:
+            if not self.observe(key, value, at):
+                for part, _ in parts:
+                    del self._raw[(key, part)]
+                return
 
     def _expire(self, now: float) -> None:
         """Drop series (and counter states) not updated within the longest window, or within
@@ -216,6 +264,8 @@ class History:
             del self._series[key]
         for raw_key in [k for k, (_, seen) in self._raw.items() if seen < oldest]:
             del self._raw[raw_key]
+        for node in [n for n, seen in self._sampled.items() if seen < oldest]:
+            del self._sampled[node]
         if self._refused and len(self._series) < self.max_series:
             self._refused = False
 

@@ -13,8 +13,9 @@ Everything else is lmstfy's own routes (nothing that only ``nsqd.dat`` knows)::
       GET|POST /token/:ns, DELETE /token/:ns/:token        tokens
       GET /limits, PUT|DELETE /token/:ns/:token/limit     limits
       GET /peek/:ns/:queue?count=    the jobs ready, delayed and dead (ours, beyond lmstfy)
+      GET /peek/:ns/:queue/:id       a job looked up, with its tries left (ours, as /peek)
     data listener (with a token of the namespace, the first the admin API lists)
-      GET|DELETE /api/:ns/:queue/job/:id                  look a job up, delete it
+      DELETE /api/:ns/:queue/job/:id                      delete a job
       PUT|DELETE /api/:ns/:queue/deadletter?limit=&ttl=   respawn, delete dead letters
       DELETE /api/:ns/:queue                               empty the queue (lmstfy's destroy)
 
@@ -40,7 +41,7 @@ import attrs
 import httpx
 
 from .cluster import fan_out
-from .stats import Node, display_names
+from .stats import Node, display_names, find_node
 from .upstream import Partial, Upstream, UpstreamError
 
 log = logging.getLogger("nsqadmin")
@@ -222,8 +223,10 @@ class Lmstfy:
         return names.get(service.name) or display_names([service.node])[service.name]
 
     def find(self, name: str) -> Service | None:
-        """A known service by its nsqd's name (or the address nsqadmin reaches it at)."""
-        return next((s for s in self.known if name in (s.name, s.node.address)), None)
+        """A known service by its nsqd's name (any of them: ``stats.find_node``)."""
+        known = self.known
+        node = find_node([s.node for s in known], name)
+        return next((s for s in known if node is not None and s.node == node), None)
 
     # -- the admin API ------------------------------------------------------------------------
 
@@ -284,6 +287,22 @@ class Lmstfy:
 
         return Peek(jobs("ready"), jobs("delayed"), jobs("deadletter"))
 
+    async def lookup(self, service: Service, namespace: str, queue: str, job_id: str
+                     ) -> Job | None:
+        """The job wherever it is, with the tries it has left and its delay (nsqd's admin
+        ``/peek/:ns/:queue/:job_id``: the data API's look-up answers ``remain_tries`` 0 and no
+        delay), or None."""
+        if not (job_id.isascii() and job_id.isalnum()):
+            return None  # (not a job id: no job has it)
+        response = await self._admin(service, "GET", f"/peek/{namespace}/{queue}/{job_id}",
+                                     ok=(200, 404))
+        if response.status_code == 404:
+            if _json(response, {}).get("error") != "job not found":  # (no such route)
+                _expect(service.admin, "GET", f"/peek/{namespace}/{queue}/{job_id}", response,
+                        (200,))
+            return None
+        return Job.parse(_json(response, {}))
+
     # -- the data API (with a token of the namespace) ----------------------------------------
 
     async def _data(self, service: Service, namespace: str, method: str, path: str, *,
@@ -296,13 +315,6 @@ class Lmstfy:
                                             params, headers={"X-Token": tokens[0].value})
         _expect(service.data, method, f"/api/{namespace}{path}", response, ok)
         return response
-
-    async def lookup(self, service: Service, namespace: str, queue: str, job_id: str
-                     ) -> Job | None:
-        """The job wherever it is (lmstfy answers ``remain_tries`` 0 here), or None."""
-        response = await self._data(service, namespace, "GET", f"/{queue}/job/{job_id}",
-                                    ok=(200, 404))
-        return Job.parse(_json(response, {})) if response.status_code == 200 else None
 
     async def delete_job(self, service: Service, namespace: str, queue: str, job_id: str
                          ) -> None:

@@ -72,6 +72,22 @@ def display_names(nodes: Iterable[Node]) -> dict[str, str]:
             else join_host_port(n.hostname or n.broadcast_address, n.http_port) for n in nodes}
 
 
+def find_node(nodes: Iterable[Node], name: str) -> Node | None:
+    """The node ``name`` names, as pages, URLs and the API name nodes: its
+    ``broadcast_address:http_port`` (its name in URLs and JSON) or the address nsqadmin
+    reaches it at; else what the pages show, ``hostname:http_port``, or its hostname alone,
+    when that names one node only."""
+    nodes = list(nodes)
+    exact = next((n for n in nodes if name in (n.http_address, n.reach)), None)
+    if exact is not None or not name:
+        return exact
+    for shown in (lambda n: join_host_port(n.hostname, n.http_port), lambda n: n.hostname):
+        found = [n for n in nodes if n.hostname and shown(n) == name]
+        if len(found) == 1:
+            return found[0]
+    return None
+
+
 def version_key(version: str) -> tuple[int, int, int]:
     """A semver's (major, minor, patch); unparsable versions count as 0.0.0, as in Go."""
     core = version.split("-", 1)[0].split("+", 1)[0].split(".")

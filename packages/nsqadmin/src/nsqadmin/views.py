@@ -34,15 +34,13 @@ DEAD_LETTERS_SHOWN = 10  # per node, on the channel page
 PEEK_SHOWN, PEEK_MOST = 20, 100  # per node, on the peek page (``?n=``)
 
 
-def record_history(admin: Admin, per_node: Iterable[TopicStats],
-                   nodes: Iterable[str] = ()) -> list[TopicStats]:
-    """Sample per-node topic stats for the graphs (and ``nodes``' totals: the nodes whose
-    every topic is in ``per_node``), and sum them into one per topic."""
-    per_node = list(per_node)
-    admin.history.record(per_node, nodes=nodes)
+def record_history(admin: Admin, stats: Stats, nodes: Iterable[str] = ()) -> list[TopicStats]:
+    """Sample the per-node topic stats for the graphs (and ``nodes``' totals: the nodes whose
+    every topic is in ``stats``), and sum them into one per topic."""
+    admin.history.record(stats.topics, nodes=nodes, started=stats.started)
     by_topic: dict[str, list[TopicStats]] = {}
-    for stats in per_node:
-        by_topic.setdefault(stats.topic_name, []).append(stats)
+    for topic in stats.topics:
+        by_topic.setdefault(topic.topic_name, []).append(topic)
     return [aggregate_topic(name, parts) for name, parts in sorted(by_topic.items())]
 
 
@@ -91,11 +89,11 @@ async def load_topics(request: Request) -> Context:
             listed = await admin.cluster.lookupd_topics()
             warnings.add(listed.errors)
             names.update(listed.value)
-        nodes, per_node, stats = await _nodes_and_stats(admin, warnings)
+        nodes, _, stats = await _nodes_and_stats(admin, warnings)
     except ClusterError as exc:
         warnings.add(exc.errors)
         return {"fatal": exc.kind, "warnings": warnings, "topics": [], "nodes": []}
-    totals = {t.topic_name: t for t in record_history(admin, per_node, stats.health)}
+    totals = {t.topic_name: t for t in record_history(admin, stats, stats.health)}
     rows = [totals.get(name) or TopicStats(node="", hostname="", topic_name=name)
             for name in sorted(names | totals.keys())]
     return {"topics": rows, "nodes": nodes, "warnings": warnings}
@@ -107,13 +105,13 @@ async def load_topic(request: Request) -> Context:
     warnings = Warnings()
     drawn = graphs.lazily(graphs.for_topic, admin.history, topic, graphs.window_of(request))
     try:
-        producers, per_node, _ = await _nodes_and_stats(admin, warnings, topic=topic,
-                                                        producers=True, offsets=True)
+        producers, _, found = await _nodes_and_stats(admin, warnings, topic=topic,
+                                                     producers=True, offsets=True)
     except ClusterError as exc:
         warnings.add(exc.errors)
         return {"fatal": exc.kind, "warnings": warnings, "topic": topic, "stats": None,
                 "producers": [], "unreachable": [], "graphs": drawn}
-    totals = record_history(admin, per_node)
+    totals = record_history(admin, found)
     stats = totals[0] if totals else aggregate_topic(topic, [])
     unreachable = [p for p in producers if p.address in warnings]
     return {"topic": topic, "stats": stats, "producers": producers,
@@ -134,7 +132,7 @@ async def load_channel(request: Request) -> Context:
         warnings.add(exc.errors)
         return {"fatal": exc.kind, "warnings": warnings, "topic": topic, "channel": channel,
                 "stats": None, "unreachable": [], "graphs": drawn, "positions": []}
-    record_history(admin, per_node)
+    record_history(admin, stats)
     unreachable = [p for p in producers if p.address in warnings]
     totals = stats.channels.get(channel)
     dead_letters: list[PeekedMessage] = []
@@ -221,7 +219,8 @@ async def load_node(request: Request) -> Context:
         stats = await cluster.stats([node], include_clients=True)
         topics = sorted(stats.value.topics, key=lambda t: t.topic_name)
         health = stats.value.health.get(node.http_address, health)
-        admin.history.record(topics, nodes=[node.http_address], topics=False)
+        admin.history.record(topics, nodes=[node.http_address], topics=False,
+                             started=stats.value.started)
     except ClusterError as exc:
         warnings.add(exc.errors)
     return {
@@ -238,11 +237,11 @@ async def load_counter(request: Request) -> Context:
     admin = admin_of(request)
     warnings = Warnings()
     try:
-        _, per_node, stats = await _nodes_and_stats(admin, warnings)
+        _, _, stats = await _nodes_and_stats(admin, warnings)
     except ClusterError as exc:
         warnings.add(exc.errors)
         return {"fatal": exc.kind, "warnings": warnings, "total": None}
-    record_history(admin, per_node)
+    record_history(admin, stats)
     total = record_counter(admin, stats)
     return {"total": total, "channels": len(stats.channels), "warnings": warnings}
 

@@ -1,6 +1,6 @@
 """lmstfy's admin API: tokens, rate limits, the queue list, version and metrics; and (beyond
-lmstfy) ``/peek/:namespace/:queue``, the jobs of a queue for nsqadmin's Jobs pages, and
-``/openapi.json``, the description of both lmstfy APIs (``openapi``).
+lmstfy) ``/peek/:namespace/:queue`` (and ``/:job_id``), the jobs of a queue (and one job) for
+nsqadmin's Jobs pages, and ``/openapi.json``, the description of both lmstfy APIs (``openapi``).
 
 Basic auth (``--lmstfy-admin-account user:password``) guards what lmstfy guards when accounts
 are configured: the token and limit routes and ``POST /accesslog``.
@@ -187,6 +187,25 @@ class Admin:
         return answer(200, {"namespace": namespace, "queue": queue, "ready": jobs(ready),
                             "delayed": jobs(delayed), "deadletter": jobs(dead, is_dead=True)})
 
+    async def job(self, request: Request) -> Response:
+        """``GET /peek/:namespace/:queue/:job_id``: one job wherever it is (delayed, ready, in
+        flight, dead) as ``/peek`` shows a job, with the tries it has left and its delay, which
+        the data API's look-up does not say (lmstfy answers ``remain_tries`` 0 there); 404
+        ``job not found`` as the data API. Guarded as ``/peek``."""
+        self._authorized(request)
+        namespace, queue = request.path_params["namespace"], request.path_params["queue"]
+        problem = names.name_error(namespace, queue)
+        if problem:
+            raise refuse(400, problem)
+        msg = await self.queues.find(namespace, queue, request.path_params["job_id"])
+        if msg is None:
+            raise refuse(404, "job not found")
+        channel = self.queues.channel(namespace, queue)
+        dead = channel is not None and self.queues.is_dead(channel, msg)
+        now_ns = self.queues.broker.clock.wall_ns()
+        return answer(200, {**job_json(namespace, queue, msg, now_ns, dead=dead),
+                            "delay": msg.delay if isinstance(msg, Job) else 0})
+
     # -- the rest ----------------------------------------------------------------------------
     async def info(self, request: Request) -> Response:
         pool = query_params(request).get("pool", "")
@@ -269,6 +288,7 @@ def build_admin_app(queues: JobQueues, state: State, throttle: Throttle,
         ("GET", "/info", admin.info), ("GET", "/version", admin.version),
         ("GET", "/metrics", admin.metrics), ("GET", "/pools", admin.pools),
         ("GET", "/limits", admin.limits), ("GET", "/peek/:namespace/:queue", admin.peek),
+        ("GET", "/peek/:namespace/:queue/:job_id", admin.job),
         ("GET", "/accesslog", admin.access_log_state),
         ("POST", "/accesslog", admin.access_log_state),
         ("GET", "/token/:namespace", admin.tokens), ("POST", "/token/:namespace", admin.tokens),

@@ -210,6 +210,12 @@ def document() -> dict[str, Any]:
                                                       "maximum": 100},
                                             "of each kind (10)", 10)], guarded=True),
         },
+        "/peek/{namespace}/{queue}/{job_id}": {
+            "get": _admin("one job wherever it is, with its tries left and delay (beyond "
+                          "lmstfy)", {"200": _json("the job", _ref("Job")), "400": _ERROR,
+                                      "404": _ERROR},
+                          params=[_NS, _QUEUE, _JOB], guarded=True),
+        },
         "/openapi.json": {"get": _admin("this description", {"200": _json("OpenAPI", {
             "type": "object"})})},
     }
