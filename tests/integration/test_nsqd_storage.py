@@ -252,7 +252,14 @@ async def test_rewind_start_earliest_and_retention_expiry(run_daemon, tmp_path):
     assert "LOG(r): removed" in daemon.output()
     assert len(sorted((data / "topics" / "r").glob("*.log"))) <= 1
     assert topic_read(daemon, "r", 0, 10)["messages"] == []
-    post(f"{http}/channel/rewind", params={"topic": "r", "channel": "C", "offset": "0"})
+    # an offset the log no longer holds is refused with the range it holds; the earliest by
+    # time (timestamp 0: before everything) is where the log starts now: nothing to replay
+    answer = post(f"{http}/channel/rewind", params={"topic": "r", "channel": "C", "offset": "0"})
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["message"] == "E_INVALID rewind offset 0 out of range 1100-1100"
+    answer = post(f"{http}/channel/rewind",
+                  params={"topic": "r", "channel": "C", "timestamp": "0"})
+    assert (answer.status_code, answer.json()) == (200, {"offset": 1100})
     assert await drain(daemon, "r", "C") == []  # nothing retained to replay
 
 

@@ -19,7 +19,7 @@ def test_rewind_targets_from_the_form_and_json():
     assert at.describe() == "to 2026-05-01T12:30:00Z"
     assert parse_rewind({"to": "time", "time": "2026-05-01T14:30:15+02:00"}).timestamp == \
         1777638615.0
-    assert parse_rewind({"to": "earliest", "time": "garbage"}).params == {"offset": "0"}
+    assert parse_rewind({"to": "earliest", "time": "garbage"}).params == {"timestamp": "0"}
     assert parse_rewind({"to": "earliest"}).describe() == "to the earliest message kept"
     target = parse_rewind({"to": "offset", "offset": "1234", "time": "2026-05-01T12:30"})
     assert (target.params, target.describe()) == ({"offset": "1234"}, "to offset 1,234")

@@ -10,8 +10,9 @@ The channel delivers again everything its topic's log still holds from that poin
                         in UTC (an offset such as ``+02:00``
                         or ``Z`` is honoured), or
                         ``timestamp``: unix seconds
-``earliest``                                                ``offset=0`` (each nsqd starts
-                                                            at the oldest message it holds)
+``earliest``                                                ``timestamp=0`` (each nsqd starts
+                                                            at the oldest message it holds;
+                                                            an offset below it is refused)
 ``offset``              ``offset``: 0 or more               ``offset=N``
 ======================  ==================================  ==============================
 
@@ -53,7 +54,9 @@ class RewindTarget:
         seconds = self.timestamp
         if seconds is not None:
             return {"timestamp": repr(seconds) if seconds % 1 else str(int(seconds))}
-        return {"offset": str(self.offset or 0)}
+        if self.offset is None:  # the earliest: no time is before it (an offset may be)
+            return {"timestamp": "0"}
+        return {"offset": str(self.offset)}
 
     def describe(self) -> str:
         """``to 2026-05-01T12:30:00Z``, ``to the earliest message kept``, ``to offset 42``."""

@@ -287,10 +287,12 @@ class HttpApi:
 
     async def channel_rewind(self, request: Request) -> Response:
         """Beyond NSQ: deliver again everything the log holds from ``timestamp`` (unix
-        seconds) or ``offset``. Past the end (an offset past the log's end, a time after now)
+        seconds) or ``offset``. An offset outside [earliest stored, end], or a time after now,
         is ``E_INVALID`` with the valid range (as nsqd's ``RDY count 3000 out of range
-        0-2500``): nothing a client sends moves a cursor past the end. Before the earliest
-        stored is the earliest (``offset=0``: everything the log still holds)."""
+        0-2500``): nothing a client sends moves a cursor past the end, and an offset the log
+        no longer holds is not taken for another. A time before everything stored is the
+        earliest (``timestamp=0``: everything the log still holds), as Kafka's offsets for a
+        time are the first at or after it."""
         q = _query(request)
         channel = existing_channel(self.broker, q)[1]
         log_ = channel.log
@@ -303,7 +305,7 @@ class HttpApi:
                                     f"0-{now}")
             offset = await log_.find_time(ts)
             still_existing(self.broker, channel)
-        elif offset > log_.end:
+        elif not log_.start <= offset <= log_.end:
             raise ApiError(400, f"E_INVALID rewind offset {offset} out of range "
                                 f"{log_.start}-{log_.end}")
         await self.broker.rewind_channel(channel, offset)
