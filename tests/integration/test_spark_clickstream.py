@@ -6,6 +6,8 @@ nsq_to_file archived, all equal to what plain Python computes from the generated
 from __future__ import annotations
 
 import json
+import os
+import re
 import signal
 import subprocess
 import sys
@@ -235,3 +237,77 @@ def test_the_py_files_zip_carries_everything_but_compiled_packages(tmp_path: Pat
                              ",".join(package.PURE)], cwd=tmp_path, capture_output=True, text=True,
                             timeout=DEADLINE * 4)
     assert result.returncode == 0, result.stderr
+
+
+def _descendants(root: int) -> set[int]:
+    """Every live process below ``root``, from /proc's parent links."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z":
+                parents[int(entry.name)] = int(fields[1])
+    found: set[int] = set()
+    frontier = {root}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_ctrl_c_on_the_demo_stops_it_with_one_line(
+        run_daemon: Callable[..., Daemon], tmp_path: Path) -> None:
+    """``make pipeline`` and Ctrl-C: the terminal sends SIGINT to the demo's whole process
+    group (the driver, and whatever of Spark's JVM, its Python workers and nsq_to_file is in
+    it). The demo must stop between batches with one line and exit 0, every process it
+    started gone, not with Java stack traces from workers killed by the signal mid-task."""
+    lookupd = run_daemon("nsqlookupd")
+    nsqd = run_daemon("nsqd", f"--lookupd-tcp-address={lookupd.tcp_address}")
+    out = tmp_path / "out"
+    log = tmp_path / "demo.log"
+    example = Path(__file__).resolve().parents[2] / "examples" / "clickstream"
+    with log.open("wb") as sink:
+        demo = subprocess.Popen(
+            [sys.executable, "-m", "clickstream", "demo", "--lookupd", lookupd.http_address,
+             "--nsqd-http", nsqd.http_address, "--nsqd", nsqd.tcp_address, "--out", str(out),
+             "--trigger", "2 seconds", "--watermark", "1 hour"],  # no window closes: no tables
+            cwd=example, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT,
+            start_new_session=True)  # its own group, as the terminal's foreground job
+    started: set[int] = set()
+    try:
+        # Two batches committed: the query runs, with page views arriving.
+        wait_until(lambda: (out / "_checkpoint" / "commits" / "1").exists(),
+                   timeout=SPARK_DEADLINE, interval=0.2,
+                   what=lambda: f"two batches committed; output:\n{log.read_text()[-3000:]}")
+        started = _descendants(demo.pid)
+        before = len(log.read_bytes())
+        os.killpg(demo.pid, signal.SIGINT)
+        code = wait_exit(demo, timeout=SPARK_DEADLINE)
+        wait_until(lambda: not [pid for pid in started if _alive(pid)], timeout=DEADLINE,
+                   what=lambda: f"the demo's processes gone: {[p for p in started if _alive(p)]}")
+    finally:
+        if demo.poll() is None:
+            os.killpg(demo.pid, signal.SIGKILL)
+            demo.wait(DEADLINE)
+        for pid in started | _descendants(demo.pid):
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    after = log.read_bytes()[before:].decode(errors="replace")
+    # Spark's console progress bar ("[Stage 3:> (0 + 2) / 2]") redraws itself after "\r" and
+    # is erased from a terminal when its stage ends: not a line the user is left with.
+    lines = [part for part in re.split(r"[\r\n]", after)
+             if part.strip() and not part.startswith("[Stage ")]
+    assert code == 0, after
+    assert len(lines) == 1, after
+    assert lines[0].startswith("stopped after batch "), after

@@ -133,3 +133,36 @@ def test_sink_through_lookupd_nodes(spark, run_daemon):
     df.write.format("nsq").option("lookupd", lookupd.http_address).option(
         "topic", "spark-lookupd").mode("append").save()
     assert sorted(consume(nsqd, "spark-lookupd", 100)) == sorted(str(i).encode() for i in range(100))
+
+
+def test_default_save_mode_publishes_as_kafka_s_sink(spark, shared_nsqd):
+    """Spark's default save mode (ErrorIfExists) and ``error`` publish, as Kafka's sink does;
+    the example in docs/spark.md has no ``.mode(...)``."""
+    df = spark.range(50).selectExpr("CAST(id AS STRING) AS body")
+    (df.write.format("nsq").option("nsqd", shared_nsqd.tcp_address)
+       .option("topic", "spark-default-mode").save())
+    df.write.mode("error").save(format="nsq", nsqd=shared_nsqd.tcp_address,
+                                topic="spark-default-mode")
+    bodies = consume(shared_nsqd, "spark-default-mode", 100)
+    assert collections.Counter(bodies) == collections.Counter(
+        str(i).encode() for i in range(50) for _ in range(2))
+
+
+def test_overwrite_and_ignore_are_refused_as_kafka_s_sink_does(spark, shared_nsqd):
+    df = spark.range(3).selectExpr("CAST(id AS STRING) AS body")
+    writer = df.write.format("nsq").option("nsqd", shared_nsqd.tcp_address).option(
+        "topic", "spark-overwrite")
+    with pytest.raises(Exception, match="save mode Overwrite is not allowed for nsq"):
+        writer.mode("overwrite").save()
+    with pytest.raises(Exception, match="UNSUPPORTED_DATA_SOURCE_SAVE_MODE"):
+        writer.mode("ignore").save()
+    assert not [t for t in httpx.get(f"http://{shared_nsqd.http_address}/stats",
+                                     params={"format": "json"}).json()["topics"]
+                if t["topic_name"] == "spark-overwrite"]
+
+
+def test_other_formats_keep_spark_s_default_save_mode(spark, tmp_path: Path):
+    df = spark.range(3)
+    df.write.format("parquet").save(str(tmp_path / "p"))
+    with pytest.raises(Exception, match="PATH_ALREADY_EXISTS"):
+        df.write.format("parquet").save(str(tmp_path / "p"))

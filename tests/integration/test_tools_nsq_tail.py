@@ -10,6 +10,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+import pytest
+from nsq_client import Config, DiscoveryError
+from nsq_client._discovery import LookupdPoller
 from nsq_testing import DEADLINE, Daemon, wait_until
 from nsq_testing.lookup import registered
 
@@ -140,3 +143,23 @@ def test_flag_errors(run_daemon: Callable[..., Daemon]) -> None:
     proc = tail("--version")
     out, _ = communicate(proc)
     assert proc.returncode == 0 and out == b"nsq_tail v1.3.0\n"
+
+
+async def test_a_topic_lookupd_does_not_know_is_asked_and_logged_once_a_poll(
+        run_daemon: Callable[..., Daemon], caplog: pytest.LogCaptureFixture) -> None:
+    """nsq_tail on a topic nothing has published yet: each poll of a lone nsqlookupd is one
+    /lookup and one warning, not three of each."""
+    lookupd = run_daemon("nsqlookupd")
+    poller = LookupdPoller([lookupd.http_address], "not-yet", Config())
+    requests: list[httpx.URL] = []
+
+    async def count(request: httpx.Request) -> None:
+        requests.append(request.url)
+
+    async with httpx.AsyncClient(timeout=DEADLINE, event_hooks={"request": [count]}) as client:
+        with pytest.raises(DiscoveryError, match="TOPIC_NOT_FOUND"):
+            await poller.query(client)
+    assert [url.path for url in requests] == ["/lookup"]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "nsq_client"
+                and "error querying nsqlookupd" in r.getMessage()]
+    assert len(warnings) == 1, warnings

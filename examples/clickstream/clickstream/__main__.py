@@ -20,6 +20,7 @@ from pathlib import Path
 
 import httpx
 from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
 
 from . import batch, events, generator, job, package
 
@@ -37,9 +38,26 @@ def session(name: str) -> SparkSession:
     else:
         import nsq_spark
 
+        _jvm_in_its_own_session()
         spark = nsq_spark.local_session(name)  # type: ignore[assignment]
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def _jvm_in_its_own_session() -> None:
+    """Start the local session's JVM in a process session of its own, so that the terminal's
+    Ctrl-C (SIGINT to the whole foreground process group) reaches this driver only. PySpark
+    starts the JVM ignoring SIGINT, but the Python workers the JVM forks restore Python's
+    handler: each would die of a KeyboardInterrupt in the middle of its task and the query
+    fail with Java stack traces, instead of our handler stopping it between batches. The JVM
+    still ends with this process (it exits when its stdin, a pipe from here, closes)."""
+    from pyspark import SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is None:
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # as nsq_spark.local_session
+        SparkContext._ensure_initialized(
+            gateway=launch_gateway(popen_kwargs={"start_new_session": True}))
 
 
 def _job_config(args: argparse.Namespace, **overrides: object) -> job.JobConfig:
@@ -72,19 +90,46 @@ def cmd_generate(args: argparse.Namespace) -> None:
 def cmd_job(args: argparse.Namespace) -> None:
     """Run the query until it ends (AvailableNow) or Ctrl-C. PySpark's own SIGINT handler
     cancels the running Spark jobs under the query and then raises inside a py4j call; ours
-    stops the query between calls instead, so it ends quietly with its last batch committed
-    or not started."""
+    lets the batch in progress finish and stops the query between batches instead, so it ends
+    with one line, its last batch committed and the next one not started."""
     spark = session("clickstream")
-    query = job.start(spark, _job_config(args))
+    config = _job_config(args)
+    query = job.start(spark, config)
     interrupted = threading.Event()
     previous = signal.signal(signal.SIGINT, lambda *_: interrupted.set())
     try:
         while query.isActive and not interrupted.is_set():
             query.awaitTermination(0.5)
+        if interrupted.is_set():
+            # From here on only errors: the batch in progress may warn that it fell behind
+            # its trigger, and stopping warns of each job group it had nothing to cancel.
+            spark.sparkContext.setLogLevel("ERROR")
+            _finish_batch_in_progress(query)
     finally:
-        signal.signal(signal.SIGINT, previous)
         query.stop()
         spark.stop()
+        signal.signal(signal.SIGINT, previous)
+    if interrupted.is_set():
+        batch_id = _last_batch(query)
+        when = f"after batch {batch_id}" if batch_id >= 0 else "before its first batch"
+        print(f"stopped {when} (Ctrl-C); the next run resumes from {config.checkpoint}",
+              flush=True)
+
+
+def _last_batch(query: StreamingQuery) -> int:
+    progress = query.lastProgress
+    return int(progress["batchId"]) if progress else -1
+
+
+def _finish_batch_in_progress(query: StreamingQuery) -> None:
+    """Wait until the batch running now (if one is) has committed. A query that falls behind
+    its trigger starts the next batch at once, which ``stop`` then interrupts: the next run
+    does that batch again, from the same offsets (the job's output is idempotent by batch
+    id)."""
+    done = _last_batch(query)
+    while (query.isActive and query.status["isTriggerActive"]
+           and _last_batch(query) == done):
+        query.awaitTermination(0.2)
 
 
 def cmd_batch(args: argparse.Namespace) -> None:
@@ -109,16 +154,22 @@ def cmd_demo(args: argparse.Namespace) -> None:
         httpx.post(f"{http}/channel/create", params={"topic": events.TOPIC,
                                                      "channel": args.channel},
                    timeout=30.0).raise_for_status()
-    archiver = subprocess.Popen([sys.executable, "-m", "nsq_client.tools.nsq_to_file",
-                                 "--topic", events.TOPIC, "--channel", "archive",
-                                 "--lookupd-http-address", args.lookupd, "--gzip",
-                                 "--output-dir", str(archive), "--sync-interval", "5s"])
+    # nsq_to_file logs to a file and runs in a session of its own: the terminal's Ctrl-C is
+    # for this process, which stops it once the query has stopped.
+    with (out / "nsq_to_file.log").open("ab") as archiver_log:
+        archiver = subprocess.Popen([sys.executable, "-m", "nsq_client.tools.nsq_to_file",
+                                     "--topic", events.TOPIC, "--channel", "archive",
+                                     "--lookupd-http-address", args.lookupd, "--gzip",
+                                     "--output-dir", str(archive), "--sync-interval", "5s"],
+                                    stdin=subprocess.DEVNULL, stdout=archiver_log,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
     stop = threading.Event()
     publisher = threading.Thread(target=generator.live, args=(args.nsqd_http,),
                                  kwargs={"rate": args.rate, "stop": stop}, daemon=True)
     publisher.start()
     print(f"live page views -> {events.TOPIC}; windows -> {out}/views; alerts -> "
-          f"{events.ALERTS_TOPIC}; archive -> {archive}; nsqadmin: http://127.0.0.1:4171")
+          f"{events.ALERTS_TOPIC}; archive -> {archive} (log: {out}/nsq_to_file.log); "
+          "nsqadmin: http://127.0.0.1:4171")
     try:
         cmd_job(args)
     finally:

@@ -5,8 +5,10 @@
 * The first query runs at once; then, after a random jitter in
   ``[0, lookupd_poll_jitter * lookupd_poll_interval)`` (so consumers restarted together do
   not poll together), one query every ``lookupd_poll_interval``, going round the lookupds.
-  A failed query moves on to the next lookupd, three tries per round. A closed nsqd
-  connection asks for a query right away (``recheck``).
+  A failed query moves on to the next lookupd, up to three per round, each asked once: a
+  lone lookupd that answers ``TOPIC_NOT_FOUND`` is asked (and its answer logged) once a
+  poll, not three times in a row as go-nsq does. A closed nsqd connection asks for a query
+  right away (``recheck``).
 * Requests send ``Accept: application/vnd.nsq; version=1.0``. A reply with the header
   ``X-NSQ-Content-Type: nsq; version=1.0`` is the object itself; older servers wrap it in
   ``{"status_code":..,"data":{..}}`` (NSQ's HTTP V1 conventions: ``nsq_common.decode_v1``).
@@ -118,10 +120,10 @@ class LookupdPoller:
         """One round: the producers' TCP addresses from the next lookupd that answers.
 
         Raises:
-            DiscoveryError: three lookupds in a row failed.
+            DiscoveryError: every lookupd asked (three at most) failed.
         """
         errors = []
-        for _ in range(_TRIES_PER_ROUND):
+        for _ in range(min(_TRIES_PER_ROUND, len(self.urls))):
             url = self._next_url()
             log.debug("querying nsqlookupd %s", url)
             try:

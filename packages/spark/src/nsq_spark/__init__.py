@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import sys
 
+from . import savemode
 from .datasource import NSQDataSource
 from .errors import (
     BatchLogError,
@@ -62,8 +63,10 @@ __all__ = [
 
 
 def register(spark: object) -> None:
-    """Make ``format("nsq")`` known to the session ``spark``."""
+    """Make ``format("nsq")`` known to the session ``spark``, its sink taking Spark's default
+    save mode as Kafka's does (:mod:`.savemode`)."""
     spark.dataSource.register(NSQDataSource)  # type: ignore[attr-defined]
+    savemode.install()
 
 
 def local_session(app_name: str = "nsq", *, cores: int = 2, **conf: str) -> object:

@@ -76,7 +76,7 @@ class NSQDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from .sink import BatchWriter
 
-        return BatchWriter(self.parsed, schema)
+        return BatchWriter(self.parsed, schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from .sink import StreamWriter

@@ -5,6 +5,9 @@
     (df.selectExpr("CAST(id AS STRING) AS body")
        .write.format("nsq").option("nsqd", "127.0.0.1:4150").option("topic", "events").save())
 
+Save modes are Kafka's: the default (``ErrorIfExists``) and ``append`` publish, ``overwrite``
+and ``ignore`` are refused (:mod:`.savemode` says how the default is accepted).
+
 What is published: the ``body`` column, else ``value`` (Kafka's name), binary or string (sent
 as its UTF-8 bytes). The topic is the ``topic`` option, else each row's ``topic`` column (a
 string); the option wins when both are there, as Kafka's ``topic`` option overrides the
@@ -65,6 +68,7 @@ from pyspark.sql.types import BinaryType, StringType, StructType
 from .discovery import all_nsqd
 from .errors import NSQSparkError, PublishError, SchemaError
 from .options import Options
+from .savemode import refuse_overwrite
 
 log = logging.getLogger("nsq_spark")
 
@@ -300,7 +304,9 @@ def _summary(messages: list[WriterCommitMessage | None]) -> tuple[int, int, dict
 class BatchWriter(DataSourceArrowWriter):
     """``df.write.format("nsq")``: one :func:`publish` per partition."""
 
-    def __init__(self, options: Options, schema: StructType) -> None:
+    def __init__(self, options: Options, schema: StructType, overwrite: bool = False) -> None:
+        if overwrite:  # a topic has nothing to overwrite: Kafka's sink refuses it too
+            raise refuse_overwrite()
         self._options = options
         self._where = columns(schema, options)
 
