@@ -1,7 +1,7 @@
 """Action reports (headline, flash cookie round trip) and form checks, without a cluster."""
 
 from nsqadmin.actions import Report, same_origin
-from nsqadmin.cluster import ActionResult
+from nsqadmin.cluster_actions import ActionResult
 from nsqadmin.upstream import UpstreamError
 from starlette.requests import Request
 

@@ -1,11 +1,12 @@
 """ClusterInfo's fan-out against fake daemons (httpx.MockTransport): unions, dedupes,
-partial failures and the action fan-out."""
+partial failures; and ClusterActions' fan-out."""
 
 import json
 
 import httpx
 import pytest
 from nsqadmin.cluster import ClusterInfo
+from nsqadmin.cluster_actions import ClusterActions
 from nsqadmin.upstream import ClusterError, Upstream
 
 LOOKUPD_A, LOOKUPD_B, DOWN = "la:4161", "lb:4161", "down:4161"
@@ -117,7 +118,8 @@ async def test_stats_keys_channels_by_topic_when_no_topic_given(fake):
 
 async def test_delete_topic_goes_to_lookupds_then_producers(fake):
     recorder, upstream = fake
-    result = await ClusterInfo(upstream, [LOOKUPD_A, LOOKUPD_B]).delete_topic("a")
+    actions = ClusterActions(ClusterInfo(upstream, [LOOKUPD_A, LOOKUPD_B]))
+    result = await actions.delete_topic("a")
     assert result.ok and result.action == "delete_topic"
     assert sorted(recorder.posts) == ["la:4161/topic/delete?topic=a",
                                       "lb:4161/topic/delete?topic=a",
@@ -127,7 +129,8 @@ async def test_delete_topic_goes_to_lookupds_then_producers(fake):
 
 async def test_channel_action_skips_nodes_without_the_channel(fake):
     recorder, upstream = fake
-    result = await ClusterInfo(upstream, [LOOKUPD_A]).topic_action("pause", "a", "c1")
+    actions = ClusterActions(ClusterInfo(upstream, [LOOKUPD_A]))
+    result = await actions.topic_action("pause", "a", "c1")
     assert result.action == "pause_channel"
     assert result.done == ("n1:4151",) and result.errors == ()
     assert len(recorder.posts) == 2
@@ -135,7 +138,8 @@ async def test_channel_action_skips_nodes_without_the_channel(fake):
 
 async def test_action_reports_each_failing_node(fake):
     _, upstream = fake
-    result = await ClusterInfo(upstream, [LOOKUPD_A]).topic_action("empty", "a")
+    actions = ClusterActions(ClusterInfo(upstream, [LOOKUPD_A]))
+    result = await actions.topic_action("empty", "a")
     assert result.done == ("n2:4151",)
     (error,) = result.errors
     assert error.address == "n1:4151" and error.status == 500 and error.reply == "INTERNAL_ERROR"
@@ -144,7 +148,8 @@ async def test_action_reports_each_failing_node(fake):
 
 async def test_create_channel_in_lookupd_mode(fake):
     recorder, upstream = fake
-    result = await ClusterInfo(upstream, [LOOKUPD_A]).create_topic_channel("a", "new")
+    actions = ClusterActions(ClusterInfo(upstream, [LOOKUPD_A]))
+    result = await actions.create_topic_channel("a", "new")
     assert result.ok
     assert sorted(recorder.posts) == [
         "la:4161/channel/create?topic=a&channel=new", "la:4161/topic/create?topic=a",
@@ -154,7 +159,8 @@ async def test_create_channel_in_lookupd_mode(fake):
 
 async def test_tombstone(fake):
     recorder, upstream = fake
-    result = await ClusterInfo(upstream, [LOOKUPD_A]).tombstone_topic_producer("a", "n1:4151")
+    actions = ClusterActions(ClusterInfo(upstream, [LOOKUPD_A]))
+    result = await actions.tombstone_topic_producer("a", "n1:4151")
     assert result.ok
     assert recorder.posts == ["la:4161/topic/tombstone?topic=a&node=n1%3A4151",
                               "n1:4151/topic/delete?topic=a"]

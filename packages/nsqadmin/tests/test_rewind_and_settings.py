@@ -3,7 +3,7 @@ asked: the targets and settings nsqd would accept, refused with a reason otherwi
 
 import pytest
 from nsqadmin.actions import Report
-from nsqadmin.cluster import ActionResult
+from nsqadmin.cluster_actions import ActionResult
 from nsqadmin.rewind import RewindError, RewindTarget
 from nsqadmin.rewind import parse as parse_rewind
 from nsqadmin.settings import SettingError, Settings

@@ -28,7 +28,8 @@ from ._errors import (
     ServerError,
 )
 from ._message import Message
-from ._producer import Pipeline, Producer, open_producer
+from ._pipeline import Pipeline
+from ._producer import Producer, open_producer
 from ._rdy import RdyController
 from ._version import __version__
 

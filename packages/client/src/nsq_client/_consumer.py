@@ -6,8 +6,8 @@
     nsqd B ──conn reader──┼──> one deque of Messages ─┤
     nsqd C ──conn reader──┘       (per chunk)         └── run(handler, concurrency=N) workers
               ^                                                  │
-              └──── FIN / REQ / TOUCH queued on the message's connection, RDY from the
-                    RdyController, backoff from the Backoff machine (both pure)
+              └──── FIN / REQ / TOUCH queued on the message's connection; RDY and backoff
+                    from ``_flow.FlowControl`` (over the pure RdyController and Backoff)
 
 No task is started per message: each connection's reader appends a whole chunk of messages
 to the deque, and the iterator or the ``concurrency`` workers take them one by one. Answers
@@ -40,14 +40,14 @@ import attrs
 import trio
 from nsq_common import commands, is_valid_channel_name, is_valid_topic_name
 
-from ._backoff import Action, Backoff, Signal, exponential, full_jitter
+from ._backoff import Signal
 from ._config import Config
 from ._conn import Connection, Connector
 from ._discovery import LookupdPoller
 from ._errors import ConnectError, ServerError
+from ._flow import FlowControl
 from ._handling import Handler, MessageIterator, handler_worker
 from ._message import Message, connection_of
-from ._rdy import Plan, RdyController
 
 log = logging.getLogger("nsq_client")
 
@@ -112,13 +112,11 @@ class Consumer:
         self._rng = rng or random.Random()
         self._poller = (LookupdPoller(lookupd_http_addresses, topic, self.config, self._rng)
                         if lookupd_http_addresses else None)
-        cfg = self.config
-        self._rdy = RdyController(cfg.max_in_flight, cfg.low_rdy_idle_timeout, cfg.low_rdy_timeout,
-                                  self._rng)
-        strategy = (exponential(cfg.backoff_multiplier) if cfg.backoff_strategy == "exponential"
-                    else full_jitter(cfg.backoff_multiplier, self._rng))
-        self._backoff = Backoff(strategy, cfg.max_backoff_duration)
-        self._max_attempts = cfg.max_attempts
+        self._flow = FlowControl(self.config, self._rng, topic, channel)
+        # The flow's machines, read on the per-chunk and per-FIN paths without a hop.
+        self._rdy = self._flow.rdy
+        self._backoff = self._flow.backoff
+        self._max_attempts = self.config.max_attempts
         self._conns: dict[str, Connection] = {}
         self._connecting: set[str] = set()
         self._queue: deque[Message] = deque()
@@ -162,24 +160,18 @@ class Consumer:
     def is_starved(self) -> bool:
         """go-nsq's IsStarved: on some connection, the messages handed out and not yet
         answered hold >= 85% of its RDY (nsqd will send no more until some are answered)."""
-        for conn in self._conns.values():
-            rdy = self._rdy.conns.get(conn)
-            if rdy is None or conn.closing:
-                continue
-            held = conn.in_flight - conn.queued
-            if held > 0 and held >= int(rdy.rdy * 0.85):
-                return True
-        return False
+        return self._flow.is_starved(list(self._conns.values()))
 
     def change_max_in_flight(self, value: int) -> None:
         """New total window; connections get new shares now (0 pauses the consumer)."""
-        self._send_plan(self._rdy.set_max_in_flight(value, trio.current_time()))
+        self._flow.set_max_in_flight(value)
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def __aenter__(self) -> Consumer:
         stack = AsyncExitStack()
         nursery = await stack.enter_async_context(trio.open_nursery())
         self._stack, self._nursery = stack, nursery
+        self._flow.start(nursery)
         try:
             await nursery.start(self._run_background)
             assert self._bg is not None
@@ -224,6 +216,7 @@ class Consumer:
 
     def _begin_stop(self) -> None:
         self._stopping = True
+        self._flow.stop()
         if self._bg is not None:
             self._bg.cancel_scope.cancel()
         for conn in list(self._conns.values()):
@@ -260,15 +253,8 @@ class Consumer:
     async def _run_background(self, *, task_status: trio.TaskStatus[None]) -> None:
         async with trio.open_nursery() as nursery:
             self._bg = nursery
-            nursery.start_soon(self._redistribute_loop)
+            nursery.start_soon(self._flow.redistribute_loop)
             task_status.started()
-
-    async def _redistribute_loop(self) -> None:
-        interval = self.config.rdy_redistribute_interval
-        while True:
-            await trio.sleep(interval)
-            if not self._backoff.paused:
-                self._send_plan(self._rdy.redistribute(trio.current_time()))
 
     async def _found(self, addresses: list[str]) -> None:
         if self._stopping:
@@ -313,9 +299,9 @@ class Consumer:
         assert self._nursery is not None
         for conn in ready:
             self._conns[conn.address] = conn
-            self._rdy.add(conn, conn.max_rdy_count, now)
+            self._flow.joined(conn, now)
             await self._nursery.start(self._run_connection, conn, reconnect)
-        self._send_plan(self._rdy.rebalance(now))
+        self._flow.rebalance(now)
         return failed
 
     async def _run_connection(self, conn: Connection, reconnect: bool, *,
@@ -333,11 +319,6 @@ class Consumer:
                 return
             if not await self._connect_many([address], reconnect=True):
                 return
-
-    def _send_plan(self, plan: Plan) -> None:
-        for conn, count in plan:
-            assert isinstance(conn, Connection)
-            conn.write(commands.rdy(count))
 
     # -- ConnHandler (called from the connections' reader tasks) --------------------------------
     def on_messages(self, conn: Connection, messages: list[Message]) -> None:
@@ -372,58 +353,25 @@ class Consumer:
         backoff = self._backoff
         if backoff.counter == 0 and backoff.paused_until is None:
             return  # not backing off: nothing to do (the common case)
-        self._feed_backoff(Signal.RESUME)
+        self._flow.signal(Signal.RESUME)
 
     def on_answered(self, conn: Connection, signal: Signal) -> None:
         if signal is Signal.RESUME:
             self.on_finished(conn)
             return
         self._requeued += 1
-        self._feed_backoff(signal)
-
-    def _feed_backoff(self, signal: Signal) -> None:
-        if self._stopping:
-            return
-        now = trio.current_time()
-        action = self._backoff.signal(signal, now)
-        if action is Action.PAUSE:
-            log.warning("[%s/%s] backing off for %.3fs (backoff level %d), setting all to RDY 0",
-                        self.topic, self.channel, self._backoff.pause_for, self._backoff.counter)
-            self._send_plan(self._rdy.pause(now))
-            assert self._nursery is not None
-            self._nursery.start_soon(self._backoff_timer, self._backoff.pause_for)
-        elif action is Action.RESUME:
-            log.warning("[%s/%s] exiting backoff, returning all to RDY %d",
-                        self.topic, self.channel, self._rdy.share())
-            self._send_plan(self._rdy.resume(now))
+        self._flow.signal(signal)
 
     def on_close(self, conn: Connection) -> None:
         if self._conns.get(conn.address) is conn:
             del self._conns[conn.address]
-        self._send_plan(self._rdy.remove(conn, trio.current_time()))
+        self._flow.closed(conn)
         log.info("[%s/%s] (%s) connection closed, %d left", self.topic, self.channel,
                  conn.address, len(self._conns))
         if not self._conns:
             self._conns_gone.set()
         if self._poller is not None and not self._stopping:
             self._poller.recheck()
-
-    async def _backoff_timer(self, duration: float) -> None:
-        await trio.sleep(duration)
-        if self._stopping:
-            return
-        now = trio.current_time()
-        self._backoff.expire()
-        plan = self._rdy.probe(now)
-        if plan is None:
-            log.warning("[%s/%s] no connection available to resume, backing off for 1s",
-                        self.topic, self.channel)
-            self._backoff.retry_later(now)
-            assert self._nursery is not None
-            self._nursery.start_soon(self._backoff_timer, self._backoff.pause_for)
-            return
-        log.warning("[%s/%s] backoff timeout expired, sending RDY 1", self.topic, self.channel)
-        self._send_plan(plan)
 
     # -- handing messages out ----------------------------------------------------------------------
     def take_nowait(self) -> Message | None:

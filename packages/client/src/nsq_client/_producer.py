@@ -32,150 +32,15 @@ import attrs
 import trio
 from nsq_common import commands
 
-from ._backoff import Signal
 from ._config import Config
 from ._conn import Connection, Connector
-from ._errors import ConnectError, ConnectionClosed, NSQError, PublishError, ServerError
-from ._message import Message
+from ._errors import ConnectError, ConnectionClosed, NSQError
+from ._pipeline import Pipeline
+from ._publishing import Link, Request, Tracker
 
 log = logging.getLogger("nsq_client")
 
-_RETRYABLE = frozenset({"E_PUB_FAILED", "E_MPUB_FAILED", "E_DPUB_FAILED"})
 _DOWN_MIN, _DOWN_MAX = 1.0, 30.0
-_CHECKPOINT_EVERY = 256
-_pub_command = commands.pub  # a global: one lookup less per pipelined publish
-
-
-class _Tracker:
-    """Unanswered publishes of one caller (one ``pub``, or one pipeline) and its first error."""
-
-    __slots__ = ("_event", "_wake_at", "error", "pending")
-
-    def __init__(self) -> None:
-        self.pending = 0
-        self.error: NSQError | None = None
-        self._event: trio.Event | None = None
-        self._wake_at = 0
-
-    def done(self, error: NSQError | None = None) -> None:
-        self.pending -= 1
-        if error is not None and self.error is None:
-            self.error = error
-        event = self._event
-        if event is not None and (self.pending <= self._wake_at or error is not None):
-            event.set()
-
-    def done_many(self, count: int) -> None:
-        """``count`` publishes answered OK."""
-        self.pending -= count
-        event = self._event
-        if event is not None and self.pending <= self._wake_at:
-            event.set()
-
-    def settled(self) -> bool:
-        """Nothing pending, or a failure."""
-        return self.pending <= 0 or self.error is not None
-
-    async def wait(self, at_most: int) -> None:
-        """Until no more than ``at_most`` are pending, or one failed."""
-        while self.pending > at_most and self.error is None:
-            self._event = trio.Event()
-            self._wake_at = at_most
-            await self._event.wait()
-        self._event = None
-
-
-# A publish on the wire: (command, its caller's tracker, how many times it was sent). A plain
-# tuple, not an object: one is made per message of a pipeline.
-_Request = tuple[bytes, _Tracker, int]
-
-
-class _Link:
-    """One producer connection and the FIFO of its unanswered requests."""
-
-    def __init__(self, producer: Producer, address: str) -> None:
-        self.producer = producer
-        self.address = address
-        self.pending: deque[_Request] = deque()
-        self.conn = Connection(address, producer.config, self, producer._connector,
-                               read_by_callers=True)
-        self.failed = False  # a fatal error frame came: nsqd is closing this connection
-
-    @property
-    def usable(self) -> bool:
-        return not (self.failed or self.conn.closed)
-
-    def send(self, command: bytes, tracker: _Tracker, sends: int = 0) -> None:
-        self.pending.append((command, tracker, sends + 1))
-        self.conn.write(command)
-
-    async def send_now(self, command: bytes, tracker: _Tracker) -> None:
-        self.pending.append((command, tracker, 1))
-        await self.conn.write_now(command)
-
-    def send_through(self, command: bytes, tracker: _Tracker) -> None:
-        self.pending.append((command, tracker, 1))
-        self.conn.write_through(command)
-
-    # ConnHandler
-    def on_response(self, conn: Connection, data: bytes) -> None:
-        if not self.pending:
-            log.warning("(%s) response %r with nothing pending", self.address, data[:60])
-            return
-        self.pending.popleft()[1].done()
-
-    def on_ok(self, conn: Connection, count: int) -> None:
-        # A run of OKs answers the oldest ``count`` requests; consecutive ones of the same
-        # caller (a pipeline) are settled together.
-        pending = self.pending
-        if count > len(pending):
-            log.warning("(%s) %d responses with %d pending", self.address, count, len(pending))
-            count = len(pending)
-        popleft = pending.popleft
-        tracker: _Tracker | None = None
-        run = 0
-        for _ in range(count):
-            request_tracker = popleft()[1]
-            if request_tracker is not tracker:
-                if tracker is not None:
-                    tracker.done_many(run)
-                tracker = request_tracker
-                run = 0
-            run += 1
-        if tracker is not None:
-            tracker.done_many(run)
-
-    def on_error(self, conn: Connection, error: ServerError) -> None:
-        if not self.pending:
-            log.error("(%s) error with nothing pending - %s", self.address, error)
-            return
-        request = self.pending.popleft()
-        if error.fatal:
-            self.failed = True
-        if error.code in _RETRYABLE:
-            # nsqd cannot take publishes (exiting, disk failure): rest it, retry elsewhere.
-            self.producer._rest(self.address, f"{error.code} {error.description}")
-            self.producer._retry(request, PublishError(error.code, error.description))
-        else:
-            request[1].done(PublishError(error.code, error.description))
-
-    def on_close(self, conn: Connection) -> None:
-        self.producer._link_closed(self)
-        pending, self.pending = self.pending, deque()
-        cause = ConnectionClosed(f"connection to {self.address} closed"
-                                 + (f": {conn.error}" if conn.error else ""))
-        for request in pending:
-            self.producer._retry(request, cause)
-
-    def on_messages(self, conn: Connection, messages: list[Message]) -> None:
-        log.error("(%s) messages on a producer connection, closing it", self.address)
-        conn.abort()
-
-    def on_answered(self, conn: Connection, signal: Signal) -> None:  # pragma: no cover
-        pass
-
-    def on_finished(self, conn: Connection) -> None:  # pragma: no cover
-        pass
 
 
 @attrs.define(eq=False)
@@ -217,14 +82,14 @@ class Producer:
         self._round_robin = strategy == "round_robin"
         self._addresses = [_Address(a) for a in dict.fromkeys(nsqd_tcp_addresses)]
         # The connected link of each address, by index (None: not connected): the fast path.
-        self._slots: list[_Link | None] = [None] * len(self._addresses)
+        self._slots: list[Link | None] = [None] * len(self._addresses)
         self._connector = connector
-        self._links: dict[str, _Link] = {}
+        self._links: dict[str, Link] = {}
         self._next = 0
         self._nursery: trio.Nursery | None = None
         self._stack: AsyncExitStack | None = None
         self._closing = False
-        self._orphans: deque[tuple[_Request, NSQError]] = deque()
+        self._orphans: deque[tuple[Request, NSQError]] = deque()
         self._orphan_event = trio.Event()
 
     @property
@@ -296,7 +161,7 @@ class Producer:
         return Pipeline(self, max_pending)
 
     async def _publish(self, command: bytes) -> None:
-        tracker = _Tracker()
+        tracker = Tracker()
         link = self._ready_link() or await self._link()
         tracker.pending += 1
         await link.send_now(command, tracker)
@@ -310,7 +175,7 @@ class Producer:
             raise tracker.error
 
     # -- the pool ----------------------------------------------------------------------------
-    def _ready_link(self) -> _Link | None:
+    def _ready_link(self) -> Link | None:
         """The fast path of ``_link``: the next address per the strategy, when connected."""
         index = self._next
         link = self._slots[index]
@@ -321,7 +186,7 @@ class Producer:
             self._next = index if index < len(self._slots) else 0
         return link
 
-    async def _link(self) -> _Link:
+    async def _link(self) -> Link:
         """A usable connection, per the strategy; connects (or reconnects) as needed."""
         if self._stack is None or self._closing:
             raise NSQError("use the Producer in 'async with'")
@@ -370,14 +235,14 @@ class Producer:
         if self.strategy == "failover":
             self._next = self._addresses.index(address)
 
-    async def _connect(self, address: _Address) -> _Link:
+    async def _connect(self, address: _Address) -> Link:
         async with address.lock:
             link = self._links.get(address.name)
             if link is not None and link.usable:
                 return link
             if self._closing:
                 raise ConnectError("producer closed")
-            link = _Link(self, address.name)
+            link = Link(self, address.name, self.config, self._connector)
             try:
                 await link.conn.connect()
             except ConnectError as exc:
@@ -401,12 +266,12 @@ class Producer:
                 address.down_until = trio.current_time() + delay
                 log.warning("(%s) unavailable, retry in %.0fs - %s", name, delay, reason)
 
-    def _link_closed(self, link: _Link) -> None:
+    def _link_closed(self, link: Link) -> None:
         if self._links.get(link.address) is link:
             del self._links[link.address]
         self._slots = [None if slot is link else slot for slot in self._slots]
 
-    def _retry(self, request: _Request, cause: NSQError) -> None:
+    def _retry(self, request: Request, cause: NSQError) -> None:
         """A request lost with its connection: send it again elsewhere, or fail it."""
         _, tracker, sends = request
         if self._closing or sends > len(self._addresses):
@@ -427,116 +292,6 @@ class Producer:
                     request[1].done(ConnectionClosed(f"{cause}; {exc}"))
                     continue
                 link.send(*request)
-
-
-class Pipeline:
-    """Keeps up to ``max_pending`` publishes of one task in flight.
-
-    ``await pl.pub(...)`` returns as soon as the command is queued, waiting only while
-    ``max_pending`` publishes are unanswered. The first failure is raised by the next call,
-    or by ``flush()`` / leaving ``async with``, which wait for every answer::
-
-        async with producer.pipeline(max_pending=500) as pl:
-            for line in lines:
-                await pl.pub("events", line)
-    """
-
-    def __init__(self, producer: Producer, max_pending: int) -> None:
-        if max_pending < 1:
-            raise ValueError("max_pending must be >= 1")
-        self._producer = producer
-        self._max = max_pending
-        self._tracker = _Tracker()
-        self._since_checkpoint = 0
-
-    @property
-    def pending(self) -> int:
-        return self._tracker.pending
-
-    async def pub(self, topic: str, body: bytes) -> None:
-        # _take_slot inlined (a call per message cost about 20% of a pipelined publish's own
-        # time, bench: Pipeline.pub with a stand-in connection): this runs once per message.
-        tracker = self._tracker
-        if tracker.error is not None:
-            raise tracker.error
-        link = self._producer._ready_link() if tracker.pending < self._max else None
-        if link is None:
-            link = await self._wait_slot()
-        else:
-            tracker.pending += 1
-        link.send(_pub_command(topic, body), tracker)
-        self._since_checkpoint += 1
-        if self._since_checkpoint >= _CHECKPOINT_EVERY:
-            self._since_checkpoint = 0
-            await trio.lowlevel.checkpoint()
-
-    async def mpub(self, topic: str, bodies: Iterable[bytes]) -> None:
-        items = list(bodies)
-        if not items:
-            raise ValueError("mpub needs at least one message")
-        # A whole batch: worth sending at once rather than waiting for the writer task.
-        await self._send(commands.mpub(topic, items), through=True)
-
-    async def dpub(self, topic: str, delay: float, body: bytes) -> None:
-        await self._send(commands.dpub(topic, int(delay * 1000), body))
-
-    async def flush(self) -> None:
-        """Wait for every answer; raise the first failure."""
-        await self._tracker.wait(0)
-        self._raise()
-
-    def _take_slot(self) -> _Link | None:
-        """Count one more publish and return the connection to send it on, when neither
-        needs waiting for (room in the window, a connection ready); None otherwise.
-
-        Raises:
-            NSQError: an earlier publish of the pipeline failed.
-        """
-        tracker = self._tracker
-        if tracker.error is not None:
-            raise tracker.error
-        if tracker.pending >= self._max:
-            return None
-        link = self._producer._ready_link()
-        if link is not None:
-            tracker.pending += 1
-        return link
-
-    async def _wait_slot(self) -> _Link:
-        """``_take_slot`` when it had to wait: for room in the window, then a connection."""
-        tracker = self._tracker
-        if tracker.pending >= self._max:
-            await tracker.wait(self._max - 1)
-            self._raise()
-        producer = self._producer
-        link = producer._ready_link() or await producer._link()
-        tracker.pending += 1
-        return link
-
-    async def _send(self, command: bytes, through: bool = False) -> None:
-        tracker = self._tracker
-        link = self._take_slot() or await self._wait_slot()
-        if through:
-            link.send_through(command, tracker)
-        else:
-            link.send(command, tracker)
-        # Queueing does not yield; yield now and then so the writer sends as we go.
-        self._since_checkpoint += 1
-        if self._since_checkpoint >= _CHECKPOINT_EVERY:
-            self._since_checkpoint = 0
-            await trio.lowlevel.checkpoint()
-
-    def _raise(self) -> None:
-        error = self._tracker.error
-        if error is not None:
-            raise error
-
-    async def __aenter__(self) -> Pipeline:
-        return self
-
-    async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if exc_type is None:
-            await self.flush()
 
 
 @asynccontextmanager

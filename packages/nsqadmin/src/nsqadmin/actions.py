@@ -33,7 +33,7 @@ from nsq_common import is_valid_channel_name, is_valid_topic_name
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from .cluster import ActionResult
+from .cluster_actions import ActionResult
 from .formatting import path_segment
 from .pages import Warnings, page_path, render, render_error
 from .report import Report, set_flash
@@ -171,31 +171,31 @@ def _settings_of(settings: Settings, channel: str) -> Settings:
 
 
 async def perform(admin: Admin, plan: Plan, request: Request) -> ActionResult:
-    cluster, notify = admin.cluster, admin.notifier.notify
+    actions, notify = admin.actions, admin.notifier.notify
     topic, channel = plan.topic, plan.channel
     if plan.verb == "create":
-        result = await cluster.create_topic_channel(topic, channel, plan.settings)
+        result = await actions.create_topic_channel(topic, channel, plan.settings)
         notify("create_topic", topic, "", "", request)
         if channel:
             notify("create_channel", topic, channel, "", request)
     elif plan.verb == "settings":
-        result = await cluster.update_settings(topic, channel, plan.settings)
+        result = await actions.update_settings(topic, channel, plan.settings)
         notify(result.action, topic, channel, "", request)
     elif plan.verb == "delete":
-        result = await (cluster.delete_channel(topic, channel) if channel
-                        else cluster.delete_topic(topic))
+        result = await (actions.delete_channel(topic, channel) if channel
+                        else actions.delete_topic(topic))
         notify(result.action, topic, channel, "", request)
     elif plan.verb == "tombstone":
-        result = await cluster.tombstone_topic_producer(topic, plan.node)
+        result = await actions.tombstone_topic_producer(topic, plan.node)
         notify(result.action, topic, "", plan.node, request)
     elif plan.verb in DEAD_LETTER_VERBS:
-        result = await cluster.dead_letter_action(plan.verb.split("_", 1)[0], topic, channel)
+        result = await actions.dead_letter_action(plan.verb.split("_", 1)[0], topic, channel)
         notify(result.action, topic, channel, "", request)
     elif plan.target is not None:
-        result = await cluster.rewind_channel(topic, channel, plan.target, plan.node)
+        result = await actions.rewind_channel(topic, channel, plan.target, plan.node)
         notify(result.action, topic, channel, plan.node, request)
     else:
-        result = await cluster.topic_action(plan.verb, topic, channel)
+        result = await actions.topic_action(plan.verb, topic, channel)
         notify(result.action, topic, channel, "", request)
     return result
 

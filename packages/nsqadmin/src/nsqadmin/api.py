@@ -27,7 +27,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from .cluster import ActionResult, NodeNotFound
+from .cluster_actions import ActionResult, NodeNotFound
 from .options import LOG_LEVELS, Options
 from .rewind import RewindError
 from .rewind import parse as parse_rewind
@@ -194,7 +194,7 @@ async def create_topic(request: Request) -> Any:
     except SettingError as exc:
         raise ApiError(400, str(exc)) from None
     admin = _admin(request)
-    result = await admin.cluster.create_topic_channel(topic_name, channel_name, settings)
+    result = await admin.actions.create_topic_channel(topic_name, channel_name, settings)
     admin.notifier.notify("create_topic", topic_name, "", "", request)
     if channel_name:
         admin.notifier.notify("create_channel", topic_name, channel_name, "", request)
@@ -218,10 +218,10 @@ async def topic_action(request: Request) -> Any:
             settings = parse_settings(body)
         except SettingError as exc:
             raise ApiError(400, str(exc)) from None
-        result = await admin.cluster.update_settings(topic_name, channel_name, settings)
+        result = await admin.actions.update_settings(topic_name, channel_name, settings)
         admin.notifier.notify(result.action, topic_name, channel_name, "", request)
         return _done(result)
-    result = await admin.cluster.topic_action(verb, topic_name, channel_name)
+    result = await admin.actions.topic_action(verb, topic_name, channel_name)
     admin.notifier.notify(result.action, topic_name, channel_name, "", request)
     return _done(result)
 
@@ -235,7 +235,7 @@ async def _rewind(request: Request, body: dict[str, Any], topic_name: str, chann
         raise ApiError(400, f"INVALID_REWIND: {exc}") from None
     node = str(body.get("node") or "")
     admin = _admin(request)
-    result = await admin.cluster.rewind_channel(topic_name, channel_name, target, node)
+    result = await admin.actions.rewind_channel(topic_name, channel_name, target, node)
     admin.notifier.notify(result.action, topic_name, channel_name, node, request)
     return {**_done(result), "offsets": dict(result.offsets)}
 
@@ -246,9 +246,9 @@ async def delete(request: Request) -> Any:
     topic_name = request.path_params["topic"]
     channel_name = request.path_params.get("channel", "")
     if channel_name:
-        result = await admin.cluster.delete_channel(topic_name, channel_name)
+        result = await admin.actions.delete_channel(topic_name, channel_name)
     else:
-        result = await admin.cluster.delete_topic(topic_name)
+        result = await admin.actions.delete_topic(topic_name)
     admin.notifier.notify(result.action, topic_name, channel_name, "", request)
     return _done(result)
 
@@ -261,7 +261,7 @@ async def tombstone(request: Request) -> Any:
         raise ApiError(400, "INVALID_TOPIC")
     admin = _admin(request)
     node_name = request.path_params["node"]
-    result = await admin.cluster.tombstone_topic_producer(topic_name, node_name)
+    result = await admin.actions.tombstone_topic_producer(topic_name, node_name)
     admin.notifier.notify(result.action, topic_name, "", node_name, request)
     return _done(result)
 

@@ -24,7 +24,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from . import actions, graphs
-from .cluster import ActionResult
+from .cluster_actions import ActionResult
 from .lmstfy import Limit as TokenLimit
 from .lmstfy import Service, Token
 from .pages import Context, Warnings, page_path, render

@@ -40,7 +40,7 @@ from typing import Any
 import attrs
 import httpx
 
-from .cluster import fan_out
+from .fanout import fan_out
 from .stats import Node, display_names, find_node
 from .upstream import Partial, Upstream, UpstreamError
 

@@ -13,7 +13,7 @@ import attrs
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .cluster import ActionResult
+from .cluster_actions import ActionResult
 
 FLASH_COOKIE = "nsqadmin_flash"
 PHRASES = {

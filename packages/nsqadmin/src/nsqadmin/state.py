@@ -14,6 +14,7 @@ from starlette.requests import Request
 
 from .auth import USER_KEY, BasicAuth, credentials
 from .cluster import ClusterInfo
+from .cluster_actions import ClusterActions
 from .formatting import install_filters
 from .history import History
 from .lmstfy import Lmstfy
@@ -38,6 +39,11 @@ class Admin:
     lmstfy: Lmstfy
     basic_auth: BasicAuth | None = None
     _page_templates: Jinja2Templates | None = attrs.field(default=None, init=False)
+
+    @property
+    def actions(self) -> ClusterActions:
+        """The changes an admin may make to ``cluster``."""
+        return ClusterActions(self.cluster)
 
     @property
     def templates(self) -> Jinja2Templates:

@@ -21,7 +21,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from . import actions, graphs
-from .cluster import RESPAWN_BATCH
+from .cluster_actions import RESPAWN_BATCH
 from .pages import Context, Warnings, page_path, render
 from .state import Admin, admin_of
 from .stats import Node, PeekedMessage, channel_positions, display_names

@@ -1,7 +1,7 @@
 """One HTTP/1.1 connection: read, parse, answer, in the connection's own task.
 
 There is no task, channel, lock or cancel scope per request. Requests are parsed by
-httptools (llhttp, Node's parser) into :class:`_Request` objects as their bytes arrive; each
+httptools (llhttp, Node's parser) into :class:`RequestState` objects as their bytes arrive; each
 is answered in turn, by calling its route's endpoint directly (see ``_direct``) or the ASGI
 app, whose ``receive`` reads the body from the socket only when the app asks for it. So an
 app can refuse a body by its declared length before a byte of it is read, and
@@ -42,6 +42,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ._direct import Endpoints, answer_error
+from ._exchange import RequestState, ResponseState, has_close, request_target
 from ._heads import CONTINUE, DateHeader, plain_answer, status_line
 from ._transport import Transport
 
@@ -74,52 +75,6 @@ _METHODS = {name.encode(): name for name in ("GET", "HEAD", "POST", "PUT", "DELE
                                              "OPTIONS")}
 
 
-class _Request:
-    """One request as it is parsed: head first, then the body, chunk by chunk."""
-
-    __slots__ = ("body", "body_done", "body_until", "complete", "connection", "disconnected",
-                 "expect_continue", "has_host", "has_te", "head_done", "headers", "http_version",
-                 "keep_alive", "method", "refusal", "started", "url")
-
-    def __init__(self, connection: Connection, started: float) -> None:
-        self.connection = connection
-        self.started = started  # when its first byte arrived
-        self.body_until: float | None = None  # the body's deadline, from the app's first read
-        self.refusal = b""  # the answer instead of the app's (a head Go's net/http refuses)
-        self.has_te = False
-        self.url = b""
-        self.headers: list[tuple[bytes, bytes]] = []
-        self.method = ""
-        self.http_version = "1.1"
-        self.keep_alive = True
-        self.expect_continue = False
-        self.has_host = False
-        self.head_done = False
-        self.body: list[bytes] = []
-        self.complete = False  # the parser has seen the end of the body
-        self.body_done = False  # the app has been given the end of the body
-        self.disconnected = False
-
-    def gone(self) -> bool:
-        """Whether the client has closed its side (or the connection broke), asked of the
-        socket without reading from it."""
-        if not self.disconnected and self.connection.hung_up():
-            self.disconnected = True
-        return self.disconnected
-
-
-class _Response:
-    """What the app has sent of its answer so far."""
-
-    __slots__ = ("chunked", "close", "head", "started")
-
-    def __init__(self) -> None:
-        self.started = False  # the head is written
-        self.head: tuple[int, list[tuple[bytes, bytes]]] | None = None
-        self.chunked = False
-        self.close = False
-
-
 class Connection:
     """The HTTP/1.1 protocol over one byte stream (plain TCP or TLS)."""
 
@@ -143,15 +98,15 @@ class Connection:
         self.server = server
         self.client = client
         self.parser = httptools.HttpRequestParser(self)
-        self.requests: deque[_Request] = deque()  # parsed, not yet answered; [0] is current
-        self.parsing = _Request(self, 0.0)
+        self.requests: deque[RequestState] = deque()  # parsed, not yet answered; [0] is current
+        self.parsing = RequestState(self, 0.0)
         self.broken = b""  # the answer to a request that could not be parsed
-        self.response = _Response()
+        self.response = ResponseState()
         self.out: list[bytes] = []  # answers not yet written (pipelined requests)
 
     # -- httptools callbacks ---------------------------------------------------------------
     def on_message_begin(self) -> None:
-        self.parsing = _Request(self, trio.current_time())
+        self.parsing = RequestState(self, trio.current_time())
         self.requests.append(self.parsing)
 
     def on_url(self, url: bytes) -> None:
@@ -224,14 +179,14 @@ class Connection:
             request = await self._next_request()
             if request is None:
                 return
-            self.response = _Response()
+            self.response = ResponseState()
             if not await self._answer(request):
                 await self._linger()
                 return
             self.requests.popleft()
             self.idle_since = trio.current_time()
 
-    async def _next_request(self) -> _Request | None:
+    async def _next_request(self) -> RequestState | None:
         """The next request whose head is parsed, reading as needed; None when the connection
         ends (the client closed, went idle too long, or sent what cannot be parsed)."""
         waited = 0  # bytes read while no head is complete: bounds a request's head
@@ -276,7 +231,7 @@ class Connection:
             self.parsing.disconnected = True  # its app gets http.disconnect for the rest
         self.broken = answer
 
-    async def _answer(self, request: _Request) -> bool:
+    async def _answer(self, request: RequestState) -> bool:
         """Answer ``request``; whether the connection can carry another."""
         if request.refusal:
             await self._write(request.refusal)
@@ -286,7 +241,7 @@ class Connection:
             return False
         path, _, query = request.url.partition(b"?")
         if not path.startswith(b"/"):
-            path, query = _target(request.url)
+            path, query = request_target(request.url)
         text_path = path.decode("latin-1")
         scope: dict[str, Any] = {
             "type": "http", "asgi": _ASGI, "http_version": request.http_version,
@@ -320,7 +275,7 @@ class Connection:
         return request.complete and request.keep_alive and not self.response.close
 
     async def _call_endpoint(self, endpoint: Callable[[Request], Any], scope: dict[str, Any],
-                             receive: Callable[[], Any], request: _Request) -> None:
+                             receive: Callable[[], Any], request: RequestState) -> None:
         try:
             response = await endpoint(Request(scope, receive))
         except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -346,7 +301,7 @@ class Connection:
         await self._finish(request, b"" if request.method == "HEAD" else response.body)
 
     # -- the body, for the app ---------------------------------------------------------------
-    def _receiver(self, request: _Request) -> Callable[[], Any]:
+    def _receiver(self, request: RequestState) -> Callable[[], Any]:
         async def receive() -> dict[str, Any]:
             while True:
                 if request.disconnected:
@@ -382,7 +337,7 @@ class Connection:
                     self._feed(data)
         return receive
 
-    async def _watch(self, request: _Request) -> None:
+    async def _watch(self, request: RequestState) -> None:
         """Wait for the client to go away once ``request`` is read whole: what it sends
         meanwhile is parsed for the requests after it, up to the next whole head (the rest
         waits in the socket)."""
@@ -398,7 +353,7 @@ class Connection:
             self._feed(data)
 
     # -- the answer --------------------------------------------------------------------------
-    def _sender(self, request: _Request) -> Callable[[dict[str, Any]], Any]:
+    def _sender(self, request: RequestState) -> Callable[[dict[str, Any]], Any]:
         response = self.response
 
         async def send(message: dict[str, Any]) -> None:
@@ -428,7 +383,7 @@ class Connection:
                     await self._finish(request, body)
         return send
 
-    def _start(self, request: _Request, status: int, headers: list[tuple[bytes, bytes]],
+    def _start(self, request: RequestState, status: int, headers: list[tuple[bytes, bytes]],
                length: int | None) -> bytes:
         """Put the head of the answer in the output: the app's headers, ``date``, and the
         framing (``content-length`` of a whole body, else chunked); the head without
@@ -441,7 +396,7 @@ class Connection:
             lowered = name.lower()
             if lowered == b"content-length":
                 has_length = True
-            elif lowered == b"connection" and _has_close(value):
+            elif lowered == b"connection" and has_close(value):
                 response.close = True
             elif lowered == b"transfer-encoding":
                 response.chunked = True
@@ -462,7 +417,7 @@ class Connection:
         self.out += (joined, _DATE.line(), b"\r\n")
         return joined
 
-    async def _finish(self, request: _Request, body: bytes) -> None:
+    async def _finish(self, request: RequestState, body: bytes) -> None:
         """The answer is complete: write it now, or with the next one when the client has
         already sent the next request whole (pipelining)."""
         if body:
@@ -497,23 +452,3 @@ class Connection:
                     drained += len(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
-
-
-
-def _has_close(value: bytes) -> bool:
-    """Whether a ``Connection`` header's token list has ``close`` (any case)."""
-    lowered = value.lower()
-    return lowered == b"close" or b"close" in (token.strip() for token in lowered.split(b","))
-
-
-def _target(url: bytes) -> tuple[bytes, bytes]:
-    """Path and query of a request target that is not a path: the absolute form proxies send
-    (its path), else the target as it is (``*``, a CONNECT's ``host:port``), which no route
-    has."""
-    try:
-        parsed = httptools.parse_url(url)
-    except httptools.HttpParserInvalidURLError:
-        return url, b""
-    if parsed.schema is None:
-        return url, b""
-    return parsed.path or b"/", parsed.query or b""

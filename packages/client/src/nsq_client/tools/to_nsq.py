@@ -19,7 +19,8 @@ import trio
 from nsq_common import FlagSet, is_valid_name
 
 from .._errors import NSQError
-from .._producer import Pipeline, Producer
+from .._pipeline import Pipeline
+from .._producer import Producer
 from ._common import Fatal, fatal, parse_flags, run_tool, setup_logging, stop_on_signals, tool_config
 from ._progress import Progress
 
