@@ -3,7 +3,8 @@
 The routes keep the Go nsqadmin's URL layout (pages, ``/api/...``, ``/config/:opt``, ``/ping``,
 ``/static/...``) under ``--base-path``. The lifespan runs the background tasks: the
 notification sender, the sampler that feeds the sparklines and graphs every
-``--refresh-interval``, and with ``--history-file`` the saver (which also saves on the way out).
+``--refresh-interval`` (``sampler.py``; the request log tells it when someone is looking), and
+with ``--history-file`` the saver (which also saves on the way out).
 """
 
 from __future__ import annotations
@@ -35,33 +36,15 @@ from .lmstfy import Lmstfy
 from .notify import Notifier
 from .options import Options
 from .pages import render_error
+from .sampler import Sampler, Viewers
 from .state import PACKAGE_DIR, Admin
-from .upstream import ClusterError, Upstream, build_client
+from .upstream import Upstream, build_client
 from .web import is_api_path, v1_error
 
 if TYPE_CHECKING:
     from prometheus_client.registry import Collector
 
 log = logging.getLogger("nsqadmin")
-
-
-async def sample(admin: Admin) -> None:
-    """Record one sample of every topic, channel and node (and the counter) for the graphs."""
-    try:
-        nodes = await admin.cluster.nodes()
-        stats = await admin.cluster.stats(nodes.value, include_clients=False)
-    except ClusterError as exc:
-        log.debug("sampler: %s", exc)
-        return
-    views.record_history(admin, stats.value, stats.value.health)
-    views.record_counter(admin, stats.value)
-    await admin.lmstfy.discover(nodes.value)  # whether to offer the Jobs pages
-
-
-async def run_sampler(admin: Admin, interval: float) -> None:
-    while True:
-        await sample(admin)
-        await trio.sleep(interval)
 
 
 def create_app(options: Options, cluster: ClusterInfo | None = None, *,
@@ -98,6 +81,7 @@ def create_app(options: Options, cluster: ClusterInfo | None = None, *,
     admin = Admin(options, cluster, history,
                   Notifier(options.notification_http_endpoint, http),
                   Lmstfy(Upstream(http), options.lmstfy_admin_account), basic_auth)
+    viewers = Viewers(options.base_path)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -109,7 +93,7 @@ def create_app(options: Options, cluster: ClusterInfo | None = None, *,
                                    "nsq_serving._metrics", "nsqadmin.metrics")
                 await nursery.start(admin.notifier.run)
                 if sampling:
-                    nursery.start_soon(run_sampler, admin, options.refresh_interval)
+                    nursery.start_soon(Sampler(admin, options.refresh_interval, viewers).run)
                 if options.history_file:
                     nursery.start_soon(history_file.run_saver, history, options.history_file,
                                        options.history_save_interval)
@@ -141,7 +125,7 @@ def create_app(options: Options, cluster: ClusterInfo | None = None, *,
     ]
     if options.base_path != "/":
         routes = [Mount(options.base_path, routes=routes)]
-    middleware = [Middleware(RequestLog)]
+    middleware = [Middleware(RequestLog, viewers=viewers)]
     if basic_auth is not None:
         middleware.append(Middleware(RequireBasicAuth, auth=basic_auth))
     middleware.append(Middleware(GZipMiddleware, minimum_size=1024))
@@ -152,10 +136,12 @@ def create_app(options: Options, cluster: ClusterInfo | None = None, *,
 
 
 class RequestLog:
-    """One line per request, as the Go nsqadmin logs them: ``200 GET /api/topics (ip:port) 2ms``."""
+    """One line per request, as the Go nsqadmin logs them: ``200 GET /api/topics (ip:port) 2ms``;
+    and ``viewers`` is told of each (the sampler asks for the node list while someone looks)."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, viewers: Viewers | None = None) -> None:
         self.app = app
+        self.viewers = viewers
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -179,6 +165,8 @@ class RequestLog:
             uri += f"?{query}" if query else ""
             log.info("%d %s %s (%s:%s) %s", status, scope["method"], uri, client[0], client[1],
                      format_go_duration(time.perf_counter() - start))
+            if self.viewers is not None:
+                self.viewers.saw(scope["path"])
 
 
 async def favicon(request: Request) -> Response:

@@ -40,8 +40,10 @@ origin to now (a new series gets a point of its value at each origin), so messag
 before nsqadmin first sampled their topic show as that average rate rather than not at all
 (Go's nsqadmin asks Graphite, which saw them when they were published). A tier keeps an origin
 only within its window: an nsqd started an hour before its first sample shows those messages
-on the 1-hour and 6-hour graphs, not the 10-minute one. A count with no known origin (a node
-seen for the first time, without ``start_time``) is only the baseline of later increases.
+on the 1-hour and 6-hour graphs, not the 10-minute one (so also an nsqd that joined while
+nobody looked, which the sampler finds only at the next page view: ``sampler.py``). A count
+with no known origin (a node seen for the first time, without ``start_time``) is only the
+baseline of later increases.
 
 Time is the wall clock (the graphs print it, and ``--history-file`` keeps it across restarts).
 """
