@@ -18,7 +18,6 @@ import logging
 import os
 import re
 import ssl
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -81,7 +80,7 @@ class Broker:
         self.topics: dict[str, Topic] = {}
         self.clients: dict[int, Client] = {}
         self.guid = GuidFactory(opts.id)
-        self.start_time = int(time.time())
+        self.start_time = self.clock.wall_ns() // 1_000_000_000  # seconds since the epoch
         self.health = "OK"
         self.exiting = False
         self._loaded = False  # nsqd.dat read: only then may close() write it (and queues) back
@@ -182,7 +181,7 @@ class Broker:
         if any(_OLD_QUEUE_FILE.fullmatch(name) for name in names):
             from .goimport import bring_in
 
-            await bring_in(self.opts, log)
+            await bring_in(self.opts, log, self.clock)
 
     def _load(self) -> None:
         """Topics, channels and their positions from what the last run left; nothing is
@@ -501,7 +500,7 @@ class Broker:
         not delivered before ``defer`` seconds from now (DPUB), expiring ``ttl`` seconds after
         it when ``ttl`` is given."""
         ts = self.clock.wall_ns()
-        first = self.guid.take(len(bodies))
+        first = self.guid.take(len(bodies), ts)
         expires = ts + ttl * 1_000_000_000 if ttl else 0
         due = ts + int(defer * 1e9) if defer > 0 else 0
         return [QueuedMessage(b"%016x" % (first + i), body, ts, 0, expires=expires, due=due)
@@ -510,7 +509,8 @@ class Broker:
     def new_records(self, bodies: list[bytes]) -> Records:
         """``new_messages`` (no deferral, no expiry) as their records (``record.new_records``):
         what PUB and MPUB publish."""
-        return new_records(bodies, self.guid.take(len(bodies)), self.clock.wall_ns())
+        ts = self.clock.wall_ns()
+        return new_records(bodies, self.guid.take(len(bodies), ts), ts)
 
     async def publish(self, topic_name: str, msgs: list[QueuedMessage] | Records) -> None:
         """Store ``msgs`` (messages, or records from ``new_records``) in a topic (created if
@@ -564,6 +564,7 @@ class Broker:
             self._next_client_id, remote_address, msg_timeout=opts.msg_timeout,
             heartbeat_interval=30.0, output_buffer_size=16384,
             output_buffer_timeout=opts.output_buffer_timeout, clock=self.now,
+            connect_ts=self.clock.wall_ns() // 1_000_000_000,
         )
         self.clients[client.id] = client
         return client

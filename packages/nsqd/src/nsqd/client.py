@@ -6,7 +6,6 @@ owns the socket, and the protocol (``protocol.py``) changes the session.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -26,14 +25,17 @@ def _no_disconnect() -> None:
 class Client:
     def __init__(self, client_id: int, remote_address: str, *, msg_timeout: float,
                  heartbeat_interval: float, output_buffer_size: int,
-                 output_buffer_timeout: float, clock: Callable[[], float]) -> None:
+                 output_buffer_timeout: float, clock: Callable[[], float],
+                 connect_ts: int) -> None:
+        """``clock``: the broker's monotonic clock (the output buffer's flush deadlines);
+        ``connect_ts``: when the client connected, in seconds since the epoch (its wall clock)."""
         host = remote_address.rsplit(":", 1)[0]
         self.id = client_id
         self.remote_address = remote_address
         self.client_id = host
         self.hostname = host
         self.user_agent = ""
-        self.connect_ts = int(time.time())
+        self.connect_ts = connect_ts
         self.state: State = INIT  # see state.py
         self.channel: Channel | None = None
         self.rdy = 0

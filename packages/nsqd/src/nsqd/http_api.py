@@ -203,7 +203,7 @@ class HttpApi:
         )
         if q.get("format") == "json":
             return _json(doc)
-        return _text(stats_text(doc))
+        return _text(stats_text(doc, self.broker.clock.wall_ns() // 1_000_000_000))
 
     async def topic_create(self, request: Request) -> Response:
         """Beyond NSQ: ``message_ttl`` (seconds), ``retention`` (a Go duration: keep what

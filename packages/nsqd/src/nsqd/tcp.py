@@ -181,7 +181,7 @@ class Connection:
     async def _write_loop(self) -> None:
         client = self.client
         output = client.output
-        now = trio.current_time
+        now = self.broker.now  # Trio's clock: the deadlines below are given to move_on_at
         hb_interval = client.heartbeat_interval
         next_hb = now() + hb_interval if hb_interval > 0 else math.inf
         try:

@@ -86,7 +86,8 @@ class Admin:
                 if pool not in ("", "default"):
                     raise refuse(400, "the pool was not exists")
         else:
-            token = ids.encode_ulid(ids.new_ulid())
+            now_ms = self.queues.broker.clock.wall_ns() // 1_000_000
+            token = ids.encode_ulid(ids.new_ulid(now_ms))
         if len(namespace) > names.MAX_NAME:
             raise refuse(400, "the namespace name was too long")
         if not names.valid_namespace(namespace):
