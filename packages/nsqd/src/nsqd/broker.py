@@ -129,6 +129,15 @@ class Broker:
         if opts.auth_http_addresses or opts.tls_root_ca_file:
             self._auth_http = self._new_auth_http()
 
+    def bound(self, tcp_port: int, http_port: int, https_port: int,
+              lmstfy_addresses: tuple[str, ...]) -> None:
+        """The ports nsqd listens on (0: not served), and lmstfy's addresses ("": not served),
+        as /info and the lookupds are told."""
+        self.tcp_port = tcp_port
+        self.http_port = http_port
+        self.https_port = https_port
+        self.lmstfy_addresses = lmstfy_addresses
+
     def _new_auth_http(self) -> httpx.AsyncClient:
         import httpx  # deferred: see __init__
 
@@ -195,9 +204,8 @@ class Broker:
             log.warning("%s", warning)
         for meta in topics:
             topic = self.get_topic(meta.name, changed=False)
-            topic.message_ttl = meta.message_ttl
-            topic.log.retention_ns = meta.retention
-            topic.log.retention_bytes = meta.retention_bytes
+            topic.configure(message_ttl=meta.message_ttl, retention_ns=meta.retention,
+                            retention_bytes=meta.retention_bytes)
             if meta.next_offset > MAX_OFFSET:  # damage: it must not move the log's end
                 log.error("TOPIC(%s): nsqd.dat's next_offset %d is past the largest offset "
                           "(%d), ignored", meta.name, meta.next_offset, MAX_OFFSET)
@@ -205,16 +213,15 @@ class Broker:
             topic.log.resume_at(meta.next_offset)
             if not meta.channels:
                 hold = metadata.hold_of(meta, topic.log.saved_hold)
-                topic.hold = min(max(hold, topic.log.start), topic.log.end)
+                topic.log.hold_from(min(max(hold, topic.log.start), topic.log.end))
             for cmeta in meta.channels:
                 channel = self.get_channel(topic, cmeta.name, changed=False, listed=True)
                 channel.paused = cmeta.paused
                 channel.max_attempts = cmeta.max_attempts
                 channel.dead_letter_expired = cmeta.dead_letter_expired
             if meta.paused:
-                topic.pause()
-                if meta.paused_at is not None:
-                    topic.paused_at = min(max(meta.paused_at, topic.log.start), topic.log.end)
+                topic.pause(None if meta.paused_at is None
+                            else min(max(meta.paused_at, topic.log.start), topic.log.end))
         if topics:
             log.info("loaded metadata: %d topics", len(topics))
         self._loaded = True
@@ -357,7 +364,7 @@ class Broker:
         topic = self.topics.pop(name, None)
         if topic is None:
             return False
-        topic.deleted = True
+        topic.mark_deleted()
         for channel_name in list(topic.channels):
             self._remove_channel(topic, channel_name)
         self._stop(topic)
@@ -553,7 +560,7 @@ class Broker:
             raise SubscribeRefused(
                 f"consumers for {topic_name}:{channel_name} exceeds limit of {limit}")
         channel.add_client(client)
-        client.channel = channel
+        client.joined(channel)
         return channel
 
     # -- clients ---------------------------------------------------------------------------
@@ -578,7 +585,7 @@ class Broker:
         self.clients.pop(client.id, None)
         channel = client.channel
         if channel is not None:
-            client.channel = None
+            client.joined(None)
             channel.remove_client(client)
 
     # -- delivery ------------------------------------------------------------------------
