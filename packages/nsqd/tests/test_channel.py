@@ -7,7 +7,7 @@ from nsq_common import MESSAGE_HEADER, FrameDecoder, FrameType, decode_message
 from nsqd.channel import spread
 from nsqd.client import Client
 from nsqd.errors import NotInFlight, NotOwner
-from nsqd.guid import GuidFactory
+from nsqd.guid import TWEPOCH_MS, GuidFactory
 from nsqd.message import QueuedMessage
 from nsqd.output import record_frames
 from nsqd.record import new_records
@@ -16,7 +16,8 @@ from nsqd.state import State
 
 def make_client(cid: int, rdy: int, msg_timeout: float = 60.0) -> Client:
     c = Client(cid, f"127.0.0.1:{1000 + cid}", msg_timeout=msg_timeout, heartbeat_interval=30,
-               output_buffer_size=16384, output_buffer_timeout=0.25, clock=lambda: 0.0)
+               output_buffer_size=16384, output_buffer_timeout=0.25, clock=lambda: 0.0,
+               connect_ts=0)
     c.state = State.SUBSCRIBED
     c.rdy = rdy
     return c
@@ -307,12 +308,16 @@ async def test_sampling_drops_about_the_rest(world):
 
 
 def test_guid_unique_monotonic_16_hex():
+    """The ids carry the wall time given (the broker's clock), and keep increasing when it
+    steps back."""
     g = GuidFactory(7)
-    ids = g.new_ids(10000) + [g.new_id() for _ in range(100)]
+    wall = 1_700_000_000_123_000_000
+    ids = g.new_ids(10000, wall) + [g.new_id(wall - 5_000_000_000) for _ in range(100)]
     assert len(set(ids)) == len(ids)
     assert all(len(i) == 16 for i in ids)
     assert [int(i, 16) for i in ids] == sorted(int(i, 16) for i in ids)
     assert (int(ids[0], 16) >> 12) & 0x3FF == 7
+    assert int(ids[0], 16) >> 22 == wall // 1_000_000 - TWEPOCH_MS
 
 
 @settings(deadline=None)

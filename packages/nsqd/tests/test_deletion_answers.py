@@ -118,7 +118,7 @@ async def apis_of() -> AsyncIterator[Callable[[Broker, Path], Apis]]:
         state = State(str(path))
         state.tokens["ns"] = {"T": "test"}
         data_app = build_data_app(JobQueues(broker, state), state,
-                                  Throttle(state.limits, trio.current_time))
+                                  Throttle(state.limits, broker.now))
         apis = Apis(httpx.AsyncClient(transport=httpx.ASGITransport(app=build_app(broker)),
                                       base_url="http://nsqd.test"),
                     httpx.AsyncClient(transport=httpx.ASGITransport(app=data_app),

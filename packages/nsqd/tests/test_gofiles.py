@@ -116,7 +116,8 @@ def test_export_leaves_out_what_has_expired():
                                        expires=time.time_ns() + 10**12))
     gone = encode_record(QueuedMessage(b"0123456789abcdee", b"gone", NOW, 0,
                                        expires=time.time_ns() - 1))
-    out = goexport._go_records([(live, 0), (gone, 0), (go_record(3), 2)], tally)
+    out = goexport._go_records([(live, 0), (gone, 0), (go_record(3), 2)], tally,
+                               time.time_ns())
     assert [decode_record(r).body for r in out] == [b"live", b"body-3"]
     assert decode_record(out[1]).attempts == 2
     assert (tally.written, tally.expired) == (2, 1)

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import trio
 from nsqd import cursorfile, goexport, gofiles, goimport, metadata
+from nsqd.clock import SystemClock
 from nsqd.diskqueue import DiskQueue
 from nsqd.options import Options
 from nsqd.record import decode_record
@@ -51,7 +52,7 @@ def import_in_child(data: Path, kill_at: int | None, **overrides: Any) -> int:
             calls = [0]
             for owner, name in STEPS:
                 _count_calls(owner, name, calls, kill_at)
-            trio.run(goimport.bring_in, options(data, **overrides), QUIET)
+            trio.run(goimport.bring_in, options(data, **overrides), QUIET, SystemClock())
             counted.write_text(str(calls[0]))
             status = 0
         except BaseException:
@@ -104,7 +105,7 @@ def what_channels_get(data: Path) -> dict[str, list[tuple[bytes, bytes, int]]]:
         out: dict[str, list[tuple[bytes, bytes, int]]] = {}
         topics, _ = metadata.load(metadata.metadata_path(str(data)))
         for meta in topics:
-            topic = goexport.SourceTopic(data, meta, QUIET)
+            topic = goexport.SourceTopic(data, meta, QUIET, SystemClock())
             try:
                 for channel in meta.channels:
                     key = f"{meta.name}:{channel.name}"
@@ -181,7 +182,7 @@ def test_a_record_too_big_for_an_own_queue_undoes_its_topic(tmp_path, caplog):
     assert any(body == big for _, body, _ in wanted["orders:shipping"])
     logger = logging.getLogger("nsqd.test.goimport")
     with caplog.at_level(logging.INFO, logger=logger.name):
-        trio.run(goimport.bring_in, options(data, max_msg_size=1024), logger)
+        trio.run(goimport.bring_in, options(data, max_msg_size=1024), logger, SystemClock())
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert any("TOPIC(orders): not brought in" in e and "invalid message write size" in e
                for e in errors), errors
@@ -189,7 +190,7 @@ def test_a_record_too_big_for_an_own_queue_undoes_its_topic(tmp_path, caplog):
     assert left and all(n.startswith("orders") for n in left)
     assert goimport.MARKER not in os.listdir(data)
     assert not [n for n in os.listdir(data) if n.startswith("orders:") and "#own" in n]
-    trio.run(goimport.bring_in, options(data), logger)
+    trio.run(goimport.bring_in, options(data), logger, SystemClock())
     assert what_channels_get(data) == wanted
 
 
@@ -225,14 +226,14 @@ def test_a_full_disk_undoes_what_it_cut_short(tmp_path, tiny_fs):
     handler = _Collect(failed)
     logger.addHandler(handler)
     try:
-        trio.run(goimport.bring_in, options(data), logger)
+        trio.run(goimport.bring_in, options(data), logger, SystemClock())
     finally:
         logger.removeHandler(handler)
     assert any("not brought in" in line for line in failed), failed
     assert goimport.MARKER not in os.listdir(data)
     assert [n for n in os.listdir(data) if gofiles.is_queue_file(n)]
     filler.unlink()
-    trio.run(goimport.bring_in, options(data), logger)
+    trio.run(goimport.bring_in, options(data), logger, SystemClock())
     assert what_channels_get(data) == wanted
 
 
@@ -249,7 +250,7 @@ def test_queue_files_of_no_topic_are_left_alone(tmp_path, caplog):
     data = copy_fixture("go-1.3.0-killed", tmp_path, "data")
     metadata.write_atomic(data / "nsqd.dat", metadata.encode([]))
     with caplog.at_level(logging.WARNING, logger="nsqd.test"):
-        trio.run(goimport.bring_in, options(data), logging.getLogger("nsqd.test"))
+        trio.run(goimport.bring_in, options(data), logging.getLogger("nsqd.test"), SystemClock())
     assert sorted(n for n in os.listdir(data) if gofiles.is_queue_file(n)) == sorted(
         n for n in os.listdir(DATA / "go-1.3.0-killed") if gofiles.is_queue_file(n))
     assert any("queue files of no topic or channel" in r.getMessage() for r in caplog.records)

@@ -117,7 +117,7 @@ async def test_lmstfy_consume_of_a_gone_client_takes_nothing(nursery, broker, tm
     state.tokens["ns"] = {"tok": "test"}
     queues = JobQueues(broker, state)
     address = await serving(nursery, build_data_app(queues, state,
-                                                    Throttle(state.limits, trio.current_time)))
+                                                    Throttle(state.limits, broker.now)))
     for seen, queue in ((True, b"q1"), (False, b"q2")):  # a queue each: nothing ready
         consume = b"GET /api/ns/%s?token=tok&timeout=600 HTTP/1.1\r\nHost: x\r\n\r\n" % queue
         await abandon(address, consume, ABANDONED, opened, seen=seen)

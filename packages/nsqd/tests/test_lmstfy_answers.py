@@ -30,11 +30,11 @@ def test_a_consumed_job_is_written_as_the_encoder_writes_its_dict() -> None:
     attributes = json.dumps({"b": "x\"y\\z", "a": "é\u2028", "c": ""}, sort_keys=True,
                             separators=(",", ":")).encode()
     messages: list[QueuedMessage] = [
-        Job(ids.new_message_id(), b"j" * 100, NOW - 5 * NS, expires=NOW + 86400 * NS),
-        Job(ids.new_message_id(), b"", NOW + NS, expires=0, tries=3, attempts=1, delay=90),
-        Job(ids.new_message_id(), bytes(range(256)), NOW, expires=NOW - 1, tries=2,
+        Job(ids.new_message_id(NOW // 1_000_000), b"j" * 100, NOW - 5 * NS, expires=NOW + 86400 * NS),
+        Job(ids.new_message_id(NOW // 1_000_000), b"", NOW + NS, expires=0, tries=3, attempts=1, delay=90),
+        Job(ids.new_message_id(NOW // 1_000_000), bytes(range(256)), NOW, expires=NOW - 1, tries=2,
             attempts=5, attributes=attributes),
-        Job(ids.new_message_id(), b"x", NOW, attributes=b"{}"),
+        Job(ids.new_message_id(NOW // 1_000_000), b"x", NOW, attributes=b"{}"),
         QueuedMessage(b"0123456789abcdef", b"nsq", NOW - NS // 2, 2, expires=NOW + 1),
     ]
     for msg in messages:
@@ -81,7 +81,7 @@ async def data_api(nursery: trio.Nursery, tmp_path: Path) -> AsyncIterator[httpx
     await nursery.start(broker.run)
     state = State(str(tmp_path))
     state.tokens["ns"] = {"T": "test"}
-    app = build_data_app(JobQueues(broker, state), state, Throttle(state.limits, trio.current_time))
+    app = build_data_app(JobQueues(broker, state), state, Throttle(state.limits, broker.now))
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                  base_url="http://lmstfy.test", headers={"X-Token": "T"}) as http:
         yield http

@@ -49,7 +49,8 @@ async def test_fin_req_touch_of_pulled_messages(world):
 async def test_a_tcp_delivery_is_not_answered_over_http(world):
     topic, ch = new_channel(world, max_msg_timeout=900)
     client = Client(1, "127.0.0.1:1001", msg_timeout=60.0, heartbeat_interval=30,
-                    output_buffer_size=16384, output_buffer_timeout=0.25, clock=lambda: 0.0)
+                    output_buffer_size=16384, output_buffer_timeout=0.25, clock=lambda: 0.0,
+                    connect_ts=0)
     client.state, client.rdy = State.SUBSCRIBED, 1
     ch.add_client(client)
     await topic.put(messages(1))

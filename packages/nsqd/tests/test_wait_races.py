@@ -144,7 +144,7 @@ async def test_lmstfy_waits_on_new_and_existing_queues_miss_nothing(
     state.tokens["ns"] = {"tok": "test"}
     queues = JobQueues(broker, state)
     address = await serving(nursery, build_data_app(queues, state,
-                                                    Throttle(state.limits, trio.current_time)))
+                                                    Throttle(state.limits, broker.now)))
     consumers = await connections(address, PER_ROUND)
     publishers = await connections(address, PER_ROUND)
     rng = random.Random(27)

@@ -121,13 +121,10 @@ async def serve(opts: Options, *, data_lock: int | None = None,
         if isinstance(exc, (ListenError, StartError)):
             raise StartError(f"failed to instantiate nsqd - {exc}") from None
         raise
-    broker.tcp_port = tcp_sock.getsockname()[1]
-    if http_sock is not None:
-        broker.http_port = http_sock.getsockname()[1]
-    if https_sock is not None:
-        broker.https_port = https_sock.getsockname()[1]
-    broker.lmstfy_addresses = tuple(_shown(sock) if sock is not None else ""
-                                    for sock in lmstfy_socks)
+    broker.bound(tcp_sock.getsockname()[1],
+                 http_sock.getsockname()[1] if http_sock is not None else 0,
+                 https_sock.getsockname()[1] if https_sock is not None else 0,
+                 tuple(_shown(sock) if sock is not None else "" for sock in lmstfy_socks))
     try:
         async with trio.open_nursery() as nursery:
             # Metadata and saved messages load, and every lookupd hears of them, before

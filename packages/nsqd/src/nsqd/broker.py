@@ -18,7 +18,6 @@ import logging
 import os
 import re
 import ssl
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -81,7 +80,7 @@ class Broker:
         self.topics: dict[str, Topic] = {}
         self.clients: dict[int, Client] = {}
         self.guid = GuidFactory(opts.id)
-        self.start_time = int(time.time())
+        self.start_time = self.clock.wall_ns() // 1_000_000_000  # seconds since the epoch
         self.health = "OK"
         self.exiting = False
         self._loaded = False  # nsqd.dat read: only then may close() write it (and queues) back
@@ -129,6 +128,15 @@ class Broker:
         self._auth_http: httpx.AsyncClient | None = None
         if opts.auth_http_addresses or opts.tls_root_ca_file:
             self._auth_http = self._new_auth_http()
+
+    def bound(self, tcp_port: int, http_port: int, https_port: int,
+              lmstfy_addresses: tuple[str, ...]) -> None:
+        """The ports nsqd listens on (0: not served), and lmstfy's addresses ("": not served),
+        as /info and the lookupds are told."""
+        self.tcp_port = tcp_port
+        self.http_port = http_port
+        self.https_port = https_port
+        self.lmstfy_addresses = lmstfy_addresses
 
     def _new_auth_http(self) -> httpx.AsyncClient:
         import httpx  # deferred: see __init__
@@ -182,7 +190,7 @@ class Broker:
         if any(_OLD_QUEUE_FILE.fullmatch(name) for name in names):
             from .goimport import bring_in
 
-            await bring_in(self.opts, log)
+            await bring_in(self.opts, log, self.clock)
 
     def _load(self) -> None:
         """Topics, channels and their positions from what the last run left; nothing is
@@ -196,9 +204,8 @@ class Broker:
             log.warning("%s", warning)
         for meta in topics:
             topic = self.get_topic(meta.name, changed=False)
-            topic.message_ttl = meta.message_ttl
-            topic.log.retention_ns = meta.retention
-            topic.log.retention_bytes = meta.retention_bytes
+            topic.configure(message_ttl=meta.message_ttl, retention_ns=meta.retention,
+                            retention_bytes=meta.retention_bytes)
             if meta.next_offset > MAX_OFFSET:  # damage: it must not move the log's end
                 log.error("TOPIC(%s): nsqd.dat's next_offset %d is past the largest offset "
                           "(%d), ignored", meta.name, meta.next_offset, MAX_OFFSET)
@@ -206,16 +213,15 @@ class Broker:
             topic.log.resume_at(meta.next_offset)
             if not meta.channels:
                 hold = metadata.hold_of(meta, topic.log.saved_hold)
-                topic.hold = min(max(hold, topic.log.start), topic.log.end)
+                topic.log.hold_from(min(max(hold, topic.log.start), topic.log.end))
             for cmeta in meta.channels:
                 channel = self.get_channel(topic, cmeta.name, changed=False, listed=True)
                 channel.paused = cmeta.paused
                 channel.max_attempts = cmeta.max_attempts
                 channel.dead_letter_expired = cmeta.dead_letter_expired
             if meta.paused:
-                topic.pause()
-                if meta.paused_at is not None:
-                    topic.paused_at = min(max(meta.paused_at, topic.log.start), topic.log.end)
+                topic.pause(None if meta.paused_at is None
+                            else min(max(meta.paused_at, topic.log.start), topic.log.end))
         if topics:
             log.info("loaded metadata: %d topics", len(topics))
         self._loaded = True
@@ -358,7 +364,7 @@ class Broker:
         topic = self.topics.pop(name, None)
         if topic is None:
             return False
-        topic.deleted = True
+        topic.mark_deleted()
         for channel_name in list(topic.channels):
             self._remove_channel(topic, channel_name)
         self._stop(topic)
@@ -501,7 +507,7 @@ class Broker:
         not delivered before ``defer`` seconds from now (DPUB), expiring ``ttl`` seconds after
         it when ``ttl`` is given."""
         ts = self.clock.wall_ns()
-        first = self.guid.take(len(bodies))
+        first = self.guid.take(len(bodies), ts)
         expires = ts + ttl * 1_000_000_000 if ttl else 0
         due = ts + int(defer * 1e9) if defer > 0 else 0
         return [QueuedMessage(b"%016x" % (first + i), body, ts, 0, expires=expires, due=due)
@@ -510,7 +516,8 @@ class Broker:
     def new_records(self, bodies: list[bytes]) -> Records:
         """``new_messages`` (no deferral, no expiry) as their records (``record.new_records``):
         what PUB and MPUB publish."""
-        return new_records(bodies, self.guid.take(len(bodies)), self.clock.wall_ns())
+        ts = self.clock.wall_ns()
+        return new_records(bodies, self.guid.take(len(bodies), ts), ts)
 
     async def publish(self, topic_name: str, msgs: list[QueuedMessage] | Records) -> None:
         """Store ``msgs`` (messages, or records from ``new_records``) in a topic (created if
@@ -553,7 +560,7 @@ class Broker:
             raise SubscribeRefused(
                 f"consumers for {topic_name}:{channel_name} exceeds limit of {limit}")
         channel.add_client(client)
-        client.channel = channel
+        client.joined(channel)
         return channel
 
     # -- clients ---------------------------------------------------------------------------
@@ -564,6 +571,7 @@ class Broker:
             self._next_client_id, remote_address, msg_timeout=opts.msg_timeout,
             heartbeat_interval=30.0, output_buffer_size=16384,
             output_buffer_timeout=opts.output_buffer_timeout, clock=self.now,
+            connect_ts=self.clock.wall_ns() // 1_000_000_000,
         )
         self.clients[client.id] = client
         return client
@@ -577,7 +585,7 @@ class Broker:
         self.clients.pop(client.id, None)
         channel = client.channel
         if channel is not None:
-            client.channel = None
+            client.joined(None)
             channel.remove_client(client)
 
     # -- delivery ------------------------------------------------------------------------

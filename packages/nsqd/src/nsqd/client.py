@@ -6,7 +6,6 @@ owns the socket, and the protocol (``protocol.py``) changes the session.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -26,14 +25,17 @@ def _no_disconnect() -> None:
 class Client:
     def __init__(self, client_id: int, remote_address: str, *, msg_timeout: float,
                  heartbeat_interval: float, output_buffer_size: int,
-                 output_buffer_timeout: float, clock: Callable[[], float]) -> None:
+                 output_buffer_timeout: float, clock: Callable[[], float],
+                 connect_ts: int) -> None:
+        """``clock``: the broker's monotonic clock (the output buffer's flush deadlines);
+        ``connect_ts``: when the client connected, in seconds since the epoch (its wall clock)."""
         host = remote_address.rsplit(":", 1)[0]
         self.id = client_id
         self.remote_address = remote_address
         self.client_id = host
         self.hostname = host
         self.user_agent = ""
-        self.connect_ts = int(time.time())
+        self.connect_ts = connect_ts
         self.state: State = INIT  # see state.py
         self.channel: Channel | None = None
         self.rdy = 0
@@ -59,6 +61,64 @@ class Client:
         self.send_frame: Callable[[bytes], None] = self.output.send_frame
         # set by the connection: close it (channel deleted, shutdown)
         self.disconnect: Callable[[], None] = _no_disconnect
+
+    # -- the session, as the protocol and the connection change it --------------------------
+    def attach(self, wake: Callable[[], None], disconnect: Callable[[], None]) -> None:
+        """The connection's writer is woken with ``wake``; ``disconnect`` closes it."""
+        self.output.wake_with(wake)
+        self.disconnect = disconnect
+
+    def identified_as(self, client_id: str, hostname: str, user_agent: str, *,
+                      heartbeat_interval: float, output_buffer_size: int,
+                      output_buffer_timeout: float, sample_rate: int,
+                      msg_timeout: float) -> None:
+        """IDENTIFY: who the client says it is, and the settings negotiated (seconds)."""
+        self.client_id = client_id
+        self.hostname = hostname
+        self.user_agent = user_agent
+        self.identified = True
+        self.heartbeat_interval = heartbeat_interval
+        self.output.configure(output_buffer_size, output_buffer_timeout)
+        self.sample_rate = sample_rate
+        self.msg_timeout = msg_timeout
+
+    def tls_established(self, version: str, cipher_suite: str, common_name: str) -> None:
+        self.tls = True
+        self.tls_version = version
+        self.tls_cipher_suite = cipher_suite
+        self.tls_common_name = common_name
+
+    def compressed(self, *, snappy: bool = False, deflate: bool = False) -> None:
+        """A compression layer is on (snappy or deflate)."""
+        self.snappy = self.snappy or snappy
+        self.deflate = self.deflate or deflate
+
+    def authenticate(self, secret: str) -> None:
+        """AUTH's secret (the auth servers are asked with it: ``authorized``)."""
+        self.auth_secret = secret
+
+    def authorized(self, auth: AuthState) -> None:
+        self.auth = auth
+
+    def move_to(self, state: State) -> None:
+        """The connection's state (state.py decides which)."""
+        self.state = state
+
+    def set_rdy(self, count: int) -> None:
+        self.rdy = count
+
+    def close_wait(self, state: State) -> None:
+        """CLS: no more messages (RDY 0), in ``state``."""
+        self.rdy = 0
+        self.state = state
+
+    def joined(self, channel: Channel | None) -> None:
+        """Subscribed to ``channel`` (None: left it)."""
+        self.channel = channel
+
+    def count_published(self, topic: str, count: int) -> None:
+        """``count`` messages published to ``topic`` (/stats' ``pub_counts``)."""
+        self.pub_counts[topic] = self.pub_counts.get(topic, 0) + count
 
     # -- readiness -------------------------------------------------------------------------
     def ready_slots(self) -> int:

@@ -1,11 +1,20 @@
 """nsqd's one clock: monotonic time for deadlines, wall time for what messages carry.
 
-Everything in nsqd that decides by time asks the broker's clock, never ``time`` or Trio
-directly: in-flight timeouts, deferrals and the queue scan read ``now()`` (seconds, Trio's
-clock); expiries (TTL), due times of delayed jobs and DPUB, message timestamps and retention
-read ``wall_ns()`` (ns since the epoch). So a test that runs nsqd's channels on Trio's
-virtual clock (``trio.testing.MockClock``) with a ``VirtualClock`` moves both together, and a
-TTL of an hour is tested without waiting an hour.
+Everything in nsqd that reads the time asks the broker's clock, handed down from the broker
+(``Broker.clock``, and ``Broker.now``, its ``now``), never ``time`` or Trio directly:
+in-flight timeouts, deferrals, the queue scan, heartbeats and output deadlines, lmstfy's
+throttle windows and auth expiries read ``now()`` (seconds, Trio's clock, so a deadline from
+it may be given to ``trio.move_on_at``); expiries (TTL), due times of delayed jobs and DPUB,
+message timestamps and ids, retention, the start time and connection times /stats shows, and
+what an import or export of Go's files finds due or expired read ``wall_ns()`` (ns since the
+epoch). So a test that runs nsqd on Trio's virtual clock (``trio.testing.MockClock``) with a
+``VirtualClock`` moves both together, and a TTL of an hour is tested without waiting an hour.
+
+"Reads the time" means calling ``time.time``/``time_ns``/``monotonic``/``perf_counter`` (any
+of ``time``'s clocks), ``datetime.now``/``utcnow``/``today``, or ``trio.current_time``: only
+this module does (tests/test_one_clock.py holds that over nsqd's source, with the few
+exceptions it names). Waiting is not reading: ``trio.sleep``, ``trio.move_on_after`` and
+``trio.fail_after`` run on Trio's clock, which a MockClock drives as it drives ``now()``.
 """
 
 from __future__ import annotations

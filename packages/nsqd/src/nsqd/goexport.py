@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Awaitable, Callable, Iterable
 from functools import partial
 from pathlib import Path
@@ -45,7 +44,7 @@ from nsq_common import is_valid_name, write_atomically
 
 from . import cursorfile, gofiles, metadata
 from .channel import TOMBSTONE
-from .clock import SystemClock
+from .clock import Clock, SystemClock
 from .cursor import Cursor
 from .diskfiles import DiskFiles
 from .errors import ExportError, NsqdError
@@ -78,12 +77,14 @@ class SourceTopic:
     """One topic of the source, opened for reading: its log, and its channels' cursors as a
     start of nsqd would load them."""
 
-    def __init__(self, source: Path, meta: TopicMeta, logger: logging.Logger) -> None:
+    def __init__(self, source: Path, meta: TopicMeta, logger: logging.Logger, clock: Clock
+                 ) -> None:
         self.source = source
         self.meta = meta
         self.log = logger
+        self.clock = clock
         directory = source / TOPICS_DIR / meta.name
-        self.topic_log = TopicLog(meta.name, directory, mem_queue_size=0, clock=SystemClock(),
+        self.topic_log = TopicLog(meta.name, directory, mem_queue_size=0, clock=clock,
                                   logger=logger)
         self.topic_log.resume_at(meta.next_offset)
         states = {c.name: cursorfile.load(directory / f"{c.name}{cursorfile.SUFFIX}",
@@ -119,7 +120,8 @@ class SourceTopic:
         own queue, then the log."""
 
         async def own(batch: list[bytes]) -> None:
-            await sink(_go_records(((record, 0) for record in batch), tally))
+            await sink(_go_records(((record, 0) for record in batch), tally,
+                                   self.clock.wall_ns()))
 
         await gofiles.each_batch(self.source, f"{self.meta.name}:{channel}{OWN_SUFFIX}",
                                  self.log, own)
@@ -158,15 +160,15 @@ class SourceTopic:
                             attempts = extra[0]
                     taken.append((record, attempts))
                 offset = first + len(records)
-            await sink(_go_records(taken, tally))
+            await sink(_go_records(taken, tally, self.clock.wall_ns()))
 
     async def close(self) -> None:
         await self.topic_log.close()
 
 
-def _go_records(records: Iterable[tuple[bytes, int]], tally: Tally) -> list[bytes]:
-    """Go's records of ``(record, attempts at least)``, without those past their expiry."""
-    now = time.time_ns()
+def _go_records(records: Iterable[tuple[bytes, int]], tally: Tally, now: int) -> list[bytes]:
+    """Go's records of ``(record, attempts at least)``, without those past their expiry at
+    ``now`` (wall ns)."""
     out = []
     for record, attempts in records:
         if not is_plain(record):
@@ -213,8 +215,10 @@ def dead_letter_topic(topic: str, channel: str) -> str:
 
 
 class Exporter:
-    def __init__(self, opts: Options, target: Path, logger: logging.Logger) -> None:
+    def __init__(self, opts: Options, target: Path, logger: logging.Logger, clock: Clock
+                 ) -> None:
         self.opts = opts
+        self.clock = clock
         self.source = Path(opts.data_path or ".")
         self.target = target
         self.log = logger
@@ -240,7 +244,7 @@ class Exporter:
         exported: list[TopicMeta] = []
         dead_topics: list[TopicMeta] = []
         for meta in topics:
-            topic = SourceTopic(self.source, meta, self.log)
+            topic = SourceTopic(self.source, meta, self.log, self.clock)
             try:
                 for channel in meta.channels:
                     tally = Tally()
@@ -309,7 +313,8 @@ class Exporter:
 
         async def produce(sink: Sink) -> None:
             async def converted(batch: list[bytes]) -> None:
-                await sink(_go_records(((record, 0) for record in batch), tally))
+                await sink(_go_records(((record, 0) for record in batch), tally,
+                                       self.clock.wall_ns()))
 
             await gofiles.each_batch(self.source, queue, self.log, converted)
 
@@ -320,7 +325,7 @@ class Exporter:
         return metadata.TopicMeta(name)
 
 
-async def export(opts: Options, target: str, logger: logging.Logger) -> None:
+async def export(opts: Options, target: str, logger: logging.Logger, clock: Clock) -> None:
     """Write the Go data directory (see the module's docstring).
 
     Raises:
@@ -330,7 +335,7 @@ async def export(opts: Options, target: str, logger: logging.Logger) -> None:
 
     lock = lock_data_path(opts.data_path)
     try:
-        await Exporter(opts, Path(target), logger).run()
+        await Exporter(opts, Path(target), logger, clock).run()
     finally:
         os.close(lock)
 
@@ -341,7 +346,7 @@ def main(opts: Options) -> int:
 
     log = start_logging("nsqd", opts.log_prefix, opts.log_level)
     try:
-        trio.run(export, opts, opts.export_go_data_path, log)
+        trio.run(export, opts, opts.export_go_data_path, log, SystemClock())
     except (NsqdError, OSError, ValueError) as exc:
         log.critical("%s", exc)
         return 1

@@ -45,7 +45,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -54,7 +53,6 @@ import trio
 from nsq_common import write_atomically
 
 from . import cursorfile, gofiles, metadata
-from .clock import SystemClock
 from .diskfiles import DiskFiles
 from .diskqueue import DiskQueue
 from .errors import DiskQueueError, StartError
@@ -70,6 +68,7 @@ from .record import (
 from .topiclog import TopicLog
 
 if TYPE_CHECKING:
+    from .clock import Clock
     from .metadata import TopicMeta
     from .options import Options
 
@@ -96,9 +95,10 @@ class _Plan:
 
 
 class _Importer:
-    def __init__(self, opts: Options, logger: logging.Logger) -> None:
+    def __init__(self, opts: Options, logger: logging.Logger, clock: Clock) -> None:
         self.opts = opts
         self.log = logger
+        self.clock = clock
         self.data = Path(opts.data_path or ".")
         self.marker = self.data / MARKER
         self.nsqd_dat = metadata.metadata_path(opts.data_path)
@@ -273,7 +273,7 @@ class _Importer:
         o = self.opts
         # every append written through; fsynced when a segment rolls and at close
         return TopicLog(name, directory, mem_queue_size=0, max_bytes_per_file=o.max_bytes_per_file,
-                        sync_every=1 << 62, sync_timeout=o.sync_timeout, clock=SystemClock(),
+                        sync_every=1 << 62, sync_timeout=o.sync_timeout, clock=self.clock,
                         logger=self.log)
 
     async def _append_to_log(self, topic_log: TopicLog, topic: str, in_log: _Ids
@@ -293,7 +293,8 @@ class _Importer:
 
         await gofiles.each_batch(self.data, gofiles.queue_name(topic), self.log, append)
         deferred = await trio.to_thread.run_sync(
-            _deferred_records, gofiles.deferred_path(self.data, topic), self.log)
+            _deferred_records, gofiles.deferred_path(self.data, topic), self.clock.wall_ns(),
+            self.log)
         if deferred:
             await topic_log.append(deferred, plain=all(map(is_plain, deferred)))
         return count + len(deferred), len(deferred)
@@ -334,7 +335,8 @@ class _Importer:
         try:
             await gofiles.each_batch(self.data, name, self.log, put)
             deferred = await trio.to_thread.run_sync(
-                _deferred_records, gofiles.deferred_path(self.data, name), self.log)
+                _deferred_records, gofiles.deferred_path(self.data, name),
+                self.clock.wall_ns(), self.log)
             await queue.put(deferred)
         finally:
             await queue.close()  # fsyncs, and persists the metadata
@@ -399,13 +401,13 @@ def _merged(ranges: tuple[tuple[int, int], ...], offsets: list[int]
     return tuple((start, end) for start, end in out)
 
 
-async def bring_in(opts: Options, logger: logging.Logger) -> None:
+async def bring_in(opts: Options, logger: logging.Logger, clock: Clock) -> None:
     """Bring in every topic's and channel's Go-layout queue (see the module's docstring).
 
     Raises:
         StartError: an interrupted import can be neither finished nor undone.
     """
-    await _Importer(opts, logger).run()
+    await _Importer(opts, logger, clock).run()
 
 
 def _own_name(topic: str, channel: str) -> str:
@@ -474,10 +476,9 @@ def _restore_queue(data: Path, name: str, before: list[int] | None) -> None:
                      mode=0o600)
 
 
-def _deferred_records(path: Path, logger: logging.Logger) -> list[bytes]:
-    """The records of a deferred side file; those not due yet with their due time in them
-    (what is left of their delay runs on from the import)."""
-    now = time.time_ns()
+def _deferred_records(path: Path, now: int, logger: logging.Logger) -> list[bytes]:
+    """The records of a deferred side file; those not due yet at ``now`` (wall ns) with their
+    due time in them (what is left of their delay runs on from the import)."""
     out = []
     for due, record in gofiles.read_deferred(path, logger):
         if due > now:

@@ -5,16 +5,15 @@ NSQ's snowflake layout, one generator per nsqd (NSQ has one per topic; ours is s
     [ ms since 2010-11-04 (twitter epoch) ][ node id: 10 bits ][ sequence: 12 bits ]
                                   <<22                 <<12
 
-IDs are handed out in batches: one clock read per PUB/MPUB, then consecutive integers. The
-generator never goes backwards: if the clock stalls or steps back, or more than 4096 IDs are
-taken in one millisecond, it keeps counting up from the last ID. A restarted nsqd starts from
+IDs are handed out in batches: one read of the broker's wall clock per PUB/MPUB (given to
+``take``), then consecutive integers. The generator never goes backwards: if the clock stalls
+or steps back, or more than 4096 IDs are taken in one millisecond, it keeps counting up from
+the last ID. A restarted nsqd starts from
 the wall clock, which is ahead of everything the previous process handed out unless it ran
 faster than 4 million messages a second for long stretches.
 """
 
 from __future__ import annotations
-
-import time
 
 TWEPOCH_MS = 1288834974657
 
@@ -28,16 +27,16 @@ class GuidFactory:
         self._node = node_id << 12
         self._last = -1
 
-    def take(self, count: int) -> int:
-        """Reserve ``count`` consecutive ids; returns the first."""
-        now = ((time.time_ns() // 1_000_000 - TWEPOCH_MS) << 22) | self._node
+    def take(self, count: int, wall_ns: int) -> int:
+        """Reserve ``count`` consecutive ids at wall time ``wall_ns``; returns the first."""
+        now = ((wall_ns // 1_000_000 - TWEPOCH_MS) << 22) | self._node
         first = now if now > self._last else self._last + 1
         self._last = first + count - 1
         return first
 
-    def new_ids(self, count: int) -> list[bytes]:
-        first = self.take(count)
+    def new_ids(self, count: int, wall_ns: int) -> list[bytes]:
+        first = self.take(count, wall_ns)
         return [b"%016x" % n for n in range(first, first + count)]
 
-    def new_id(self) -> bytes:
-        return b"%016x" % self.take(1)
+    def new_id(self, wall_ns: int) -> bytes:
+        return b"%016x" % self.take(1, wall_ns)

@@ -203,7 +203,7 @@ class HttpApi:
         )
         if q.get("format") == "json":
             return _json(doc)
-        return _text(stats_text(doc))
+        return _text(stats_text(doc, self.broker.clock.wall_ns() // 1_000_000_000))
 
     async def topic_create(self, request: Request) -> Response:
         """Beyond NSQ: ``message_ttl`` (seconds), ``retention`` (a Go duration: keep what
@@ -214,17 +214,8 @@ class HttpApi:
         retention = duration_ns(q, "retention", "INVALID_RETENTION")
         retention_bytes = size(q, "retention_bytes", "INVALID_RETENTION_BYTES")
         topic = self.broker.get_topic(name)
-        changed = False
-        if "message_ttl" in q and topic.message_ttl != ttl:
-            topic.message_ttl = ttl
-            changed = True
-        if retention is not None and topic.log.retention_ns != retention:
-            topic.log.retention_ns = retention
-            changed = True
-        if retention_bytes is not None and topic.log.retention_bytes != retention_bytes:
-            topic.log.retention_bytes = retention_bytes
-            changed = True
-        if changed:
+        if topic.configure(message_ttl=ttl if "message_ttl" in q else None,
+                           retention_ns=retention, retention_bytes=retention_bytes):
             self.broker.metadata_changed()
             topic.log.poke()
         return _empty()

@@ -92,6 +92,15 @@ class OutputBuffer:
         self.flush_at = 0.0  # when the oldest unflushed message frame is due
         self.wake: Callable[[], None] = _no_wake  # set by the connection's writer
 
+    def configure(self, size: int, timeout: float) -> None:
+        """The output_buffer_size and output_buffer_timeout (seconds) IDENTIFY negotiated."""
+        self.size = size
+        self.timeout = timeout
+
+    def wake_with(self, wake: Callable[[], None]) -> None:
+        """The connection's writer is woken with ``wake`` when there is something to send."""
+        self.wake = wake
+
     def send_frame(self, frame: bytes) -> None:
         """Queue a response or error frame; it is flushed at once with whatever is buffered."""
         self.out.append(frame)

@@ -115,7 +115,7 @@ class ProtocolV2:
         self.sync_handlers = {b"FIN": self.fin, b"RDY": self.rdy, b"REQ": self.req,
                               b"TOUCH": self.touch, b"NOP": self.nop, b"CLS": self.cls}
         self._tls_required = broker.tls_required != "false"
-        self.upgrades: Upgrades | None = None
+        self.upgrades: Upgrades | None = None  # what IDENTIFY negotiated: ``take_upgrades``
         self._batch_topic: bytes | None = None
         self._batch_bodies: list[bytes] = []
         self._batch_replies = 0
@@ -172,6 +172,11 @@ class ProtocolV2:
         return ms
 
     # -- dispatch --------------------------------------------------------------------------
+    def take_upgrades(self) -> Upgrades | None:
+        """The stream layers IDENTIFY negotiated, once (the connection puts them on)."""
+        upgrades, self.upgrades = self.upgrades, None
+        return upgrades
+
     def is_async(self, name: bytes) -> bool:
         return name in self._async
 
@@ -192,8 +197,7 @@ class ProtocolV2:
             await self.broker.publish(topic, msgs)
         except (Exiting, StoreFailed) as exc:
             raise _failed(failed, cmd, exc) from exc
-        counts = self.client.pub_counts
-        counts[topic] = counts.get(topic, 0) + len(msgs)
+        self.client.count_published(topic, len(msgs))
         self.client.send_frame(OK_FRAME)
 
     async def pub(self, cmd: Command) -> None:
@@ -252,8 +256,7 @@ class ProtocolV2:
         except (Exiting, StoreFailed) as exc:
             code = E.E_MPUB_FAILED if first == b"MPUB" else E.E_PUB_FAILED
             raise _failed(code, first, exc) from exc
-        counts = self.client.pub_counts
-        counts[topic] = counts.get(topic, 0) + len(bodies)
+        self.client.count_published(topic, len(bodies))
         self.client.send_frame(OK_FRAME * replies)
 
     async def dpub(self, cmd: Command) -> None:
@@ -268,17 +271,13 @@ class ProtocolV2:
         assert cmd.body is not None
         client = self.client
         req = decode_identify(cmd.body)
-        client.client_id = req.client_id
-        client.hostname = req.hostname
-        client.user_agent = req.user_agent
         features = self.broker.features
         neg = negotiate(req, features)
-        client.identified = True
-        client.heartbeat_interval = neg.heartbeat_interval / 1000
-        client.output.size = neg.output_buffer_size
-        client.output.timeout = neg.output_buffer_timeout / 1000
-        client.sample_rate = neg.sample_rate
-        client.msg_timeout = neg.msg_timeout / 1000
+        client.identified_as(req.client_id, req.hostname, req.user_agent,
+                             heartbeat_interval=neg.heartbeat_interval / 1000,
+                             output_buffer_size=neg.output_buffer_size,
+                             output_buffer_timeout=neg.output_buffer_timeout / 1000,
+                             sample_rate=neg.sample_rate, msg_timeout=neg.msg_timeout / 1000)
         if not req.feature_negotiation:
             client.send_frame(OK_FRAME)
             return
@@ -294,7 +293,7 @@ class ProtocolV2:
             raise ProtocolError(E.E_INVALID, "AUTH already set")
         if not self._auth_addresses:
             raise ProtocolError(E.E_AUTH_DISABLED, "AUTH disabled")
-        client.auth_secret = cmd.body.decode("utf-8", "surrogateescape")
+        client.authenticate(cmd.body.decode("utf-8", "surrogateescape"))
         await self._query_auth()
         assert client.auth is not None
         if not client.auth.authorizations:
@@ -308,10 +307,10 @@ class ProtocolV2:
     async def _query_auth(self) -> None:
         client = self.client
         try:
-            client.auth = await auth.query(
+            client.authorized(await auth.query(
                 self.broker.auth_http, self._auth_addresses, secret=client.auth_secret,
                 remote_ip=client.remote_address.rsplit(":", 1)[0], tls=client.tls,
-                common_name=client.tls_common_name, now=self.broker.now())
+                common_name=client.tls_common_name, now=self.broker.now()))
         except AuthError as exc:
             log.warning("client %s: %s", client.remote_address, exc)
             raise ProtocolError(E.E_AUTH_FAILED, "AUTH failed") from None
@@ -361,7 +360,7 @@ class ProtocolV2:
         except (Exiting, SubscribeRefused) as exc:
             raise _failed(E.E_SUB_FAILED, b"SUB", exc) from None
         await self.broker.keep_channel(channel)  # a new channel on disk before the OK
-        client.state = subscribed
+        client.move_to(subscribed)
         client.send_frame(OK_FRAME)
 
     def rdy(self, params: list[bytes]) -> None:
@@ -378,7 +377,7 @@ class ProtocolV2:
             count = parsed
         if count > self._max_rdy:
             raise ProtocolError(E.E_INVALID, f"RDY count {count} out of range 0-{self._max_rdy}")
-        client.rdy = count
+        client.set_rdy(count)
         if client.channel is not None:
             self.broker.mark_dirty(client.channel)
 
@@ -442,8 +441,7 @@ class ProtocolV2:
     def cls(self, params: list[bytes]) -> None:
         client = self.client
         closing = after(client.state, b"CLS")
-        client.rdy = 0
-        client.state = closing
+        client.close_wait(closing)
         client.send_frame(CLOSE_WAIT_FRAME)
 
     def nop(self, params: list[bytes]) -> None:

@@ -27,7 +27,6 @@ import gc
 import platform
 import resource
 import sys
-import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -165,8 +164,8 @@ def _e2e_text(obj: dict[str, Any]) -> str:
                      for p in percentiles)
 
 
-def _duration_since(ts: int) -> str:
-    return format_go_duration(float(int(time.time()) - ts))
+def _duration_since(ts: int, now: int) -> str:
+    return format_go_duration(float(now - ts))
 
 
 def _client_name(c: dict[str, Any]) -> str:
@@ -174,26 +173,27 @@ def _client_name(c: dict[str, Any]) -> str:
     return f"{c['hostname']}:{port} {c['user_agent']}"
 
 
-def _consumer_line(c: dict[str, Any]) -> str:
+def _consumer_line(c: dict[str, Any], now: int) -> str:
     name = _client_name(c)
     return (f"[V2 {name:<21}] state: {c['state']} inflt: {c['in_flight_count']:<4} "
             f"rdy: {c['ready_count']:<4} fin: {c['finish_count']:<8} re-q: {c['requeue_count']:<8} "
-            f"msgs: {c['message_count']:<8} connected: {_duration_since(c['connect_ts'])}")
+            f"msgs: {c['message_count']:<8} connected: {_duration_since(c['connect_ts'], now)}")
 
 
-def _producer_line(c: dict[str, Any]) -> str:
+def _producer_line(c: dict[str, Any], now: int) -> str:
     name = _client_name(c)
     counts = ",".join(f"{p['topic']}={p['count']}" for p in c.get("pub_counts", []))
     return (f"[V2 {name:<21}] msgs: {c['message_count']:<8} topics: {counts} "
-            f"connected: {_duration_since(c['connect_ts'])}")
+            f"connected: {_duration_since(c['connect_ts'], now)}")
 
 
-def stats_text(doc: dict[str, Any]) -> str:
-    """The text form of /stats, laid out as nsqd lays it out."""
+def stats_text(doc: dict[str, Any], now: int) -> str:
+    """The text form of /stats, laid out as nsqd lays it out; ``now``: the broker's wall
+    clock in seconds (uptimes and connection ages)."""
     start = datetime.fromtimestamp(doc["start_time"], UTC).isoformat().replace("+00:00", "Z")
     out = [f"nsqd v{doc['version']} (built w/python{platform.python_version()})\n",
            f"start_time {start}\n",
-           f"uptime {_duration_since(doc['start_time'])}\n",
+           f"uptime {_duration_since(doc['start_time'], now)}\n",
            f"\nHealth: {doc['health']}\n"]
     if "memory" in doc:
         out.append("\nMemory:\n")
@@ -214,10 +214,10 @@ def stats_text(doc: dict[str, Any]) -> str:
                        f"msgs: {c['message_count']:<8} e2e%: {_e2e_text(c)}"
                        f"{_extensions(c, _CHANNEL_EXTENSIONS)}\n")
             for client in c["clients"] or []:
-                out.append(f"        {_consumer_line(client)}\n")
+                out.append(f"        {_consumer_line(client, now)}\n")
     out.append(_heading("Producers", doc["producers"], "\n"))
     for p in doc["producers"] or []:
-        out.append(f"   {_producer_line(p)}\n")
+        out.append(f"   {_producer_line(p, now)}\n")
     return "".join(out)
 
 

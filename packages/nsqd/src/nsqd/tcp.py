@@ -73,8 +73,7 @@ class Connection:
         # conflict detector, memoryview loop and a lock and cancel scope per answer were a
         # good part of a publisher's round trip.
         self._socket = stream.socket if isinstance(stream, trio.SocketStream) else None
-        client.output.wake = self._wake
-        client.disconnect = self._disconnect
+        client.attach(self._wake, self._disconnect)
 
     def _wake(self) -> None:
         self._wake_event.set()
@@ -137,8 +136,8 @@ class Connection:
                             handler(cmd.params)
                         elif proto.is_async(cmd.name):
                             await proto.handle_async(cmd)
-                            if proto.upgrades is not None:
-                                upgrades, proto.upgrades = proto.upgrades, None
+                            upgrades = proto.take_upgrades()
+                            if upgrades is not None:
                                 await self._upgrade(upgrades)
                         else:
                             proto.handle_sync(cmd)
@@ -181,7 +180,7 @@ class Connection:
     async def _write_loop(self) -> None:
         client = self.client
         output = client.output
-        now = trio.current_time
+        now = self.broker.now  # Trio's clock: the deadlines below are given to move_on_at
         hb_interval = client.heartbeat_interval
         next_hb = now() + hb_interval if hb_interval > 0 else math.inf
         try:
@@ -280,18 +279,17 @@ class Connection:
                 with trio.fail_after(5):
                     await tls.do_handshake()
                 stream = tls
-                client.tls = True
-                client.tls_version = (tls.version() or "").replace("TLSv", "TLS")
-                client.tls_cipher_suite = (tls.cipher() or ("",))[0]
-                client.tls_common_name = _common_name(tls.getpeercert())
+                client.tls_established((tls.version() or "").replace("TLSv", "TLS"),
+                                       (tls.cipher() or ("",))[0],
+                                       _common_name(tls.getpeercert()))
                 await stream.send_all(OK_FRAME)
             if up.snappy:
                 stream = SnappyStream(stream)
-                client.snappy = True
+                client.compressed(snappy=True)
                 await stream.send_all(OK_FRAME)
             if up.deflate:
                 stream = DeflateStream(stream, up.deflate_level)
-                client.deflate = True
+                client.compressed(deflate=True)
                 await stream.send_all(OK_FRAME)
             self.stream = stream
             self._socket = stream.socket if isinstance(stream, trio.SocketStream) else None

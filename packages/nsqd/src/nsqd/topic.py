@@ -57,16 +57,25 @@ class Topic:
         log.needed = self.needed
         log.on_readable = self._readable
 
+    def configure(self, *, message_ttl: int | None = None, retention_ns: int | None = None,
+                  retention_bytes: int | None = None) -> bool:
+        """Set the topic's settings given (None: as it is): its default message TTL (seconds)
+        and its log's retention; whether any changed."""
+        changed = message_ttl is not None and message_ttl != self.message_ttl
+        if message_ttl is not None:
+            self.message_ttl = message_ttl
+        return self.log.retain(retention_ns, retention_bytes) or changed
+
+    def mark_deleted(self) -> None:
+        """Deleted: whatever still holds it (a channel's last client) leaves it alone."""
+        self.deleted = True
+
     # -- positions ---------------------------------------------------------------------------
     @property
     def hold(self) -> int:
         """Without channels: the offset the first channel starts at (what the topic holds).
-        The log keeps it, in its ``offsets`` file (``TopicLog.hold``)."""
+        The log keeps it, in its ``offsets`` file (``TopicLog.hold``, ``hold_from``)."""
         return self.log.hold
-
-    @hold.setter
-    def hold(self, offset: int) -> None:
-        self.log.hold_from(offset)
 
     @property
     def visible_end(self) -> int:
@@ -184,13 +193,14 @@ class Topic:
     def remove_channel(self, name: str) -> Channel:
         channel = self.channels.pop(name)
         if not self.channels:
-            self.hold = self.log.end  # from now on, held for the next first channel
+            self.log.hold_from(self.log.end)  # from now on, held for the next first channel
         self.log.poke()
         return channel
 
-    def pause(self) -> None:
+    def pause(self, at: int | None = None) -> None:
+        """Hold what is published from now on (``at``: from that offset, as nsqd.dat says)."""
         if not self.paused:
-            self.paused_at = self.log.end
+            self.paused_at = self.log.end if at is None else at
             self.paused = True
 
     def unpause(self) -> None:
@@ -206,7 +216,7 @@ class Topic:
         published while it was paused."""
         end = self.log.end
         if not self.channels:
-            self.hold = end
+            self.log.hold_from(end)
         elif self.paused:
             for channel in self.channels.values():
                 channel.cursor.skip(self.paused_at, end)

@@ -206,6 +206,16 @@ class TopicLog:
         self.hold = offset
         self.poke()
 
+    def retain(self, ns: int | None = None, nbytes: int | None = None) -> bool:
+        """Keep segments ``ns`` past every cursor, or the newest within ``nbytes`` (0: not
+        at all; None: as it is); whether either changed."""
+        changed = False
+        if ns is not None and ns != self.retention_ns:
+            self.retention_ns, changed = ns, True
+        if nbytes is not None and nbytes != self.retention_bytes:
+            self.retention_bytes, changed = nbytes, True
+        return changed
+
     def hole_in(self, start: int, end: int) -> int:
         """How many offsets of [start, end) are in the ``hole``."""
         if self.hole is None:

@@ -25,7 +25,7 @@ async def serve_lmstfy(broker: Broker, state: State, data_sock: socket.socket | 
                        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     """Serve the data and admin APIs on the sockets given, until cancelled."""
     queues = JobQueues(broker, state)
-    throttle = Throttle(state.limits, trio.current_time)
+    throttle = Throttle(state.limits, broker.now)
     async with trio.open_nursery() as nursery:
         if data_sock is not None:
             app = build_data_app(queues, state, throttle)

@@ -86,7 +86,8 @@ class Admin:
                 if pool not in ("", "default"):
                     raise refuse(400, "the pool was not exists")
         else:
-            token = ids.encode_ulid(ids.new_ulid())
+            now_ms = self.queues.broker.clock.wall_ns() // 1_000_000
+            token = ids.encode_ulid(ids.new_ulid(now_ms))
         if len(namespace) > names.MAX_NAME:
             raise refuse(400, "the namespace name was too long")
         if not names.valid_namespace(namespace):
@@ -139,7 +140,7 @@ class Admin:
             raise refuse(500, "the read and write of limiter can't be <= 0 at the same time")
         if request.method == "POST" and current is not None:
             raise refuse(500, f"throttler token({token}) has already exists")
-        self.state.limits[key] = limit
+        self.state.set_limit(key, limit)
         self.throttle.forget(namespace, token)
         await self.state.save()
         return answer(201 if request.method == "POST" else 200, {"limiter": limit.to_json()})

@@ -58,10 +58,10 @@ def decode_ulid(text: str) -> bytes | None:
     return int(raw.translate(_FROM_CROCKFORD), 32).to_bytes(16, "big")
 
 
-def new_ulid(now_ms: int | None = None) -> bytes:
-    """A fresh ULID's 16 bytes, its randomness from ``os.urandom`` (lmstfy's tokens)."""
-    ms = time.time_ns() // 1_000_000 if now_ms is None else now_ms
-    return ms.to_bytes(6, "big") + os.urandom(10)
+def new_ulid(now_ms: int) -> bytes:
+    """A fresh ULID's 16 bytes at ``now_ms`` (the broker's wall clock), its randomness from
+    ``os.urandom`` (lmstfy's tokens)."""
+    return now_ms.to_bytes(6, "big") + os.urandom(10)
 
 
 _prefix_ms = -1
@@ -70,7 +70,9 @@ _prefix = ""
 
 def request_id() -> str:
     """A fresh ULID as text (lmstfy's ``X-Request-ID``): the time's 10 characters, kept for
-    the millisecond, and 16 random ones."""
+    the millisecond, and 16 random ones. The one read of the system's clock outside
+    ``nsqd.clock``: an answer's id is made where the answer is built, with no broker at hand,
+    and nothing in nsqd reads it back (tests/test_one_clock.py allows it)."""
     global _prefix_ms, _prefix
     ms = time.time_ns() // 1_000_000
     if ms != _prefix_ms:
@@ -78,10 +80,10 @@ def request_id() -> str:
     return _prefix + _rng.randbytes(16).translate(_BYTE_TO_DIGIT).decode("ascii")
 
 
-def new_message_id(now_ms: int | None = None) -> bytes:
-    """The NSQ message id of a new job: its ULID's time and 48 random bits, as base64."""
-    ms = time.time_ns() // 1_000_000 if now_ms is None else now_ms
-    return base64.urlsafe_b64encode(ms.to_bytes(6, "big") + _rng.randbytes(6))
+def new_message_id(now_ms: int) -> bytes:
+    """The NSQ message id of a new job at ``now_ms``: its ULID's time and 48 random bits, as
+    base64."""
+    return base64.urlsafe_b64encode(now_ms.to_bytes(6, "big") + _rng.randbytes(6))
 
 
 def new_job(now_ms: int, delay: int, version: int) -> tuple[bytes, str]:

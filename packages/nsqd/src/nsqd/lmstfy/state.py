@@ -59,6 +59,10 @@ class State:
         self.queues = {ns: list(queues) for ns, queues in raw.get("queues", {}).items()}
         self._known = {(ns, queue) for ns, queues in self.queues.items() for queue in queues}
 
+    def set_limit(self, key: tuple[str, str], limit: Limit) -> None:
+        """The rate limit of (namespace, token); kept once ``save``d."""
+        self.limits[key] = limit
+
     def _encode(self) -> bytes:
         raw: dict[str, Any] = {
             "tokens": self.tokens,
