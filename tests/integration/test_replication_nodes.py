@@ -126,3 +126,28 @@ async def test_etcd_killed_and_restarted_leaves_leadership_as_it_was(
             assert "elected leader" not in daemon.output()
     finally:
         await client.aclose()
+
+
+async def test_a_lost_lease_is_noticed_and_the_node_joins_and_leads_again(
+        run_daemon: Callable[..., Daemon], etcd: Etcd) -> None:
+    client = EtcdClient([etcd.endpoint])
+    try:
+        daemon, node = start_node(run_daemon, etcd)
+        lease = await joined(client, node)
+        _, state = await place(client, "alone", 1)
+        assert state == TopicState(node, 1, (node,))
+        await until(lambda: logged(daemon, "leading topic alone at epoch 1"))
+
+        assert await client.revoke(lease)  # as if it had expired: its keys go with it
+        await until(lambda: logged(daemon, f"lease {lease:x} lost (expired in etcd)"))
+        new_lease = await joined(client, node)
+        assert new_lease != lease
+        async def led_again() -> TopicState | None:
+            read = await read_state(client, "alone")
+            return read[0] if read is not None and read[0].epoch == 2 else None
+        assert await until(led_again) == TopicState(node, 2, (node,))
+        mark = await client.get(leader_key("alone"))
+        assert mark is not None and mark.lease == new_lease
+        await until(lambda: logged(daemon, "leading topic alone at epoch 2"))
+    finally:
+        await client.aclose()

@@ -4,7 +4,8 @@ Task tree::
 
     Coordinator.run
     ├── membership: join (lease + node key), keep-alive, the fence
-    └── watch: a range of /nsq/, then its changes; after each, ``reconcile``
+    ├── watch: a range of /nsq/, then its changes; after each, ``reconcile``
+    └── after each change of the membership (a new lease, etcd back), ``reconcile``
 
 ``reconcile`` acts for the topics placed on this node: a topic without a leader key whose ISR
 holds this node is campaigned for (one transaction; losing is fine, the winner's state comes
@@ -55,6 +56,7 @@ class Coordinator:
     roles: dict[str, Role] = attrs.field(factory=dict)
     client: EtcdClient = attrs.field(init=False)
     membership: Membership = attrs.field(init=False)
+    _reconciling: trio.Lock = attrs.field(init=False, factory=trio.Lock)
 
     def __attrs_post_init__(self) -> None:
         self.client = EtcdClient(self.endpoints)
@@ -72,6 +74,7 @@ class Coordinator:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.membership.run)
                 await nursery.start(self._watch)
+                nursery.start_soon(self._on_membership)
                 task_status.started(self)
         finally:
             with trio.move_on_after(2) as scope:
@@ -107,8 +110,18 @@ class Coordinator:
                 log.debug("replication: watch: %s", exc)
             await trio.sleep(RETRY)
 
+    async def _on_membership(self) -> None:
+        while True:
+            await self.membership.changed.wait()
+            await self.reconcile()
+
     async def reconcile(self) -> None:
-        """Act on the view for every topic placed on this node (module docstring)."""
+        """Act on the view for every topic placed on this node (module docstring); one at a
+        time."""
+        async with self._reconciling:
+            await self._reconcile()
+
+    async def _reconcile(self) -> None:
         for topic, view in list(self.view.topics.items()):
             if view.placement is None or self.node not in view.placement.nodes:
                 self._set_role(topic, None)

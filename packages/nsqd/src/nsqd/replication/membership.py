@@ -69,8 +69,9 @@ class Membership:
             await self.client.revoke(previous.lease)
             log.info("replication: revoked lease %x of this node's previous process",
                      previous.lease)
-        await self.client.put(self.key, self.info.encode(), lease=lease)
+        # the lease first: the watch may see the node key before the put is answered
         self.lease, self.valid_until = lease, sent + ttl
+        await self.client.put(self.key, self.info.encode(), lease=lease)
         self._notify()
         log.info("replication: joined as %s (lease %x)", self.info.node, lease)
 
