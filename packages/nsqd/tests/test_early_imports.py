@@ -49,3 +49,38 @@ def test_reading_nsqd_dat_and_reaching_lookupds_loads_nothing_heavy(tmp_path: Pa
     assert identify.startswith(b"IDENTIFY\n") and body in identify
     assert commands == [b"REGISTER t c\n"]
     assert loaded == ""
+
+
+REPLICATION_SCRIPT = """
+import sys
+import trio
+from nsqd.__main__ import parse_options
+from nsqd import app
+from nsqd.broker import Broker
+from nsqd.http_api import build_app
+
+def loaded():
+    return sorted(name for name in sys.modules if name.startswith("nsqd.replication"))
+
+opts = parse_options(sys.argv[1:])
+build_app(Broker(opts))
+print(loaded())
+if opts.etcd_endpoints:
+    app._replication()
+    print(loaded())
+"""
+
+
+def test_replication_is_loaded_only_with_etcd_endpoints(tmp_path: Path) -> None:
+    """An nsqd without --etcd-endpoints imports nothing of ``nsqd.replication`` (its serve
+    imports it only when given: ``app._replication``)."""
+    def run(*args: str) -> list[str]:
+        result = subprocess.run([sys.executable, "-c", REPLICATION_SCRIPT,
+                                 f"--data-path={tmp_path}", *args],
+                                capture_output=True, text=True, timeout=120, check=True)
+        return result.stdout.splitlines()
+
+    assert run() == ["[]"]
+    without, given = run("--etcd-endpoints=http://127.0.0.1:1")
+    assert without == "[]"
+    assert "'nsqd.replication.coordinator'" in given

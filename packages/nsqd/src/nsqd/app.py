@@ -7,6 +7,7 @@ Task tree::
     │                                                         └─ writer (output buffer, heartbeats)
     ├── http: nsq_serving (Starlette app; hot routes called directly)
     ├── lmstfy (with --lmstfy-http-address / --lmstfy-admin-http-address): its two APIs
+    ├── coordinator (with --etcd-endpoints): membership and leaders in etcd (nsqd.replication)
     └── broker
         ├── pump: delivers messages for dirty channels
         ├── queue scan: in-flight timeouts and deferred messages, every 100 ms
@@ -99,6 +100,7 @@ async def serve(opts: Options, *, data_lock: int | None = None,
         app = build_app(broker)
         lmstfy = (_lmstfy(opts) if opts.lmstfy_http_address or opts.lmstfy_admin_http_address
                   else None)
+        coordinate = _replication() if opts.etcd_endpoints else None
         tcp_sock = bind_socket(opts.tcp_address)
         bound.append(tcp_sock)
         http_sock = bind_socket(opts.http_address) if opts.http_address else None
@@ -143,6 +145,8 @@ async def serve(opts: Options, *, data_lock: int | None = None,
                 serve_lmstfy, state = lmstfy
                 accounts = dict(a.split(":", 1) for a in opts.lmstfy_admin_accounts)
                 await nursery.start(serve_lmstfy, broker, state, *lmstfy_socks, accounts)
+            if coordinate is not None:
+                nursery.start_soon(coordinate, opts, broker)
             listener = trio.SocketListener(trio.socket.from_stdlib_socket(tcp_sock))
             await nursery.start(serve_tcp, broker, [listener])
             # HTTP last: its /ping says OK from now on (the early start's said "not yet"),
@@ -173,6 +177,27 @@ def _lmstfy(opts: Options) -> tuple[Callable[..., Awaitable[None]], State]:
     except ValueError as exc:
         raise StartError(str(exc)) from None
     return serve_lmstfy, state
+
+
+def _replication() -> Callable[[Options, Broker], Awaitable[None]]:
+    """What takes part in the replication cluster of ``--etcd-endpoints``
+    (docs/design/replication.md): only nsqds given it import ``nsqd.replication``."""
+    from nsq_serving import version_string
+
+    from .flags import etcd_endpoints
+    from .replication.coordinator import Coordinator
+    from .replication.keys import NodeInfo
+
+    async def coordinate(opts: Options, broker: Broker) -> None:
+        """Join in the background: the node serves meanwhile, and while etcd is unreachable."""
+        tcp_port = opts.broadcast_tcp_port or broker.tcp_port
+        info = NodeInfo(join_host_port(opts.broadcast_address, tcp_port),
+                        opts.broadcast_address, tcp_port,
+                        opts.broadcast_http_port or broker.http_port, version_string("nsqd"))
+        await Coordinator(etcd_endpoints({"etcd_endpoints": opts.etcd_endpoints}), info,
+                          broker.clock).run()
+
+    return coordinate
 
 
 async def _serve_http(app: ASGIApp, broker: Broker, http_sock: socket.socket | None,

@@ -133,7 +133,23 @@ def build_flagset() -> FlagSet:
     add("lmstfy-admin-account", "strings", [], "<user>:<password> allowed to manage lmstfy "
         "tokens and limits with HTTP basic auth (may be given multiple times; default: no auth)",
         config_key="lmstfy_admin_accounts")
+    add("etcd-endpoints", "strings", [], "etcd v3 client URL(s) (http://<addr>:<port>, comma "
+        "separated or given multiple times) of the cluster that coordinates replicated topics "
+        "(default none: no replication)")
+    add("default-replicas", "int", 1, "replicas of a topic created without replicas=N "
+        "(with --etcd-endpoints)")
+    add("min-insync-replicas", "int", 2, "in-sync replicas (at most the topic's replicas) "
+        "that must hold a message before its publish is acknowledged (with --etcd-endpoints)")
+    add("replica-lag-max", "duration", 10.0, "how long a follower may stay behind its leader "
+        "before it leaves the in-sync set (with --etcd-endpoints)")
+    add("replica-down-timeout", "duration", 300.0, "how long a replica's node may be gone "
+        "before the replica is placed on another node (with --etcd-endpoints)")
     return fs
+
+
+def etcd_endpoints(values: Mapping[str, Any]) -> list[str]:
+    """The etcd endpoints given (each --etcd-endpoints value split at commas)."""
+    return [e.strip() for v in values["etcd_endpoints"] for e in v.split(",") if e.strip()]
 
 
 def check(values: Mapping[str, Any]) -> None:
@@ -155,5 +171,13 @@ def check(values: Mapping[str, Any]) -> None:
     for account in values["lmstfy_admin_accounts"]:
         if ":" not in account:
             raise ValueError(f"invalid --lmstfy-admin-account {account!r} (user:password)")
+    for endpoint in etcd_endpoints(values):
+        scheme, sep, rest = endpoint.partition("://")
+        if scheme not in ("http", "https") or not sep or not rest.strip("/"):
+            raise ValueError(f"invalid --etcd-endpoints {endpoint!r} (http://<addr>:<port>)")
+    if values["default_replicas"] < 1:
+        raise ValueError("--default-replicas must be at least 1")
+    if values["min_insync_replicas"] < 1:
+        raise ValueError("--min-insync-replicas must be at least 1")
     if values["tls_client_auth_policy"] and not (values["tls_cert"] and values["tls_key"]):
         raise ValueError("cannot require TLS client connections without TLS key and cert")

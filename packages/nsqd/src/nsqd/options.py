@@ -83,6 +83,11 @@ class Options:
     lmstfy_http_address: str
     lmstfy_admin_http_address: str
     lmstfy_admin_accounts: tuple[str, ...]
+    etcd_endpoints: tuple[str, ...]
+    default_replicas: int
+    min_insync_replicas: int
+    replica_lag_max: float
+    replica_down_timeout: float
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> Options:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from .daemon import Daemon, running_daemons, start_daemon
+from .etcd import Etcd
 from .wire import close_leftover_clients
 
 
@@ -96,3 +97,13 @@ def shared_nsqd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
                                    f"--data-path={data}"])
     with daemon:
         yield daemon
+
+
+@pytest.fixture
+def etcd(tmp_path: Path) -> Iterator[Etcd]:
+    """A real etcd on free loopback ports, with its own data directory; stopped at the end."""
+    server = Etcd(tmp_path / "etcd").start()
+    try:
+        yield server
+    finally:
+        server.stop()
