@@ -154,9 +154,9 @@ class PullDoor:
         a timeout) waits until the log is read past what it went behind, a respawned one
         (the own queue) the same; at the log's end (what is in memory) the rest of both."""
         states = self.states
-        requeued = list(zip(states.requeued_after, states.requeued, strict=True))
+        requeued = states.requeued.turns()
         own = states.own.peek(n) if states.own is not None else []
-        own_after = states.own_after
+        own_after = states.requeued.own_turn
         read = states.cursor.read
         r = o = 0
         for msg in self._decoded_copy(states.reader.unread(n)):

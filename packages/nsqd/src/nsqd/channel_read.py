@@ -6,16 +6,33 @@ would take next, without taking (peek). Records only: what becomes of each messa
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from .runs import cut, pass_gaps, without_acked
 
 if TYPE_CHECKING:
-    from .channel_state import Source
     from .cursor import Cursor
     from .inflight import InFlightQueue
     from .message import QueuedMessage
     from .runs import Run
+    from .topiclog import TopicLog
+
+
+class Source(Protocol):
+    """What a channel needs of its topic: the log, and how far it may read in it."""
+
+    name: str
+    log: TopicLog
+    sync_every: int
+
+    @property
+    def visible_end(self) -> int:
+        """The log's end, or where the topic was paused."""
+        ...
+
+    def persist_soon(self) -> None: ...
+
+    async def persist_cursors(self, *, in_flight: bool = False) -> None: ...
 
 
 class LogReader:

@@ -3,8 +3,8 @@
 A message of a channel is in one of ``lifecycle.State``: WAITING (in the log past the cursor's
 read position, requeued, or in the channel's own queue), DEFERRED, IN_FLIGHT, or an end (DONE,
 EXPIRED, DEAD). Which one is which collection holds it; ``MessageStates`` holds them all, and
-every change of a message's state is one of its methods, which asks ``lifecycle.after`` first:
-an event the table does not allow raises ``lifecycle.IllegalTransition`` before anything moves.
+every change of a message's state is one of its methods, which asks ``lifecycle.after``: an
+event the table does not allow raises ``lifecycle.IllegalTransition`` (a bug).
 The rest of the channel (``channel.Channel``, its TCP delivery ``channel_delivery``, its HTTP
 pulling ``channel_pull``, its dead letters ``channel_dead``) asks it, never the collections.
 
@@ -16,12 +16,12 @@ the topic's log from the cursor (``channel_read``). What becomes of each is
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from . import lifecycle
-from .channel_read import LogReader
+from .channel_read import LogReader, Source
+from .channel_requeued import Requeued
 from .errors import NotOwner
 from .inflight import DeferredQueue, InFlightQueue, entry_id, entry_offset, entry_timestamp
 from .lifecycle import Event, State
@@ -40,6 +40,8 @@ if TYPE_CHECKING:
     from .runs import Run
     from .topiclog import TopicLog
 
+__all__ = ["PULLER", "READ_BATCH", "TOMBSTONE", "Host", "Limits", "MessageStates", "Source"]
+
 #: The owner (``client_id``) of messages in flight to HTTP pullers (client ids start at 1).
 PULLER = -1
 #: Most records a pump or a pull reads from the log at a time.
@@ -49,23 +51,6 @@ TOMBSTONE = -1
 
 #: Told of every transition: the state before, the event, the state after, how many messages.
 Observer = Callable[[State, Event, State, int], None]
-
-
-class Source(Protocol):
-    """What a channel needs of its topic: the log, and how far it may read in it."""
-
-    name: str
-    log: TopicLog
-    sync_every: int
-
-    @property
-    def visible_end(self) -> int:
-        """The log's end, or where the topic was paused."""
-        ...
-
-    def persist_soon(self) -> None: ...
-
-    async def persist_cursors(self, *, in_flight: bool = False) -> None: ...
 
 
 class Host(Protocol):
@@ -117,13 +102,7 @@ class MessageStates:
         self.own = own  # made with its first message; at start when it has some on disk
         self.e2e = e2e
         self.observer: Observer | None = None
-        # WAITING, held apart: a message coming back goes to the back of the queue, as in
-        # nsqd: behind what its memory queue held (up to --mem-queue-size), or, with
-        # ``limits.requeue_behind``, behind every message waiting when it came back. For each
-        # requeued message in order, the offset the cursor must reach before it goes out again.
-        self.requeued: deque[QueuedMessage] = deque()
-        self.requeued_after: deque[int] = deque()
-        self.own_after = 0  # the same for what was last respawned into the own queue
+        self.requeued = Requeued()  # WAITING, held apart from the log, each for its turn
         # Offsets of messages deleted while waiting (lmstfy's DELETE): they keep their place
         # until reached, as lmstfy's stale ready-list entries do (``size`` counts them, a
         # consume that meets one finds nothing), then are done with.
@@ -178,17 +157,19 @@ class MessageStates:
 
     def own_ready(self) -> bool:
         own = self.own
-        return own is not None and own.has_ready() and self.own_after <= self.cursor.read
+        return (own is not None and own.has_ready()
+                and self.requeued.own_turn <= self.cursor.read)
 
     def requeued_ready(self) -> bool:
-        return bool(self.requeued) and self.requeued_after[0] <= self.cursor.read
+        return self.requeued.ready(self.cursor.read)
 
     def room(self) -> int:
         """How far the log may be read before a held-back requeued or respawned message's
         turn comes."""
-        turns = [self.requeued_after[0]] if self.requeued else []
+        first = self.requeued.next_turn()
+        turns = [first] if first is not None else []
         if self.own is not None and self.own.has_ready():
-            turns.append(self.own_after)
+            turns.append(self.requeued.own_turn)
         return min(turns) - self.cursor.read if turns else READ_BATCH
 
     def records_fit(self) -> bool:
@@ -213,7 +194,7 @@ class MessageStates:
     def take(self, n: int, *, stop_at_stale: bool = False) -> list[QueuedMessage]:
         """Up to ``n`` messages to deliver now, each with its verdict acted on (deferred,
         expired, dead-lettered ones kept apart): requeued ones once the cursor is past what
-        they went behind (see ``requeued_after``), the own queue, then the log. The caller
+        they went behind (``channel_requeued``), the own queue, then the log. The caller
         puts those returned in flight (``put_in_flight``). ``stop_at_stale``: stop after a
         message deleted or expired while waiting (a consume of lmstfy's that pops one finds
         nothing)."""
@@ -224,12 +205,7 @@ class MessageStates:
         while len(out) < n:
             want = 1 if stop_at_stale else n - len(out)
             if self.requeued_ready():
-                requeued = self.requeued
-                after = self.requeued_after
-                batch: list[QueuedMessage] = []
-                while requeued and len(batch) < want and after[0] <= self.cursor.read:
-                    batch.append(requeued.popleft())
-                    after.popleft()
+                batch = self.requeued.take(want, self.cursor.read)
             elif self.own_ready():
                 batch = self.own.take(want)  # type: ignore[union-attr]
             else:
@@ -237,9 +213,7 @@ class MessageStates:
                 # consumes of one would, in their order (and peek shows: ``channel_pull``)
                 runs = self.read_log(min(want, READ_BATCH, self.room()))
                 if not runs:
-                    if runs is not None and (self.requeued or self.own_after):
-                        self.requeued_after = deque([0] * len(self.requeued))
-                        self.own_after = 0
+                    if runs is not None and self.requeued.release():
                         continue  # the log is read to its end: those held back now
                     break
                 batch = self.decoded(runs)
@@ -339,11 +313,9 @@ class MessageStates:
     def _requeue(self, msgs: list[QueuedMessage]) -> None:
         """WAITING again, held apart: REQ, a timeout, a consumer gone, a deferral due."""
         msgs = self.reader.coming_back(msgs)  # (after a rewind the log delivers some again)
-        self.requeued.extend(msgs)
         end = self.topic.visible_end
-        behind = (end if self.limits.requeue_behind
-                  else min(end, self.cursor.read + self.mem_queue_size))
-        self.requeued_after.extend([behind] * len(msgs))
+        self.requeued.add(msgs, end if self.limits.requeue_behind
+                          else min(end, self.cursor.read + self.mem_queue_size))
         self.host.changed()
 
     # -- publish -----------------------------------------------------------------------------
@@ -505,7 +477,6 @@ class MessageStates:
         self.reader.forget_rewound()
         self._move(State.WAITING, Event.EMPTY, len(self.requeued))
         self.requeued.clear()
-        self.requeued_after.clear()
         self.tombstones.clear()
         if self.own is not None:
             self._move(State.WAITING, Event.EMPTY, len(self.own))
@@ -524,10 +495,9 @@ class MessageStates:
         ones come again from the log (the own queue's go back there)."""
         deferred = self.deferred.clear()
         self._move(State.DEFERRED, Event.REWIND, len(deferred))
-        held = [*self.requeued, *deferred]
-        self._move(State.WAITING, Event.REWIND, len(self.requeued))
-        self.requeued.clear()
-        self.requeued_after.clear()
+        requeued = self.requeued.clear()
+        self._move(State.WAITING, Event.REWIND, len(requeued))
+        held = [*requeued, *deferred]
         self.tombstones.clear()
         own = [m for m in held if m.offset == OWN]
         if own and self.own is not None:
@@ -552,14 +522,14 @@ class MessageStates:
         if msg is not None:
             self._settle([msg], State.DEFERRED, Event.DELETE)
             return True
-        for i, waiting in enumerate(self.requeued):
-            if waiting.id == message_id:
-                if waiting.offset != OWN:
-                    self.tombstones.add(waiting.offset)
-                else:
-                    del self.requeued[i], self.requeued_after[i]
-                    self._settle([waiting], State.WAITING, Event.DELETE)
-                return True
+        waiting = self.requeued.find(message_id)
+        if waiting is not None:
+            if waiting.offset != OWN:
+                self.tombstones.add(waiting.offset)
+            else:
+                self.requeued.remove(message_id)
+                self._settle([waiting], State.WAITING, Event.DELETE)
+            return True
         if self.own is not None:
             msg = self.own.remove_waiting(message_id)
             if msg is not None:
@@ -577,10 +547,9 @@ class MessageStates:
         from .record import decode_record, is_plain
 
         wall = self.clock.wall_ns()
-        count = len(self.requeued)
-        self._settle(list(self.requeued), State.WAITING, Event.EMPTY)
-        self.requeued.clear()
-        self.requeued_after.clear()
+        requeued = self.requeued.clear()
+        count = len(requeued)
+        self._settle(requeued, State.WAITING, Event.EMPTY)
         if self.own is not None:
             for msg in self.own.take(len(self.own)):
                 if msg.due > wall:
@@ -642,7 +611,7 @@ class MessageStates:
         """RESPAWN: ``msgs``, dead letters now in the own queue, waiting again."""
         self._move(State.DEAD, Event.RESPAWN, len(msgs))
         if self.limits.requeue_behind:  # lmstfy: respawned jobs go behind what is ready now
-            self.own_after = self.topic.visible_end
+            self.requeued.respawned(self.topic.visible_end)
         self.host.changed()
 
     def dead_ended(self, event: Event, msgs: list[QueuedMessage] | int) -> None:
