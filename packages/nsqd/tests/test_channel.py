@@ -35,7 +35,7 @@ async def channel_with(world, *clients: Client, queued: int, name: str = "c",
     topic = world.topic()
     ch = world.channel(topic, name, max_msg_timeout=max_msg_timeout)
     if not as_records:
-        ch.default_max_attempts = 1000
+        ch.configure(default_max_attempts=1000)
     for client in clients:
         ch.add_client(client)
     await topic.put_records(new_records([b"body%d" % i for i in range(queued)], 0, 0))

@@ -81,7 +81,7 @@ async def workload(nursery: trio.Nursery, broker: Broker) -> None:
     await consumer.ok(b"SUB t c\n")
     await consumer.stream.send_all(b"RDY 1\n")
     assert (await consumer.answer())[0] == 2
-    broker.get_channel(broker.topics["t"], "paused").paused = True
+    broker.get_channel(broker.topics["t"], "paused").pause()
     pub_client = next(c for c in broker.clients.values() if c.pub_counts)
     pub_client.auth = AuthState("me", "https://id/me", (), 0.0)
     for client in broker.clients.values():
@@ -205,8 +205,8 @@ async def test_the_job_features_keys_only_once_in_use(nursery: trio.Nursery,
     await workload(nursery, broker)
     topic = broker.topics["t"]
     topic.message_ttl = 60
-    topic.channels["c"].max_attempts = 3
-    topic.channels["paused"].dead_letter_expired = True
+    topic.channels["c"].configure(max_attempts=3)
+    topic.channels["paused"].configure(dead_letter_expired=True)
     doc = stable(stats(broker, topic="t", include_clients=False, include_mem=False))
     go_topic, (c, paused) = doc["topics"][0], doc["topics"][0]["channels"]
     assert list(go_topic)[-2:] == ["e2e_processing_latency", "message_ttl"]
@@ -227,9 +227,9 @@ async def test_the_job_features_keys_only_once_in_use(nursery: trio.Nursery,
 
     # settings gone: only counts that are not zero stay
     topic.message_ttl = 0
-    topic.channels["c"].max_attempts = 0
-    topic.channels["paused"].dead_letter_expired = False
-    topic.channels["c"].expired_count = 2
+    topic.channels["c"].configure(max_attempts=0)
+    topic.channels["paused"].configure(dead_letter_expired=False)
+    topic.channels["c"].states.expired_count = 2  # as if two had expired
     doc = stats(broker, topic="t", include_clients=False, include_mem=False)
     c, paused = doc["topics"][0]["channels"]
     assert "message_ttl" not in doc["topics"][0]

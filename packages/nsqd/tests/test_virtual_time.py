@@ -75,7 +75,7 @@ async def test_expired_messages_go_to_the_dead_letters_when_the_channel_says_so(
     world = virtual_world
     topic = world.topic()
     ch = world.channel(topic)
-    ch.dead_letter_expired = True
+    ch.configure(dead_letter_expired=True)
     await topic.put([message(world, 0, ttl=1), message(world, 1)])
     await trio.sleep(1.5)
     assert bodies(pull(world, ch)) == [b"m1"]
@@ -131,7 +131,7 @@ async def test_an_unfinished_message_comes_back_after_its_timeout_then_is_dead(a
     world = virtual_world
     topic = world.topic()
     ch = world.channel(topic)
-    ch.max_attempts = 2
+    ch.configure(max_attempts=2)
     await topic.put([message(world, 0)])
     (msg,) = pull(world, ch, ttr=30)
     await trio.sleep(29.8)

@@ -216,9 +216,10 @@ class Broker:
                 topic.log.hold_from(min(max(hold, topic.log.start), topic.log.end))
             for cmeta in meta.channels:
                 channel = self.get_channel(topic, cmeta.name, changed=False, listed=True)
-                channel.paused = cmeta.paused
-                channel.max_attempts = cmeta.max_attempts
-                channel.dead_letter_expired = cmeta.dead_letter_expired
+                if cmeta.paused:
+                    channel.pause()
+                channel.configure(max_attempts=cmeta.max_attempts,
+                                  dead_letter_expired=cmeta.dead_letter_expired)
             if meta.paused:
                 topic.pause(None if meta.paused_at is None
                             else min(max(meta.paused_at, topic.log.start), topic.log.end))
@@ -293,8 +294,8 @@ class Broker:
                           mem_queue_size=self._mem_size(name),
                           e2e=LatencyStream(percentiles,
                                             self.opts.e2e_processing_latency_window_time,
-                                            self.now) if percentiles else None)
-        channel.default_max_attempts = self.opts.max_attempts
+                                            self.now) if percentiles else None,
+                          default_max_attempts=self.opts.max_attempts)
         topic.add_channel(channel)
         if durable:
             if self._queue_meta(self._own_name(channel)).exists():
@@ -389,13 +390,8 @@ class Broker:
 
     def _remove_channel(self, topic: Topic, name: str) -> None:
         channel = topic.remove_channel(name)
-        channel.deleted = True
-        channel.wake_pullers()  # they find it deleted and answer
+        channel.close()
         self.pump.forget(channel)
-        for client in list(channel.clients.values()):
-            client.disconnect()
-        channel.clients.clear()
-        channel.empty()
         if channel.cursor.journal is not None:
             channel.cursor.journal.detach()  # a channel made again starts anew
             self._spawn_once(channel.cursor.forget())
@@ -459,8 +455,7 @@ class Broker:
     async def empty_channel(self, channel: Channel) -> None:
         channel.empty()
         channel.log.poke()
-        if channel.own is not None and channel.own.disk is not None:
-            await channel.own.disk.empty()
+        await channel.empty_own_files()
         await channel.topic.persist_cursors()
 
     async def keep_channel(self, channel: Channel) -> None:

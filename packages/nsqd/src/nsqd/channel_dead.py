@@ -1,41 +1,39 @@
 """A channel's dead letters (beyond NSQ): messages out of attempts, or expired with
 ``dead_letter_expired``, stored apart; counted, looked at, deleted, or respawned to waiting
-through the channel's own queue (docs/jobs.md)."""
+through the channel's own queue (docs/jobs.md). Which messages become dead letters, and what
+becomes of them, is the channel's ``MessageStates``' (``channel_state``); this is the door the
+broker, nsqd's HTTP API and lmstfy use, over the dead-letter store's narrow interface
+(``DeadLetters``: ``pending``, ``peek``, its backlog's ``take``, ``ack``, ``put_back``)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .channel_state import ChannelState
 from .errors import DiskQueueError
+from .lifecycle import Event
 from .message import OWN
 
 if TYPE_CHECKING:
+    from .channel_state import MessageStates
     from .deadletters import DeadLetters
     from .message import QueuedMessage
 
 
-class DeadLetterDoor(ChannelState):
+class DeadLetterDoor:
     """What the broker, nsqd's HTTP API and lmstfy ask of a channel's dead letters."""
 
-    async def store_dead_letters(self) -> None:
-        """Write the dead letters decided since the last call, then acknowledge their
-        originals.
+    def __init__(self, states: MessageStates) -> None:
+        self.states = states
 
-        Raises:
-            DiskQueueError: they could not be written (they stay pending).
-        """
-        if self._dead_letters is not None and self._dead_letters.pending:
-            for msg in await self._dead_letters.store():
-                self._done(msg)
+    @property
+    def pending(self) -> bool:
+        dead = self.states.dead_letters_if_any
+        return dead is not None and bool(dead.pending)
 
-    def dead_letter_pulled(self, message_id: bytes) -> bool:
-        """A pulled message its consumer gives up on: to the dead letters at once."""
-        msg = self._take_pulled(message_id)
-        if msg is None:
-            return False
-        self._to_dead_letters([msg])
-        return True
+    @property
+    def count(self) -> int:
+        dead = self.states.dead_letters_if_any
+        return len(dead) if dead is not None else 0
 
     async def respawn(self, n: int, expires: int | None = None) -> int:
         """RESPAWN: up to ``n`` stored dead letters back to waiting, through the channel's own
@@ -46,19 +44,19 @@ class DeadLetterDoor(ChannelState):
         Raises:
             DiskQueueError: the own queue could not store them (they stay dead letters).
         """
-        if self._dead_letters is None:
+        states = self.states
+        dead = states.dead_letters_if_any
+        if dead is None:
             return 0
-        dead = self._dead_letters
-        msgs = await self._take_dead(dead, n)
+        msgs = await self._take(dead, n)
         if not msgs:
             return 0
         count = len(msgs)
-        if self.dead_deleted:  # entries of deleted jobs: counted, and gone
-            gone = [m for m in msgs if m.id in self.dead_deleted]
-            for msg in gone:
-                self.dead_deleted.discard(msg.id)
-                dead.backlog.ack(msg.id)
-            msgs = [m for m in msgs if m.id not in {g.id for g in gone}]
+        gone = states.deleted_dead_among(msgs)  # entries of deleted jobs: counted, and gone
+        if gone:
+            for message_id in gone:
+                dead.backlog.ack(message_id)
+            msgs = [m for m in msgs if m.id not in gone]
         for msg in msgs:
             msg.attempts = 0
             if msg.is_job:
@@ -67,7 +65,7 @@ class DeadLetterDoor(ChannelState):
             msg.offset = OWN
             if expires is not None:
                 msg.expires = expires
-        own = self.own_queue
+        own = states.own_queue
         try:
             await own.put(msgs)
         except BaseException:
@@ -75,15 +73,13 @@ class DeadLetterDoor(ChannelState):
             raise
         for msg in msgs:
             dead.backlog.ack(msg.id)
-        if self.requeue_behind:  # lmstfy: respawned jobs go behind what is ready now
-            self._own_after = self.topic.visible_end
-        self.changed()
+        states.respawned(msgs)
         return count
 
-    async def peek_dead(self, n: int) -> list[QueuedMessage]:
+    async def peek(self, n: int) -> list[QueuedMessage]:
         """The ``n`` oldest dead letters (those stored first, then those being stored),
         left in place; stored ones not read ahead by their disk queue yet are waited for."""
-        dead = self._dead_letters
+        dead = self.states.dead_letters_if_any
         if dead is None:
             return []
         disk = dead.backlog.disk
@@ -94,24 +90,26 @@ class DeadLetterDoor(ChannelState):
                 pass
         return dead.peek(n)
 
-    def is_dead_letter(self, message_id: bytes) -> bool:
+    def has(self, message_id: bytes) -> bool:
         """Whether ``message_id`` is among the dead letters (as far as they are read)."""
-        return self._find_dead(message_id) is not None
+        return self.states.find_dead(message_id) is not None
 
-    async def drop_dead(self, n: int) -> int:
-        """Delete up to ``n`` of the oldest stored dead letters; how many."""
-        if self._dead_letters is None:
+    async def drop(self, n: int) -> int:
+        """DELETE of up to ``n`` of the oldest stored dead letters; how many."""
+        states = self.states
+        dead = states.dead_letters_if_any
+        if dead is None:
             return 0
-        dead = self._dead_letters
-        msgs = await self._take_dead(dead, n)
+        msgs = await self._take(dead, n)
         for msg in msgs:
             dead.backlog.ack(msg.id)
-            self.dead_deleted.discard(msg.id)
+        states.dead_ended(Event.DELETE, msgs)
         return len(msgs)
 
-    async def empty_dead(self) -> int:
-        """Delete every stored dead letter; how many."""
-        dead = self._dead_letters
+    async def empty(self) -> int:
+        """EMPTY: every stored dead letter deleted; how many."""
+        states = self.states
+        dead = states.dead_letters_if_any
         if dead is None:
             return 0
         count = len(dead) - len(dead.pending)
@@ -119,11 +117,11 @@ class DeadLetterDoor(ChannelState):
         dead.backlog.ack_all()
         if dead.backlog.disk is not None:
             await dead.backlog.disk.empty()
-        self.dead_deleted.clear()
+        states.dead_ended(Event.EMPTY, count)
         return count
 
     @staticmethod
-    async def _take_dead(dead: DeadLetters, n: int) -> list[QueuedMessage]:
+    async def _take(dead: DeadLetters, n: int) -> list[QueuedMessage]:
         """Up to ``n`` of the oldest stored dead letters, waiting for their disk queue to
         read those it holds and has not read ahead yet (a respawn right after they died)."""
         backlog = dead.backlog

@@ -10,6 +10,10 @@ requeued, deferred, or on its way to the dead letters.
 deferred the moment it was published): reading passes over them, and they are not counted as
 unread.
 
+The cursor owns these positions (as Pulsar's ManagedCursor does): others read them, and move
+them only through its methods (``ack``, ``skip``, ``advance_read``, ``hold_ahead``,
+``move_to``, ``take_extra``).
+
 ``extras`` are what a cursor knows of a message beyond its record, for the next start: the
 attempts of messages delivered and not done, the due time of deferred ones. They are written
 with the cursor (``state``) and given back to the channel when it reads those offsets again
@@ -22,7 +26,8 @@ flushes share one write (a group commit).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from collections.abc import Set as AbstractSet
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -36,51 +41,68 @@ if TYPE_CHECKING:
 
 
 class Cursor:
-    __slots__ = ("_flush_lock", "_flushed", "_synced", "acked", "ahead", "changes", "extras",
-                 "journal", "mark_delete", "read")
+    __slots__ = ("_ahead", "_extras", "_flush_lock", "_flushed", "_mark_delete", "_read",
+                 "_synced", "acked", "changes", "journal")
 
     def __init__(self, position: int, journal: CursorJournal | None = None) -> None:
-        self.mark_delete = position
-        self.read = position
+        self._mark_delete = position
+        self._read = position
         self.acked = AckRanges()
-        self.ahead: set[int] = set()
-        self.extras: dict[int, tuple[int, int]] = {}  # offset -> (attempts, due ns)
+        self._ahead: set[int] = set()
+        self._extras: dict[int, tuple[int, int]] = {}  # offset -> (attempts, due ns)
         self.journal = journal  # None: never persisted (ephemeral channels, tests)
         self.changes = 0  # acknowledgements and moves since start
         self._flushed = 0  # ``changes`` when the last persisted state was taken
         self._synced = 0  # ... and fsynced
         self._flush_lock = trio.Lock()
 
+    # -- the positions, read-only: moved by the methods below ----------------------------------
+    @property
+    def mark_delete(self) -> int:
+        return self._mark_delete
+
+    @property
+    def read(self) -> int:
+        return self._read
+
+    @property
+    def ahead(self) -> AbstractSet[int]:
+        return self._ahead
+
+    @property
+    def extras(self) -> Mapping[int, tuple[int, int]]:
+        return self._extras
+
     def restore(self, state: CursorState, start: int) -> None:
         """Take up where a previous run left (``start``: the earliest offset stored; what is
         below it was done with, whatever the journal says)."""
-        self.mark_delete = self.read = max(state.mark_delete, start)
+        self._mark_delete = self._read = max(state.mark_delete, start)
         self.acked.clear()
         for first, end in state.ranges:
-            if end > self.mark_delete:
-                self.acked.add_range(max(first, self.mark_delete), end)
-        self.mark_delete = self.read = self.acked.pop_prefix(self.mark_delete)
-        self.extras = {offset: (attempts, due) for offset, attempts, due in state.extras
-                       if offset >= self.mark_delete and offset not in self.acked}
+            if end > self._mark_delete:
+                self.acked.add_range(max(first, self._mark_delete), end)
+        self._mark_delete = self._read = self.acked.pop_prefix(self._mark_delete)
+        self._extras = {offset: (attempts, due) for offset, attempts, due in state.extras
+                       if offset >= self._mark_delete and offset not in self.acked}
 
     # -- acknowledgements ----------------------------------------------------------------
     def ack(self, offset: int) -> None:
         """``offset`` is done with."""
-        md = self.mark_delete
+        md = self._mark_delete
         if offset == md:
             acked = self.acked
-            md = self.mark_delete = acked.pop_prefix(md + 1) if acked else md + 1
-            if self.read < md:  # a message held ahead of ``read`` (deferred) was the first
-                self.read = md
+            md = self._mark_delete = acked.pop_prefix(md + 1) if acked else md + 1
+            if self._read < md:  # a message held ahead of ``read`` (deferred) was the first
+                self._read = md
         elif offset > md:
             self.acked.add(offset)
-        if self.ahead:
-            self.ahead.discard(offset)
+        if self._ahead:
+            self._ahead.discard(offset)
         self.changes += 1
 
     def ack_many(self, offsets: list[int]) -> None:
         """``ack`` of each (FINs in bulk: in order, mark-delete just moves along)."""
-        md = self.mark_delete
+        md = self._mark_delete
         acked = self.acked
         for offset in offsets:
             if offset == md:
@@ -89,65 +111,77 @@ class Cursor:
                 acked.add(offset)
         if acked:
             md = acked.pop_prefix(md)
-        if self.ahead:
-            self.ahead.difference_update(offsets)
-        self.mark_delete = md
+        if self._ahead:
+            self._ahead.difference_update(offsets)
+        self._mark_delete = md
         self.changes += len(offsets)
 
     def skip(self, start: int, end: int) -> None:
         """Offsets [start, end) are done with without being read (a topic emptied while
         paused; a job deleted before it was reached)."""
-        if end <= self.mark_delete:
+        if end <= self._mark_delete:
             return
-        start = max(start, self.mark_delete)
+        start = max(start, self._mark_delete)
         self.acked.add_range(start, end)
-        if self.ahead:
-            self.ahead = {o for o in self.ahead if not start <= o < end}
-        self.mark_delete = self.acked.pop_prefix(self.mark_delete)
-        if self.read < self.mark_delete:
-            self.read = self.mark_delete
+        if self._ahead:
+            self._ahead = {o for o in self._ahead if not start <= o < end}
+        self._mark_delete = self.acked.pop_prefix(self._mark_delete)
+        if self._read < self._mark_delete:
+            self._read = self._mark_delete
         self.changes += 1
 
     def is_done(self, offset: int) -> bool:
-        return offset < self.mark_delete or offset in self.acked
+        return offset < self._mark_delete or offset in self.acked
 
     def passes(self, offset: int) -> bool:
         """Reading skips ``offset``: done with, or held ahead."""
-        return offset < self.mark_delete or offset in self.acked or offset in self.ahead
+        return offset < self._mark_delete or offset in self.acked or offset in self._ahead
 
     def passed(self, stop: int) -> None:
         """Reading has moved to ``stop``: what was held ahead below it is passed."""
-        if self.ahead:
-            self.ahead = {o for o in self.ahead if o >= stop}
+        if self._ahead:
+            self._ahead = {o for o in self._ahead if o >= stop}
+
+    def advance_read(self, offset: int) -> None:
+        """Reading goes on from ``offset`` (never back: ``move_to`` moves it back). What it
+        passes is not acknowledged: those records were taken, or are dropped (an ephemeral
+        channel past its memory) or skipped (``skip``)."""
+        if offset > self._read:
+            self._read = offset
+
+    def hold_ahead(self, offset: int) -> None:
+        """The channel holds ``offset`` already (deferred the moment it was published, or
+        deferred again at start): reading passes over it."""
+        self._ahead.add(offset)
 
     def move_to(self, offset: int) -> None:
         """Everything before ``offset`` done with, nothing after it (empty, rewind)."""
-        self.mark_delete = self.read = offset
+        self._mark_delete = self._read = offset
         self.acked.clear()
-        self.ahead.clear()
-        self.extras.clear()
+        self._ahead.clear()
+        self._extras.clear()
         self.changes += 1
 
     def unread(self, end: int) -> int:
         """Messages in [read, end) not done with."""
-        read = self.read
+        read = self._read
         if read >= end:
             return 0
         acked = self.acked
-        return end - read - (acked.count_in(read, end) if acked else 0) - len(self.ahead)
+        return end - read - (acked.count_in(read, end) if acked else 0) - len(self._ahead)
 
     def take_extra(self, offset: int) -> tuple[int, int] | None:
-        return self.extras.pop(offset, None) if self.extras else None
+        return self._extras.pop(offset, None) if self._extras else None
 
     # -- persistence ---------------------------------------------------------------------
     def state(self, extras: dict[int, tuple[int, int]] | None = None) -> CursorState:
         """What to persist: the position, the acknowledged ranges, and ``extras`` (the
         channel's, of messages it holds now) with the cursor's own not read back yet."""
-        merged = dict(self.extras)
+        merged = dict(self._extras)
         if extras:
             merged.update(extras)
-        items = sorted((o, a, d) for o, (a, d) in merged.items() if o >= self.mark_delete)
-        return CursorState(self.mark_delete, self.acked.ranges(), tuple(items[:MAX_EXTRAS]))
+        items = sorted((o, a, d) for o, (a, d) in merged.items() if o >= self._mark_delete)
+        return CursorState(self._mark_delete, self.acked.ranges(), tuple(items[:MAX_EXTRAS]))
 
     @property
     def dirty(self) -> int:

@@ -202,14 +202,7 @@ def configure_channel(broker: Broker, channel: Channel, attempts: int | None,
                       dead_expired: bool | None) -> None:
     """A channel's job settings (beyond NSQ), as /channel/create and /channel/update set
     them: saved in nsqd.dat, and applied at the channel's next pump."""
-    changed = False
-    if attempts is not None and channel.max_attempts != attempts:
-        channel.max_attempts = attempts
-        changed = True
-    if dead_expired is not None and channel.dead_letter_expired != dead_expired:
-        channel.dead_letter_expired = dead_expired
-        changed = True
-    if changed:
+    if channel.configure(max_attempts=attempts, dead_letter_expired=dead_expired):
         broker.metadata_changed()
         broker.mark_dirty(channel)  # messages over a new limit go at the next pump
 

@@ -1,5 +1,8 @@
 r"""A message's life in a channel: its states, what moves it, and the verdict on a message
-taken for delivery. The one place that says what happens to a message; ``Channel`` acts.
+taken for delivery. The one place that says what may happen to a message: the channel's
+``MessageStates`` (``channel_state``) applies ``after`` to every change it makes, and an event
+the table does not allow in a state raises ``IllegalTransition`` (a bug, as h11's state
+machine raises on a protocol event out of turn).
 
     publish ---------> WAITING ---- take: DELIVER ------> IN_FLIGHT ---- FIN -----> DONE
                         ^  ^  ^ \                          |  |  |  \
@@ -8,14 +11,21 @@ taken for delivery. The one place that says what happens to a message; ``Channel
                         |  |  +------------ DUE -----+  |  |  +- REQ, TIMEOUT, GONE -> WAITING
                         |  +--- RESPAWN (from DEAD)     |  +- TIMEOUT, no try left -> DEAD
                         |                               |
-      take: EXPIRE -> EXPIRED (dropped) or DEAD      take: DEAD (tries used up) -> DEAD
+      take: EXPIRE -> EXPIRED (dropped), or EXPIRE_KEPT -> DEAD (``dead_letter_expired``)
+      take: EXHAUST (tries used up) -> DEAD;   take: SAMPLED_OUT (a client's sample rate) -> DONE
       (and EXPIRE instead of TIMEOUT or DUE when the expiry came first)
-      DELETE (lmstfy), EMPTY, REWIND past it, GIVE_UP (a puller's dead letter): see the table
+      DELETE (lmstfy), EMPTY, REWIND, GIVE_UP (a puller's dead letter): see the table
 
-A message is WAITING in the log (or requeued), DEFERRED until a due time (a DPUB, a REQ with a
-delay, a delayed job), IN_FLIGHT to one consumer until FIN, REQ or its deadline. DONE,
-EXPIRED and DEAD are ends: the channel's cursor acknowledges the message's offset (a dead
-letter once it is stored in the channel's dead-letter queue).
+A message is WAITING in the log (or requeued, or in the channel's own queue), DEFERRED until
+a due time (a DPUB, a REQ with a delay, a delayed job), IN_FLIGHT to one consumer until FIN,
+REQ or its deadline. DONE and EXPIRED are ends: the channel's cursor acknowledges the
+message's offset. DEAD is a dead letter: the original is acknowledged once the dead letter is
+stored; RESPAWN brings it back to WAITING (through the own queue), DELETE or EMPTY ends it.
+
+The cursor moves over ranges of the log without looking at each message (a channel emptied
+or rewound, a topic emptied while paused, an ephemeral channel past its memory): those are
+whole ranges of WAITING messages becoming DONE (or, rewound, WAITING again), and only the
+messages the channel holds (requeued, deferred, in flight) go through the table one by one.
 """
 
 from __future__ import annotations
@@ -38,7 +48,9 @@ class Event(enum.Enum):
     DELIVER = "deliver"  # a verdict: hand it to a consumer
     DEFER = "defer"  # a verdict: not due yet
     EXPIRE = "expire"  # a verdict: past its expiry
+    EXPIRE_KEPT = "expire, kept as a dead letter"  # EXPIRE on a dead_letter_expired channel
     EXHAUST = "exhaust"  # a verdict: delivered as often as it may be
+    SAMPLED_OUT = "sampled out"  # not drawn by its consumer's sample rate: done with
     FIN = "fin"
     REQ = "req"
     REQ_DELAYED = "req with a delay"
@@ -49,7 +61,8 @@ class Event(enum.Enum):
     GIVE_UP = "consumer gave up"  # an HTTP puller's /message/deadletter
     DUE = "due"
     DELETE = "delete"  # lmstfy's DELETE of a job, wherever it is
-    EMPTY = "empty"  # /channel/empty, /channel/rewind past it
+    EMPTY = "empty"  # /channel/empty, lmstfy's destroy (what waits), the dead letters emptied
+    REWIND = "rewind"  # /channel/rewind: held apart no more, read again from the log
     RESPAWN = "respawn"
 
 
@@ -58,13 +71,18 @@ TRANSITIONS: dict[tuple[State, Event], State] = {
     (State.WAITING, Event.DELIVER): State.IN_FLIGHT,
     (State.WAITING, Event.DEFER): State.DEFERRED,
     (State.WAITING, Event.EXPIRE): State.EXPIRED,
+    (State.WAITING, Event.EXPIRE_KEPT): State.DEAD,
     (State.WAITING, Event.EXHAUST): State.DEAD,
+    (State.WAITING, Event.SAMPLED_OUT): State.DONE,
     (State.WAITING, Event.DELETE): State.DONE,
     (State.WAITING, Event.EMPTY): State.DONE,
+    (State.WAITING, Event.REWIND): State.WAITING,
     (State.DEFERRED, Event.DUE): State.WAITING,
     (State.DEFERRED, Event.EXPIRE): State.EXPIRED,
+    (State.DEFERRED, Event.EXPIRE_KEPT): State.DEAD,
     (State.DEFERRED, Event.DELETE): State.DONE,
     (State.DEFERRED, Event.EMPTY): State.DONE,
+    (State.DEFERRED, Event.REWIND): State.WAITING,
     (State.IN_FLIGHT, Event.FIN): State.DONE,
     (State.IN_FLIGHT, Event.REQ): State.WAITING,
     (State.IN_FLIGHT, Event.REQ_DELAYED): State.DEFERRED,
@@ -72,25 +90,32 @@ TRANSITIONS: dict[tuple[State, Event], State] = {
     (State.IN_FLIGHT, Event.TIMEOUT): State.WAITING,
     (State.IN_FLIGHT, Event.TIMEOUT_EXHAUSTED): State.DEAD,
     (State.IN_FLIGHT, Event.EXPIRE): State.EXPIRED,
+    (State.IN_FLIGHT, Event.EXPIRE_KEPT): State.DEAD,
     (State.IN_FLIGHT, Event.GONE): State.WAITING,
     (State.IN_FLIGHT, Event.GIVE_UP): State.DEAD,
     (State.IN_FLIGHT, Event.DELETE): State.DONE,
     (State.IN_FLIGHT, Event.EMPTY): State.DONE,
     (State.DEAD, Event.RESPAWN): State.WAITING,
     (State.DEAD, Event.DELETE): State.DONE,
+    (State.DEAD, Event.EMPTY): State.DONE,
 }
+
+
+class IllegalTransition(ValueError):
+    """An event the table does not allow in a message's state: a bug in the channel."""
 
 
 def after(state: State, event: Event) -> State:
     """The state ``event`` moves a message in ``state`` to.
 
     Raises:
-        ValueError: the event cannot happen in that state.
+        IllegalTransition: the event cannot happen in that state.
     """
     try:
         return TRANSITIONS[state, event]
     except KeyError:
-        raise ValueError(f"{event.value} cannot happen to a message {state.value}") from None
+        raise IllegalTransition(
+            f"{event.value} cannot happen to a message {state.value}") from None
 
 
 def most_attempts(msg: QueuedMessage, limit: int) -> int:

@@ -186,7 +186,7 @@ class Topic:
     # -- channels ----------------------------------------------------------------------------
     def add_channel(self, channel: Channel) -> None:
         if not self.channels:
-            channel.message_count += max(self.visible_end - channel.cursor.read, 0)
+            channel.counted(max(self.visible_end - channel.cursor.read, 0))
         self.channels[channel.name] = channel
         channel.changed()
 
@@ -219,7 +219,7 @@ class Topic:
             self.log.hold_from(end)
         elif self.paused:
             for channel in self.channels.values():
-                channel.cursor.skip(self.paused_at, end)
+                channel.skip(self.paused_at, end)
             self.paused_at = end
         self.log.poke()
 

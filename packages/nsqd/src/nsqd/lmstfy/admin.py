@@ -175,8 +175,7 @@ class Admin:
         now_ns = clock.wall_ns()
         if channel is not None:
             ready = channel.peek(count, clock.now())
-            delayed = sorted((m for m in channel.deferred if m.due > now_ns),
-                             key=lambda m: m.due)[:count]  # (delayed jobs wait there)
+            delayed = channel.peek_delayed(count, now_ns)  # (delayed jobs are deferred)
             if channel.dead_letter_count:
                 dead = channel.dead_letters.peek(count)
 
@@ -265,8 +264,7 @@ class _JobCollector(Collector):
                 topic = broker.topics.get(names.topic_name(namespace, queue))
                 values = ["default", namespace, queue]
                 sizes.add_metric(values, channel.depth if channel else 0)
-                delayed.add_metric(values, len(channel.deferred) + len(channel.in_flight)
-                                   if channel else 0)
+                delayed.add_metric(values, channel.held_count if channel else 0)
                 dead.add_metric(values, channel.dead_letter_count if channel else 0)
                 published.add_metric(values, topic.message_count if topic else 0)
         yield from (sizes, delayed, dead, published)

@@ -60,7 +60,7 @@ class JobQueues:
         if channel is None:
             channel = broker.get_channel(topic, names.CHANNEL)
             await broker.keep_channel(channel)  # on disk before the job is answered
-        channel.requeue_behind = True  # lmstfy's ready list: back of the queue
+        channel.configure(requeue_behind=True)  # lmstfy's ready list: back of the queue
         if self.state.add_queue(namespace, queue):
             await self.state.save()
         return channel
