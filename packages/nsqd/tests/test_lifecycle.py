@@ -20,7 +20,8 @@ S = 1_000_000_000  # ns
 
 def make_client(cid: int, rdy: int, msg_timeout: float = 60.0) -> Client:
     c = Client(cid, f"127.0.0.1:{1000 + cid}", msg_timeout=msg_timeout, heartbeat_interval=30,
-               output_buffer_size=16384, output_buffer_timeout=0.25, clock=lambda: 0.0)
+               output_buffer_size=16384, output_buffer_timeout=0.25, clock=lambda: 0.0,
+               connect_ts=0)
     c.state = ClientState.SUBSCRIBED
     c.rdy = rdy
     return c

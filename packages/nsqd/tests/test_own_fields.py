@@ -18,8 +18,6 @@ SOURCE = Path(__file__).resolve().parents[1] / "src" / "nsqd"
 
 #: Whole modules still writing into others, each until the change that restructures it.
 MODULES = {
-    # the channel, being rebuilt as one owner of its messages' states and its clients
-    "channel.py", "channel_state.py", "channel_dead.py", "channel_pull.py", "inflight.py",
     # the topic's log and its files, being given their own positions and segment list
     "topiclog.py", "logfiles.py",
     # go-diskqueue's requests, to remain only for Go's files
@@ -28,15 +26,22 @@ MODULES = {
 
 #: (module, function, target) -> why it may write there.
 SITES = {
-    # the channel's settings, fields and counts: its methods come with the channel's rebuild
-    **{("broker.py", "Broker._load", f"channel.{name}"): "channel rebuild"
-       for name in ("paused", "max_attempts", "dead_letter_expired")},
-    ("broker.py", "Broker.get_channel", "channel.default_max_attempts"): "channel rebuild",
-    ("broker.py", "Broker._remove_channel", "channel.deleted"): "channel rebuild",
-    ("http_jobs.py", "configure_channel", "channel.max_attempts"): "channel rebuild",
-    ("http_jobs.py", "configure_channel", "channel.dead_letter_expired"): "channel rebuild",
-    ("lmstfy/queues.py", "JobQueues._open", "channel.requeue_behind"): "channel rebuild",
-    ("topic.py", "Topic.add_channel", "channel.message_count"): "channel rebuild",
+    # a message's state fields (``message.QueuedMessage``, a record with slots, kept lean for
+    # the delivery path): moved only by the one owner of the channel's message states
+    **{("channel_state.py", f"MessageStates.{where}", f"msg.{name}"): "the states' owner"
+       for where, names in (("decoded", ("attempts", "deadline")), ("set_aside", ("deadline",)),
+                            ("published_deferred", ("deadline",)),
+                            ("put_in_flight", ("attempts", "client_id", "delivered", "deadline")),
+                            ("put_back", ("deadline",)), ("touch", ("deadline",)),
+                            ("scan", ("due",)), ("restore_deferred", ("attempts", "deadline")))
+       for name in names},
+    # ... and messages being made: from a record in flight, a copy for a peek, a dead letter
+    # respawned as a new message
+    **{("inflight.py", "delivered_message", f"msg.{name}"): "a message made"
+       for name in ("client_id", "delivered", "deadline")},
+    ("channel_pull.py", "PullDoor._decoded_copy", "msg.attempts"): "a message made",
+    **{("channel_dead.py", "DeadLetterDoor.respawn", f"msg.{name}"): "a message made"
+       for name in ("attempts", "tries", "due", "offset", "expires")},
     # the topic's callbacks given to its log: the log's method comes with its rebuild
     ("topic.py", "Topic.__init__", "log.needed"): "log rebuild",
     ("topic.py", "Topic.__init__", "log.on_readable"): "log rebuild",
@@ -55,6 +60,11 @@ SITES = {
     ("tls.py", "server_context", "ctx.minimum_version"): "ssl.SSLContext",
     ("tls.py", "server_context", "ctx.verify_mode"): "ssl.SSLContext",
     ("tcp.py", "handle_stream", "scope.shield"): "trio.CancelScope",
+    ("replication/coordinator.py", "Coordinator.run", "scope.shield"): "trio.CancelScope",
+    # the cluster view's record of a topic (``replication.view.TopicView``), a plain record
+    # only the view keeps
+    **{("replication/view.py", f"ClusterView.{where}", f"view.{name}"): "a plain record"
+       for where in ("_put", "_delete") for name in ("placement", "state", "leader")},
 }
 
 

@@ -193,19 +193,10 @@ class Channel:
         """Change the settings given (beyond NSQ: an attempt limit, expired messages kept as
         dead letters, lmstfy's ready list); whether one changed. They apply from the next
         pump on."""
-        limits = self.limits
-        before = (limits.max_attempts, limits.default_max_attempts,
-                  limits.dead_letter_expired, limits.requeue_behind)
-        if max_attempts is not None:
-            limits.max_attempts = max_attempts
-        if default_max_attempts is not None:
-            limits.default_max_attempts = default_max_attempts
-        if dead_letter_expired is not None:
-            limits.dead_letter_expired = dead_letter_expired
-        if requeue_behind is not None:
-            limits.requeue_behind = requeue_behind
-        return before != (limits.max_attempts, limits.default_max_attempts,
-                          limits.dead_letter_expired, limits.requeue_behind)
+        return self.limits.update(max_attempts=max_attempts,
+                                  default_max_attempts=default_max_attempts,
+                                  dead_letter_expired=dead_letter_expired,
+                                  requeue_behind=requeue_behind)
 
     # -- the topic -----------------------------------------------------------------------------
     def published(self, count: int, deferred: Sequence[QueuedMessage] = ()) -> None:

@@ -30,18 +30,25 @@ if TYPE_CHECKING:
 
 class Consumer(Protocol):
     """What a channel needs of a subscribed client (``client.Client`` is one; tests use
-    fakes): its id, its RDY window, its counters, a way to send, and a way to drop it."""
+    fakes): its id, its RDY window, its counters (each changed by the client's own method),
+    a way to send, and a way to drop it."""
 
     id: int
-    in_flight: int
-    message_count: int
-    finish_count: int
-    requeue_count: int
     msg_timeout: float
     sample_rate: int
     disconnect: Callable[[], None]
 
     def ready_slots(self) -> int: ...
+
+    def took(self, count: int) -> None: ...
+
+    def finished(self, count: int) -> None: ...
+
+    def requeued(self) -> None: ...
+
+    def timed_out(self, count: int) -> None: ...
+
+    def nothing_in_flight(self) -> None: ...
 
     def send_messages(self, msgs: list[QueuedMessage]) -> None: ...
 
@@ -91,7 +98,7 @@ class Subscribers:
         if self.clients.pop(client.id, None) is None:
             return False
         self.states.owner_gone(client.id)
-        client.in_flight = 0
+        client.nothing_in_flight()
         return True
 
     def disconnect_all(self) -> None:
@@ -103,14 +110,14 @@ class Subscribers:
     def nothing_in_flight(self) -> None:
         """The channel forgot what was in flight (emptied)."""
         for client in self.clients.values():
-            client.in_flight = 0
+            client.nothing_in_flight()
 
     def timed_out(self, msgs: list[QueuedMessage]) -> None:
         """``msgs``' deadlines passed: their clients have a slot free again."""
         for msg in msgs:
             client = self.clients.get(msg.client_id)
             if client is not None:
-                client.in_flight -= 1
+                client.timed_out(1)
 
     # -- delivery ------------------------------------------------------------------------------
     def pump(self, now: float) -> None:
@@ -184,8 +191,7 @@ class Subscribers:
             if not batch:
                 return
         self.states.put_in_flight(batch, client.id, now, now + client.msg_timeout)
-        client.in_flight += len(batch)
-        client.message_count += len(batch)
+        client.took(len(batch))
         client.send_messages(batch)
 
     def _deliver_records(self, client: Consumer, records: Sequence[bytes], first: int,
@@ -197,8 +203,7 @@ class Subscribers:
             return
         self.states.put_records_in_flight(
             records, Delivery(client.id, now, now + client.msg_timeout), first)
-        client.in_flight += len(records)
-        client.message_count += len(records)
+        client.took(len(records))
         client.send_records(records)
 
     # -- answers -------------------------------------------------------------------------------
@@ -214,9 +219,9 @@ class Subscribers:
         return msg
 
     def _take_in_flight(self, client: Consumer, message_id: bytes) -> QueuedMessage:
+        """The message taken out of flight (the caller counts it on the client's side)."""
         msg = self._owned(client, message_id)
         self.states.take_in_flight(msg)
-        client.in_flight -= 1
         self._mark_dirty()  # the client may take another
         return msg
 
@@ -227,7 +232,7 @@ class Subscribers:
             NotInFlight, NotOwner: NSQ's reasons for E_FIN_FAILED.
         """
         msg = self._take_in_flight(client, message_id)
-        client.finish_count += 1
+        client.finished(1)
         self.states.finished(msg)
 
     def finish_many(self, client: Consumer, message_ids: list[bytes]
@@ -243,8 +248,7 @@ class Subscribers:
         """
         done, failed = self.states.finish_owned(message_ids, client.id)
         if done:
-            client.in_flight -= done
-            client.finish_count += done
+            client.finished(done)
             self._mark_dirty()  # the client may take more
         return [(message_id, NotOwner() if owned else NotInFlight())
                 for message_id, owned in failed]
@@ -256,7 +260,7 @@ class Subscribers:
             NotInFlight, NotOwner: NSQ's reasons for E_REQ_FAILED.
         """
         msg = self._take_in_flight(client, message_id)
-        client.requeue_count += 1
+        client.requeued()
         self.states.put_back(msg, delay, now)
 
     def touch(self, client: Consumer, message_id: bytes, now: float) -> None:

@@ -85,6 +85,22 @@ class Limits:
     def attempt_limit(self) -> int:
         return self.max_attempts or self.default_max_attempts
 
+    def update(self, *, max_attempts: int | None, default_max_attempts: int | None,
+               dead_letter_expired: bool | None, requeue_behind: bool | None) -> bool:
+        """Change the settings given (None: as it is); whether one changed."""
+        before = (self.max_attempts, self.default_max_attempts, self.dead_letter_expired,
+                  self.requeue_behind)
+        if max_attempts is not None:
+            self.max_attempts = max_attempts
+        if default_max_attempts is not None:
+            self.default_max_attempts = default_max_attempts
+        if dead_letter_expired is not None:
+            self.dead_letter_expired = dead_letter_expired
+        if requeue_behind is not None:
+            self.requeue_behind = requeue_behind
+        return before != (self.max_attempts, self.default_max_attempts,
+                          self.dead_letter_expired, self.requeue_behind)
+
 
 class MessageStates:
     """A channel's messages, by state, and every move between states."""

@@ -120,6 +120,30 @@ class Client:
         """``count`` messages published to ``topic`` (/stats' ``pub_counts``)."""
         self.pub_counts[topic] = self.pub_counts.get(topic, 0) + count
 
+    # -- in flight, as its channel's delivery counts it ------------------------------------
+    def took(self, count: int) -> None:
+        """``count`` messages delivered to this client, now in flight to it."""
+        self.in_flight += count
+        self.message_count += count
+
+    def finished(self, count: int) -> None:
+        """``count`` of its messages in flight FINished."""
+        self.in_flight -= count
+        self.finish_count += count
+
+    def requeued(self) -> None:
+        """One of its messages in flight REQueued."""
+        self.in_flight -= 1
+        self.requeue_count += 1
+
+    def timed_out(self, count: int) -> None:
+        """``count`` of its messages in flight timed out: as many slots free again."""
+        self.in_flight -= count
+
+    def nothing_in_flight(self) -> None:
+        """Its channel forgot what was in flight to it (it left, or the channel was emptied)."""
+        self.in_flight = 0
+
     # -- readiness -------------------------------------------------------------------------
     def ready_slots(self) -> int:
         """How many more messages this client may take now."""
