@@ -1,8 +1,10 @@
 """A topic's log: every message of the topic once, by offset, newest in memory, older ones in
 segment files (docs/design/storage.md).
 
-Offsets. ``append`` gives records the next offsets; ``end`` is the next offset to be given,
-``start`` the first still stored. Readers (the topic's channels, ``/topic/read``) ask for
+Offsets. ``append`` gives records the next offsets (a leader's append); ``append_at`` stores
+them at the offsets it is given, at or past the end, gaps kept (a follower's append of its
+leader's batches, Kafka's appendAsFollower; an overlap is refused). ``end`` is the next offset
+to be given, ``start`` the first still stored. Readers (the topic's channels, ``/topic/read``) ask for
 records from an offset and get *runs* (``runs.Run``): the records are shared, never copied per
 reader.
 
@@ -31,8 +33,9 @@ due) under one ``trio.Lock``; every other method is synchronous on the Trio thre
 ``detach`` (the topic deleted) takes it to rename the directory aside, so that no file is
 made again under the old name (``deletion``).
 
-Errors: ``DiskQueueError`` (nsqd.errors) from ``append`` when the write failed, ``close`` and
-``delete`` when they could not finish; read-side problems are logged, never raised.
+Errors: ``LogError`` (nsqd.errors) from ``append`` and ``append_at`` when the write failed
+(``LogClosed``: the log is closed; ``OffsetOverlap``: ``append_at`` below the end), ``close``
+and ``delete`` when they could not finish; read-side problems are logged, never raised.
 """
 
 from __future__ import annotations
@@ -47,8 +50,9 @@ from typing import TYPE_CHECKING, TypeVar
 import trio
 
 from .deletion import holding
-from .errors import DiskQueueClosed, DiskQueueError
-from .logfiles import LogFiles
+from .errors import LogClosed, LogError, OffsetOverlap
+from .logfiles import MAX_OFFSET, LogFiles
+from .record import is_plain
 from .runs import Run, RunStore
 
 if TYPE_CHECKING:
@@ -71,14 +75,15 @@ _INLINE_WRITE_BYTES = 256 << 10
 
 
 class _Append:
-    __slots__ = ("done", "error", "first", "plain", "records")
+    __slots__ = ("at", "done", "error", "first", "plain", "records")
 
-    def __init__(self, records: Sequence[bytes], plain: bool) -> None:
+    def __init__(self, records: Sequence[bytes], plain: bool, at: int | None) -> None:
         self.records = records
         self.plain = plain
+        self.at = at  # the offset asked for (a follower's append), None: the log's end
         self.first = -1
         self.done = False
-        self.error: DiskQueueError | None = None
+        self.error: LogError | None = None
 
 
 def _all_needed() -> int:
@@ -214,10 +219,11 @@ class TopicLog:
 
     # -- writing -----------------------------------------------------------------------------
     async def append(self, records: Sequence[bytes], *, plain: bool) -> int:
-        """Store ``records`` (``plain``: all of them plain records); the offset of the first.
+        """Store ``records`` at the log's end (``plain``: all of them plain records); the
+        offset of the first (a leader's append: the log gives the offsets).
 
         Raises:
-            DiskQueueError: they could not be written; none of them is stored.
+            LogError: they could not be written; none of them is stored.
         """
         n = len(records)
         if (not self._appends and not self._committing
@@ -228,12 +234,46 @@ class TopicLog:
             self._end = first + n
             self._unwritten += n
             return first
-        return await self._append_written(records, plain)
+        return await self._append_written(records, plain, None)
 
-    async def _append_written(self, records: Sequence[bytes], plain: bool) -> int:
+    async def append_at(self, first: int, records: Sequence[bytes], *,
+                        plain: bool | None = None) -> None:
+        """Store ``records`` at offsets ``first``, ``first + 1``... as given (a follower's
+        append: the offsets are the leader's). ``first`` may be past the end: the offsets
+        between hold no message (a gap, passed over by every reader, kept across restarts).
+        Stored, written and made durable as ``append``'s, in the order of the calls: a
+        leader's ``append`` after it goes on from its last offset. ``plain``: all of them
+        plain records (None: looked at).
+
+        Raises:
+            OffsetOverlap: ``first`` is below the log's end (what the log holds or has given,
+                an earlier append's included); nothing is stored.
+            LogError: they could not be written; none of them is stored.
+            ValueError: an offset past ``MAX_OFFSET``.
+        """
+        n = len(records)
+        if first < 0 or first + n > MAX_OFFSET:
+            raise ValueError(f"offsets {first}-{first + n} out of range 0-{MAX_OFFSET}")
+        if first < self._end:
+            raise _overlap(first, n, self._end)
+        if not n:
+            return
+        if plain is None:
+            plain = all(map(is_plain, records))
+        if (not self._appends and not self._committing
+                and self._unwritten + n <= self.mem_queue_size and not self._closed
+                and first + n <= self._reserved):
+            self._tail.append(first, records, plain)
+            self._end = first + n
+            self._unwritten += n
+            return
+        await self._append_written(records, plain, first)
+
+    async def _append_written(self, records: Sequence[bytes], plain: bool, at: int | None
+                              ) -> int:
         if self._closed:
-            raise DiskQueueClosed
-        request = _Append(records, plain)
+            raise LogClosed
+        request = _Append(records, plain, at)
         self._appends.append(request)
         try:
             async with self._io_lock:
@@ -259,52 +299,68 @@ class TopicLog:
                 request.done = True
 
     @staticmethod
-    def _refuse_closed(group: list[_Append]) -> None:
-        """The log was closed or set aside (its topic deleted: its directory renamed under a
-        write, say) before the group was stored: nsqd's EXITING, not a disk failure."""
+    def _refuse(group: list[_Append], error: LogError) -> None:
         for request in group:
-            request.error = DiskQueueClosed()
+            request.error = error
+
+    def _place(self, group: list[_Append]) -> tuple[list[_Append], int]:
+        """The offsets of each append of the group, in order (``first``); those a
+        follower's append asks for below the end before it are refused (``OffsetOverlap``).
+        The appends placed, and the end after them."""
+        end = self._end
+        placed = []
+        for request in group:
+            if request.at is None:
+                request.first = end
+            elif request.at < end:
+                request.error = _overlap(request.at, len(request.records), end)
+                continue
+            else:
+                request.first = request.at
+            end = request.first + len(request.records)
+            placed.append(request)
+        return placed, end
 
     async def _commit_group(self, group: list[_Append]) -> None:
-        if self._closed:
-            self._refuse_closed(group)
+        if self._closed:  # closed or set aside (its topic deleted): nsqd's EXITING
+            self._refuse(group, LogClosed())
             return
-        total = sum(len(r.records) for r in group)
-        if self._end + total > self._reserved:
+        group, end = self._place(group)
+        if not group:
+            return
+        if end > self._reserved:
             try:
-                await self._reserve(self._end + total + RESERVE)
-            except (OSError, DiskQueueClosed) as exc:
+                await self._reserve(end + RESERVE)
+            except (OSError, LogClosed) as exc:
                 if self._closed:
-                    self._refuse_closed(group)
+                    self._refuse(group, LogClosed())
                     return
                 assert isinstance(exc, OSError)
                 self.healthy = False
                 self.write_errors += 1
                 self.log.error("LOG(%s): failed to reserve offsets - %s", self.name, exc)
-                error = DiskQueueError(f"failed to reserve offsets - {exc}")
-                for request in group:
-                    request.error = error
+                self._refuse(group, LogError(f"failed to reserve offsets - {exc}"))
                 return
         self._skip_unneeded()
+        total = sum(len(r.records) for r in group)
         over = self._unwritten + total - self.mem_queue_size
         if self.directory is None:
-            self._visible(group)
+            self._visible(group, end)
             if over > 0:  # memory only: what does not fit is dropped, as in NSQ
-                self.dropped += self._tail.drop_before(self._tail.start + over)
+                self.dropped += self._tail.drop_first(over)
                 self._unwritten = self._tail.count
             return
         old = min(max(over, 0), self._unwritten)
         new = max(over, 0) - old
         runs: list[tuple[int, Sequence[bytes]]] = []
-        if old:
-            runs += self._tail.runs_between(self._written_end, self._written_end + old)
-        first = self._end
+        if old:  # the oldest unwritten records of the tail, gaps or not
+            runs += [(first, records) for first, records, _
+                     in self._tail.read(self._written_end, old)]
         if new:
             for request in group:
                 part = request.records[:new]
                 if part:
-                    runs.append((first, part))
-                first += len(part)
+                    runs.append((request.first, part))
                 new -= len(part)
                 if not new:
                     break
@@ -313,14 +369,12 @@ class TopicLog:
                 await self._write(runs)
             except OSError as exc:
                 if self._closed:
-                    self._refuse_closed(group)
+                    self._refuse(group, LogClosed())
                     return
                 self.healthy = False
                 self.write_errors += 1
                 self.log.error("LOG(%s): failed to write - %s", self.name, exc)
-                error = DiskQueueError(f"failed to write messages - {exc}")
-                for request in group:
-                    request.error = error
+                self._refuse(group, LogError(f"failed to write messages - {exc}"))
                 if exc.errno == errno.ENOSPC:
                     self._wake.set()  # see what can be removed
                 return
@@ -328,20 +382,19 @@ class TopicLog:
             written = sum(len(r) for _, r in runs)
             self._written_end = runs[-1][0] + len(runs[-1][1])
             self._unwritten -= old
-            self._visible(group, written_new=written - old)
+            self._visible(group, end, written_new=written - old)
         else:
-            self._visible(group)
+            self._visible(group, end)
 
-    def _visible(self, group: list[_Append], written_new: int = 0) -> None:
-        """The group's records into the tail, in order (the first ``written_new`` of them
-        already on disk)."""
-        first = self._end
+    def _visible(self, group: list[_Append], end: int, written_new: int = 0) -> None:
+        """The group's records into the tail at their offsets, in order (the first
+        ``written_new`` of them already on disk); the end moves to ``end``."""
+        added = 0
         for request in group:
-            request.first = first
-            self._tail.append(first, request.records, request.plain)
-            first += len(request.records)
-        self._unwritten += first - self._end - written_new
-        self._end = first
+            self._tail.append(request.first, request.records, request.plain)
+            added += len(request.records)
+        self._unwritten += added - written_new
+        self._end = end
 
     def _skip_unneeded(self) -> None:
         """Unwritten records every durable cursor has passed are never written (unless the
@@ -350,8 +403,7 @@ class TopicLog:
             return
         needed = min(self.needed(), self._end)
         if needed > self._written_end:
-            skipped = min(needed - self._written_end, self._unwritten)
-            self._unwritten -= skipped
+            self._unwritten -= self._tail.count_between(self._written_end, needed)
             self._written_end = needed
             self._tail.drop_before(needed)
 
@@ -533,14 +585,14 @@ class TopicLog:
                 await self._in_thread(self._save_hold_blocking, max(self._reserved, self._end),
                                       hold)
                 self._hold_saved = hold
-            except DiskQueueClosed:
+            except LogClosed:
                 pass
             except OSError as exc:
                 self.log.error("LOG(%s): failed to write the offsets file - %s", self.name, exc)
 
     def _save_hold_blocking(self, next_offset: int, hold: int) -> None:
         if self._closed:  # (``busy`` held: checked before a detach, or after it)
-            raise DiskQueueClosed
+            raise LogClosed
         self._files.write_offsets(next_offset, hold)
 
     def _removable(self, segment: Segment, needed: int, retained_bytes: int) -> bool:
@@ -630,7 +682,7 @@ class TopicLog:
         """Write what some cursor or the retention still needs, fsync, close the files.
 
         Raises:
-            DiskQueueError: the memory tail could not be written (its messages are lost, as a
+            LogError: the memory tail could not be written (its messages are lost, as a
                 memory queue's are when nsqd cannot save them).
         """
         if self._closed:
@@ -651,12 +703,12 @@ class TopicLog:
                         self._written_end = self._end
                         self._unwritten = 0
                     except OSError as exc:
-                        error = DiskQueueError(f"failed to write messages at close - {exc}")
+                        error = LogError(f"failed to write messages at close - {exc}")
                 elif self._ops_since_sync and self._files.segments:
                     try:
                         await self._in_thread(self._files.sync)
                     except OSError as exc:
-                        error = DiskQueueError(f"failed to sync at close - {exc}")
+                        error = LogError(f"failed to sync at close - {exc}")
                 await self._in_thread(self._files.close)
                 if ((self._reserved > self._end or self.hold != self._hold_saved)
                         and self.directory.is_dir()):
@@ -686,7 +738,7 @@ class TopicLog:
         with trio.CancelScope(shield=True):
             async with self._io_lock:
                 for request in self._appends:
-                    request.error, request.done = DiskQueueClosed(), True
+                    request.error, request.done = LogClosed(), True
                 self._appends.clear()
                 self._tail.clear()
                 self._cache.clear()
@@ -698,6 +750,11 @@ class TopicLog:
         with trio.CancelScope(shield=True):
             result = await trio.to_thread.run_sync(holding, self._files.busy, fn, *args)
         return result
+
+
+def _overlap(first: int, n: int, end: int) -> OffsetOverlap:
+    return OffsetOverlap(f"offsets {first}-{first + n - 1 if n else first} overlap the log, "
+                         f"whose end is {end}")
 
 
 def _contiguous(runs: list[Run]) -> list[Run]:
