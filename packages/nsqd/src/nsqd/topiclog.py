@@ -618,7 +618,7 @@ class TopicLog:
             try:  # (in ``segments`` until removed: a ``detach`` meanwhile moves their paths)
                 await self._in_thread(self._files.remove, gone)
             finally:
-                del self._files.segments[:len(gone)]
+                self._files.drop_removed(gone)
             self.log.info("LOG(%s): removed %d segment(s) up to offset %d", self.name,
                           len(gone), gone[-1].end)
         if self._files.segments and not self._files.segments[:-1]:
@@ -742,7 +742,7 @@ class TopicLog:
                 self._appends.clear()
                 self._tail.clear()
                 self._cache.clear()
-                segments, self._files.segments = self._files.segments, []
+                segments = self._files.take_segments()
                 await self._in_thread(self._files.delete, segments)
 
     async def _in_thread(self, fn: Callable[..., T], *args: object) -> T:
