@@ -15,8 +15,9 @@ answered. Records every durable cursor has passed (``needed``) before they were 
 dropped instead, unless the topic has a retention. Written records stay in the tail as a cache
 for a while (``TAIL_CACHE_BYTES``): a consume right after a publish reads memory even with
 ``--mem-queue-size=0``. Older records are read from the segments by the background task into
-``_cache``, one read for every reader near the same offset; a reader that asks for records
-not in memory is answered ``None`` and woken (``on_readable``) when they are in.
+the read cache (``readcache``), one read for every reader near the same offset; a reader that
+asks for records not in memory is answered ``None`` and woken (``on_readable``) when they are
+in.
 
 Order. Appends that must write go through ``_commit`` one group at a time under the I/O lock
 (a group commit: every append waiting when a write starts is written by it, with one fsync
@@ -52,6 +53,7 @@ import trio
 from .deletion import holding
 from .errors import LogClosed, LogError, OffsetOverlap
 from .logfiles import MAX_OFFSET, LogFiles
+from .readcache import READ_BYTES, ReadCache
 from .record import is_plain
 from .runs import Run, RunStore
 
@@ -63,9 +65,6 @@ T = TypeVar("T")
 
 #: Written records kept in memory as a cache (bytes).
 TAIL_CACHE_BYTES = 16 << 20
-#: Records read from disk and kept for the readers (bytes), and one read's size.
-READ_CACHE_BYTES = 8 << 20
-READ_BYTES = 1 << 20
 #: Offsets are reserved this many at a time in the log's ``offsets`` file before they are
 #: given, so that no offset is given twice even when a crash loses the memory tail: the next
 #: start begins past the last reservation (a gap, never a reuse).
@@ -109,8 +108,7 @@ class TopicLog:
         self.retention_ns = 0  # keep segments this long past every cursor (0: not at all)
         self.retention_bytes = 0  # or the newest segments within this size
         self._tail = RunStore()
-        self._cache = RunStore()
-        self._skips: dict[int, int] = {}  # disk reads that found a gap: offset -> next one
+        self._cache = ReadCache()  # records read from the segments, for the readers
         self._files = LogFiles(name, directory, self.log)  # (directory None: memory only)
         self._end = 0
         #: Offsets given before the last start that no message has (a crash lost them).
@@ -122,7 +120,6 @@ class TopicLog:
         self._appends: deque[_Append] = deque()
         self._committing = False
         self._io_lock = trio.Lock()
-        self._wanted: set[int] = set()
         self._wake = trio.Event()
         self._tidy_now = False  # poked: remove what nobody needs without waiting for the tick
         self._ops_since_sync = 0
@@ -447,24 +444,15 @@ class TopicLog:
             offset = start
             if tail and offset >= tail.start:
                 return tail.read(offset, n)
-        offset = self._skips.get(offset, offset)
+        offset = self._cache.skip(offset)
         if offset >= self._end:
             return []
         if tail and offset >= tail.start:
             return tail.read(offset, n)
-        cache = self._cache
-        if cache.covers(offset):
-            runs = _contiguous(cache.read(offset, n))
-            got = sum(len(r) for _, r, _ in runs)
-            if got < n and tail and runs:  # the cache reaches the tail: go on there
-                last, records, _ = runs[-1]
-                if last + len(records) >= tail.start:
-                    runs += tail.read(last + len(records), n - got)
-            return runs
-        if offset not in self._wanted:
-            self._wanted.add(offset)
+        runs = self._cache.lookup(offset, n, tail)
+        if runs is None and self._cache.want(offset):
             self._wake.set()
-        return None
+        return runs
 
     async def fetch(self, offset: int) -> None:
         """Have the records from ``offset`` in memory (read from disk now if they are not),
@@ -479,7 +467,7 @@ class TopicLog:
         runs = self.read(offset, n)
         if runs is not None:
             return runs
-        self._wanted.discard(offset)
+        self._cache.unwant(offset)
         async with self._io_lock:
             found = await self._in_thread(self._files.read, offset, max_bytes)
         out: list[Run] = []
@@ -516,7 +504,7 @@ class TopicLog:
                 tick = self.clock.now() + self.sync_timeout
                 async with self._io_lock:
                     await self._tidy(sync=True)
-            if self._wanted:
+            if self._cache.wanted:
                 async with self._io_lock:
                     await self._read_wanted()
                 continue
@@ -540,29 +528,11 @@ class TopicLog:
             await self._tidy(sync=False)
 
     async def _read_wanted(self) -> None:
-        wanted = sorted(self._wanted)
-        self._wanted.clear()
-        got = False
-        fresh: set[int] = set()  # runs read now: kept, or the reader that asked never gets them
-        for offset in wanted:
-            if self._cache.covers(offset) or offset >= self.memory_start:
-                got = True
-                continue
-            found = await self._in_thread(self._files.read, offset, READ_BYTES)
-            if found and found[0][0] > offset:
-                self._skips[offset] = found[0][0]
-            elif not found:
-                self._skips[offset] = self.memory_start
-            for first, records in found:
-                self._cache.insert(first, records, False)
-                fresh.add(first)
-            got = True
-        while self._cache.bytes > READ_CACHE_BYTES and self._cache.drop_oldest_run(fresh):
-            pass
-        if len(self._skips) > 1024:
-            self._skips.clear()
-        if got:
+        if await self._cache.fill(self._read_disk, self.memory_start):
             self.on_readable()
+
+    async def _read_disk(self, offset: int, max_bytes: int) -> list[tuple[int, list[bytes]]]:
+        return await self._in_thread(self._files.read, offset, max_bytes)
 
     async def _tidy(self, *, sync: bool) -> None:
         """Lock held: the periodic fsync, then segments and memory nobody needs."""
@@ -644,7 +614,6 @@ class TopicLog:
                 break
         self._tail.drop_before(below)
         self._cache.drop_before(below)
-        self._skips.clear()
 
     def _trim_memory(self) -> None:
         """Drop from memory what nobody needs (and, written, what is past the cache size)."""
@@ -755,13 +724,3 @@ class TopicLog:
 def _overlap(first: int, n: int, end: int) -> OffsetOverlap:
     return OffsetOverlap(f"offsets {first}-{first + n - 1 if n else first} overlap the log, "
                          f"whose end is {end}")
-
-
-def _contiguous(runs: list[Run]) -> list[Run]:
-    """``runs`` up to the first gap: between two runs of the read cache are records not read
-    yet (or never stored: the disk read that follows says which), never to be passed over."""
-    for i in range(1, len(runs)):
-        first, records, _ = runs[i - 1]
-        if runs[i][0] != first + len(records):
-            return runs[:i]
-    return runs
