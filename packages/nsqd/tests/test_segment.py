@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from nsqd.errors import DiskQueueError, NsqdError
-from nsqd.segment import BATCH_HEAD, MAGIC, Run, Segment, SegmentError
+from nsqd.errors import LogError, NsqdError
+from nsqd.segment import BATCH_HEAD, MAGIC, DiskRun, Segment, SegmentError
 
 LOG = logging.getLogger("test_segment")
 T0 = 1_700_000_000_000_000_000  # ns
@@ -40,7 +40,7 @@ def rec(offset: int, ts: int | None = None, pad: bytes = b"") -> bytes:
 PAD = b"p" * 200  # the records of the killed writer: long enough that writing takes a while
 
 
-def run(first: int, n: int) -> Run:
+def run(first: int, n: int) -> DiskRun:
     return (first, [rec(o) for o in range(first, first + n)])
 
 
@@ -61,11 +61,11 @@ def everything(seg: Segment, step: int = 300) -> dict[int, bytes]:
 
 def index_state(seg: Segment) -> tuple[Any, ...]:
     return (seg.base, seg.size, seg.end, seg.count, seg.max_timestamp, seg.batches,
-            list(seg._ends), list(seg._positions), list(seg._maxes))
+            list(seg._index.ends), list(seg._index.positions), list(seg._index.maxes))
 
 
 def batch_positions(seg: Segment) -> list[int]:
-    return [*seg._positions, seg.size]
+    return [*seg._index.positions, seg.size]
 
 
 def open_segment(path: Path, *, active: bool) -> Segment:
@@ -305,7 +305,7 @@ def test_reads_match_what_was_appended(appends: list[list[tuple[int, list[bytes]
         model: dict[int, bytes] = {}
         offset = 5
         for batches in appends:
-            runs: list[Run] = []
+            runs: list[DiskRun] = []
             for gap, records in batches:
                 offset += gap
                 runs.append((offset, records))
@@ -558,7 +558,7 @@ def test_torn_magic(tmp_path: Path) -> None:
 
 
 def test_segment_error_is_in_nsqds_error_tree() -> None:
-    assert issubclass(SegmentError, DiskQueueError) and issubclass(SegmentError, NsqdError)
+    assert issubclass(SegmentError, LogError) and issubclass(SegmentError, NsqdError)
 
 
 def flip_byte(path: Path, position: int) -> None:
@@ -733,7 +733,7 @@ def test_append_on_a_full_disk(tiny_fs: Any, caplog: pytest.LogCaptureFixture) -
     spare = tiny_fs.path / "spare"
     spare.write_bytes(b"s" * 200_000)  # deleted later to make room
     seg = Segment.create(tiny_fs.path, 0, logger=LOG)
-    acked: list[Run] = []
+    acked: list[DiskRun] = []
     offset = 0
     sizes = iter([1, 3, 200, 17, 2500] * 1000)
     with pytest.raises(OSError) as failed:

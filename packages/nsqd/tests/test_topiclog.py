@@ -6,8 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from nsqd.clock import FixedClock
+from nsqd.readcache import READ_CACHE_BYTES
 from nsqd.record import new_records
-from nsqd.topiclog import READ_CACHE_BYTES, TopicLog
+from nsqd.topiclog import TopicLog
 
 BODY = 1000
 COUNT = (READ_CACHE_BYTES * 5 // 4) // BODY  # more than the read cache holds

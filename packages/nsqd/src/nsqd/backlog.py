@@ -23,7 +23,7 @@ import trio
 
 from .diskqueue import DiskQueue, Pos
 from .message import QueuedMessage
-from .record import decode_records, encode_records
+from .record import decode_records, encode_records, record_id
 
 
 class Backlog:
@@ -86,7 +86,7 @@ class Backlog:
         if self.disk is not None and len(out) < n:
             read = self.disk.pop_with_positions(n - len(out))
             for record, pos in read:
-                message_id = record[10:26]
+                message_id = record_id(record)
                 self._unacked.append((message_id, pos))
                 self._pending.add(message_id)
             if read:

@@ -52,7 +52,7 @@ from .lookup import Lookup
 from .message import QueuedMessage
 from .options import Options, Settings
 from .pump import Pump
-from .record import MAX_EXTENSION, Records, new_records
+from .record import HEADER_SIZE, MAX_EXTENSION, Records, new_records
 from .statsd import run_statsd
 from .tls import server_context, tls_required
 from .topic import Topic
@@ -247,7 +247,8 @@ class Broker:
         """A private queue's disk queue (a channel's own queue, its dead letters)."""
         o = self.opts
         return DiskQueue(name, o.data_path or ".", max_bytes_per_file=o.max_bytes_per_file,
-                         min_msg_size=26, max_msg_size=o.max_msg_size + 26 + MAX_EXTENSION,
+                         min_msg_size=HEADER_SIZE,
+                         max_msg_size=o.max_msg_size + HEADER_SIZE + MAX_EXTENSION,
                          sync_every=o.sync_every, sync_timeout=o.sync_timeout, logger=log,
                          explicit_commit=True)
 

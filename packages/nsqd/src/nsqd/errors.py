@@ -4,21 +4,25 @@
 
     NsqdError                  an error of nsqd's own making (anything else is a bug)
     ├── Exiting                nsqd is shutting down: nothing more is accepted
-    ├── StoreFailed            messages could not be stored (the disk queue's error, chained);
+    ├── StoreFailed            messages could not be stored (the log's error, chained);
     │                          nsqd reports itself unhealthy until a store succeeds again
     ├── SubscribeRefused       SUB refused: too many consumers on the channel
     ├── InFlightError          FIN/REQ/TOUCH of a message this client cannot answer
     │   ├── NotInFlight        no message with that id is in flight
     │   └── NotOwner           it is in flight to another client
-    ├── DiskQueueError         a disk queue's put/empty/close/delete failed
-    │   ├── DiskQueueClosed    ... because the queue is closed (nsqd is exiting)
+    ├── LogError               a topic log's append/close/delete failed (and a go-diskqueue's
+    │   │                      put/empty/close/delete: ``DiskQueueError`` is this class)
+    │   ├── LogClosed          ... because the log is closed (nsqd is exiting, the topic
+    │   │                      deleted); ``DiskQueueClosed`` is this class
+    │   ├── OffsetOverlap      a follower's append (``TopicLog.append_at``) at offsets the log
+    │   │                      holds or has given already
     │   └── SegmentError       a segment of a topic's log is damaged (a wrong magic, a bad
     │                          crc in a batch read, damage inside a closed segment)
     ├── AuthError              the auth servers could not be asked, or answered nonsense
     ├── StartError             nsqd cannot start (a port taken, the data path locked, ...)
     └── ExportError            --export-go-data-path cannot be made (a directory not empty, ...)
 
-The broker, channels, disk queues and auth raise these; each boundary translates them once
+The broker, channels, logs, disk queues and auth raise these; each boundary translates them once
 and only there:
 
 - TCP (``protocol.py``): ``ProtocolError`` with NSQ's code and text, e.g. ``E_PUB_FAILED PUB
@@ -45,9 +49,12 @@ __all__ = [
     "DiskQueueError",
     "Exiting",
     "InFlightError",
+    "LogClosed",
+    "LogError",
     "NotInFlight",
     "NotOwner",
     "NsqdError",
+    "OffsetOverlap",
     "SegmentError",
     "StartError",
     "StoreFailed",
@@ -67,7 +74,7 @@ class Exiting(NsqdError):
 
 
 class StoreFailed(NsqdError):
-    """Messages could not be stored; the disk queue's error is the cause (``__cause__``)."""
+    """Messages could not be stored; the log's (or disk queue's) error is the cause (``__cause__``)."""
 
 
 class SubscribeRefused(NsqdError):
@@ -88,18 +95,30 @@ class NotOwner(InFlightError):
         super().__init__("client does not own message")
 
 
-class DiskQueueError(NsqdError):
-    """A put/empty/close/delete that failed (I/O error, bad size, queue closed)."""
+class LogError(NsqdError):
+    """A log's append/close/delete that failed (an I/O error, the log closed), or a
+    go-diskqueue's put/empty/close/delete (a bad size too)."""
 
 
-class DiskQueueClosed(DiskQueueError):
-    """The disk queue is closed: nsqd is exiting."""
+class LogClosed(LogError):
+    """The log (or go-diskqueue) is closed: nsqd is exiting, or its topic was deleted."""
 
     def __init__(self) -> None:
         super().__init__("exiting")
 
 
-class SegmentError(DiskQueueError):
+#: The names the go-diskqueue code (``diskqueue``: Go's data directory, the channels' own
+#: queues and dead letters) and its callers use: the same classes.
+DiskQueueError = LogError
+DiskQueueClosed = LogClosed
+
+
+class OffsetOverlap(LogError):
+    """An append at given offsets (a follower's: ``TopicLog.append_at``) that overlaps what
+    the log holds or has given: nothing of it is stored. The text names both."""
+
+
+class SegmentError(LogError):
     """A segment of a topic's log (``nsqd.segment``) is damaged; the text names the file and
     the position. Raised by opening or reading it; the caller decides what to do with it."""
 

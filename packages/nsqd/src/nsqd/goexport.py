@@ -48,8 +48,9 @@ from .clock import Clock, SystemClock
 from .cursor import Cursor
 from .diskfiles import DiskFiles
 from .errors import ExportError, NsqdError
+from .readcache import READ_BYTES
 from .record import HEADER_SIZE, decode_record, is_plain
-from .topiclog import READ_BYTES, TopicLog
+from .topiclog import TopicLog
 
 if TYPE_CHECKING:
     from .metadata import TopicMeta

@@ -8,8 +8,9 @@ expiry, a job's fields: ``nsqd.record`` reads them) and, at shutdown, its deferr
 beside a queue with their due times (``<queue>.deferred.dat``, ``gofiles.read_deferred``).
 For each topic of ``nsqd.dat`` that has such files:
 
-- its queue and deferred file are appended to its log, from offset ``first`` (the log's end)
-  to ``end``: every channel then gets them, as Go's topic pump would have delivered them;
+- its queue and deferred file are appended to its log at offsets ``first`` (the log's end,
+  or past it: what nsqd.dat and the cursors say was given) to ``end`` (``TopicLog.append_at``):
+  every channel then gets them, as Go's topic pump would have delivered them;
 - each channel's queue and deferred file go into that channel's own queue
   (``<topic>:<channel>#own``), attempts kept; deferred messages keep what is left of their
   delay (their due time is written in the record);
@@ -62,7 +63,6 @@ from .record import (
     MAX_EXTENSION,
     decode_record,
     encode_record,
-    is_plain,
     record_id,
 )
 from .topiclog import TopicLog
@@ -233,7 +233,6 @@ class _Importer:
         topic_log = self._open_log(meta.name, directory)
         first = max(topic_log.end, meta.next_offset,
                     *await trio.to_thread.run_sync(_cursor_positions, directory, meta))
-        topic_log.resume_at(first)
         own_before = {channel: await trio.to_thread.run_sync(
             _queue_positions, self.data, _own_name(meta.name, channel))
             for channel in plan.channels}
@@ -244,12 +243,13 @@ class _Importer:
         }
         await trio.to_thread.run_sync(self._write_marker, doc)
         in_log = _Ids()
+        end = first
         try:
             if plan.topic_queue:
-                count, deferred = await self._append_to_log(topic_log, meta.name, in_log)
+                end, deferred = await self._append_to_log(topic_log, meta.name, first, in_log)
                 self.log.info("GOIMPORT: TOPIC(%s): %d messages (%d deferred) from %s.diskqueue "
-                              "into its log, offsets %d-%d", meta.name, count, deferred,
-                              meta.name, first, topic_log.end)
+                              "into its log, offsets %d-%d", meta.name, end - first, deferred,
+                              meta.name, first, end)
         finally:
             await topic_log.close()
         twice: dict[str, list[int]] = {}
@@ -259,7 +259,7 @@ class _Importer:
             self.log.info("GOIMPORT: CHANNEL(%s:%s): %d messages (%d deferred) from "
                           "%s.diskqueue into its own queue", meta.name, channel, count,
                           deferred, gofiles.queue_name(meta.name, channel))
-        updated = _metadata_after(meta, first, topic_log.end)
+        updated = _metadata_after(meta, first, end)
         topics[index] = updated
         await trio.to_thread.run_sync(self._positions_after, directory, updated, first, twice,
                                       topics)
@@ -276,28 +276,27 @@ class _Importer:
                         sync_every=1 << 62, sync_timeout=o.sync_timeout, clock=self.clock,
                         logger=self.log)
 
-    async def _append_to_log(self, topic_log: TopicLog, topic: str, in_log: _Ids
+    async def _append_to_log(self, topic_log: TopicLog, topic: str, first: int, in_log: _Ids
                              ) -> tuple[int, int]:
-        """The topic's queue and deferred file into its log; ``in_log``: the offset of each
-        id appended (``_Ids``). How many, and how many deferred."""
-        count = 0
+        """The topic's queue and deferred file into its log at offsets from ``first`` (past
+        its end: the offsets between are a gap); ``in_log``: the offset of each id appended
+        (``_Ids``). The offset after the last, and how many were deferred."""
+        at = first
 
         async def append(batch: list[bytes]) -> None:
-            nonlocal count
+            nonlocal at
             batch = [gofiles.checked_record(record) for record in batch]
-            offset = await topic_log.append(batch, plain=all(map(is_plain, batch)))
+            await topic_log.append_at(at, batch)
             for record in batch:
-                in_log.add(record_id(record), offset)
-                offset += 1
-            count += len(batch)
+                in_log.add(record_id(record), at)
+                at += 1
 
         await gofiles.each_batch(self.data, gofiles.queue_name(topic), self.log, append)
         deferred = await trio.to_thread.run_sync(
             _deferred_records, gofiles.deferred_path(self.data, topic), self.clock.wall_ns(),
             self.log)
-        if deferred:
-            await topic_log.append(deferred, plain=all(map(is_plain, deferred)))
-        return count + len(deferred), len(deferred)
+        await topic_log.append_at(at, deferred)
+        return at + len(deferred), len(deferred)
 
     async def _put_in_own_queue(self, topic: str, channel: str, in_log: _Ids
                                 ) -> tuple[int, int, list[int]]:

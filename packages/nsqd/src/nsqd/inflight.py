@@ -34,6 +34,7 @@ from operator import attrgetter
 from nsq_common import MESSAGE_HEADER
 
 from .message import QueuedMessage
+from .record import HEADER_SIZE, ID
 
 _id = attrgetter("id")
 
@@ -58,7 +59,7 @@ def delivered_message(record: bytes, delivery: Delivery, offset: int) -> QueuedM
     """The in-flight message for a plain record delivered by ``delivery``: one attempt more
     than the record says, as a delivery does."""
     timestamp, attempts = MESSAGE_HEADER.unpack_from(record)
-    msg = QueuedMessage(record[10:26], record[26:], timestamp,
+    msg = QueuedMessage(record[ID], record[HEADER_SIZE:], timestamp,
                         attempts + 1 if attempts < 65535 else attempts, offset=offset)
     msg.client_id = delivery.owner
     msg.delivered = delivery.delivered
@@ -67,7 +68,7 @@ def delivered_message(record: bytes, delivery: Delivery, offset: int) -> QueuedM
 
 
 def entry_id(entry: Entry) -> bytes:
-    return entry[0][10:26] if isinstance(entry, tuple) else entry.id
+    return entry[0][ID] if isinstance(entry, tuple) else entry.id
 
 
 def entry_offset(entry: Entry) -> int:
@@ -167,7 +168,7 @@ class InFlightQueue:
             return
         # (the inner zip stops with ``records``)
         entries = zip(records, repeat(delivery), offsets)
-        self._ordered.update(zip([r[10:26] for r in records], entries, strict=True))
+        self._ordered.update(zip([r[ID] for r in records], entries, strict=True))
         self._tail = delivery.deadline
 
     def take_owned(self, message_ids: list[bytes], owner: int

@@ -197,13 +197,26 @@ class LogFiles:
 
     # -- removing ----------------------------------------------------------------------------
     def remove(self, segments: list[Segment]) -> None:
-        """Unlink ``segments`` (they stay in ``segments`` until this is done, so that a
-        ``detach`` meanwhile moves their paths too; the caller drops them after). Damaged
-        bytes kept aside (``.damaged-``) stay, for an operator."""
+        """Unlink ``segments``, the oldest (they stay in ``segments`` until this is done, so
+        that a ``detach`` meanwhile moves their paths too; ``drop_removed`` takes them out
+        after, on the caller's thread). Damaged bytes kept aside (``.damaged-``) stay, for an
+        operator."""
         for segment in segments:
             segment.close()
             segment.remove()
             self._forget(segment)
+
+    def drop_removed(self, segments: list[Segment]) -> None:
+        """``segments``, the oldest, given to ``remove`` (done, or failed part way: a start
+        finds what is left), leave the list. Not blocking: on the Trio thread, where the list
+        is read."""
+        assert self.segments[:len(segments)] == segments
+        del self.segments[:len(segments)]
+
+    def take_segments(self) -> list[Segment]:
+        """Every segment, taken out of the list (for ``delete``). Not blocking."""
+        segments, self.segments = self.segments, []
+        return segments
 
     def reset_active(self, base: int) -> None:
         """Cut the active segment to nothing and rename it after ``base`` (no data written:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable
 
-from nsq_common import MESSAGE_HEADER
+from nsq_common import MESSAGE_HEADER, MESSAGE_HEADER_SIZE
 
 from .message import OWN, Job, QueuedMessage
 
@@ -34,8 +34,12 @@ EXTENDED = 0x8000
 #: Most bytes an extension adds to a record: its length byte, the fixed fields, and a job's
 #: attributes (lmstfy allows 16 of 32-byte keys and 128-byte values).
 MAX_EXTENSION = 1 + _JOB.size + 8192
-#: A record's bytes before its body, plain.
-HEADER_SIZE = 26
+#: A record's bytes before its body, plain (NSQ's message header: timestamp, attempts, id).
+HEADER_SIZE = MESSAGE_HEADER_SIZE
+#: Where a record's id is: ``record[ID]``, the 16 bytes after the timestamp and attempts.
+ID = slice(MESSAGE_HEADER.size, HEADER_SIZE)
+#: Where an extended record's extension starts: its length byte.
+_EXTENSION = HEADER_SIZE
 
 
 class Records(list[bytes]):
@@ -81,7 +85,7 @@ def is_plain(record: bytes) -> bool:
 
 
 def record_id(record: bytes) -> bytes:
-    return record[10:26]
+    return record[ID]
 
 
 def encode_record(msg: QueuedMessage) -> bytes:
@@ -118,23 +122,23 @@ def _encode_job(job: Job) -> bytes:
 def decode_record(record: bytes, offset: int = OWN) -> QueuedMessage:
     timestamp, attempts = MESSAGE_HEADER.unpack_from(record)
     if attempts & EXTENDED:
-        size = record[26]
+        size = record[_EXTENSION]
         attempts &= ~EXTENDED
         if size >= _JOB.size:
-            expires, tries, delay, due, length = _JOB.unpack_from(record, 27)
-            start = 27 + size
+            expires, tries, delay, due, length = _JOB.unpack_from(record, _EXTENSION + 1)
+            start = _EXTENSION + 1 + size
             attributes = bytes(record[start:start + length - 1]) if length else None
-            return Job(record[10:26], record[start + max(length - 1, 0):], timestamp, attempts,
+            return Job(record[ID], record[start + max(length - 1, 0):], timestamp, attempts,
                        expires=expires, tries=tries, delay=delay, due=due,
                        attributes=attributes, offset=offset)
         due = 0
         if size >= 16:
-            expires, due = _EXPIRES_DUE.unpack_from(record, 26)[1:]
+            expires, due = _EXPIRES_DUE.unpack_from(record, _EXTENSION)[1:]
         else:
-            expires = _EXPIRES.unpack_from(record, 26)[1] if size >= 8 else 0
-        return QueuedMessage(record[10:26], record[27 + size:], timestamp, attempts,
+            expires = _EXPIRES.unpack_from(record, _EXTENSION)[1] if size >= 8 else 0
+        return QueuedMessage(record[ID], record[_EXTENSION + 1 + size:], timestamp, attempts,
                              expires=expires, due=due, offset=offset)
-    return QueuedMessage(record[10:26], record[26:], timestamp, attempts, offset=offset)
+    return QueuedMessage(record[ID], record[HEADER_SIZE:], timestamp, attempts, offset=offset)
 
 
 def decode_records(records: Iterable[bytes], first_offset: int | None = None
@@ -152,6 +156,7 @@ def decode_records(records: Iterable[bytes], first_offset: int | None = None
         if attempts & EXTENDED:
             append(decode_record(record, offset))
         else:
-            append(QueuedMessage(record[10:26], record[26:], timestamp, attempts, offset=offset))
+            append(QueuedMessage(record[ID], record[HEADER_SIZE:], timestamp, attempts,
+                                 offset=offset))
         offset += step
     return out

@@ -125,6 +125,25 @@ class RunStore:
             out.append((first, records[:end - first]))
         return out
 
+    def count_between(self, start: int, end: int) -> int:
+        """How many records are held at offsets in [start, end)."""
+        firsts, chunks = self._firsts, self._records
+        i = max(bisect.bisect_right(firsts, start) - 1, 0)
+        n = 0
+        while i < len(firsts) and firsts[i] < end:
+            first = firsts[i]
+            n += max(min(end, first + len(chunks[i])) - max(start, first), 0)
+            i += 1
+        return n
+
+    def drop_first(self, n: int) -> int:
+        """Forget the oldest ``n`` records (gaps between them or not); how many were."""
+        runs = self.read(self._firsts[0], n) if self._firsts else []
+        if not runs:
+            return 0
+        first, records, _ = runs[-1]
+        return self.drop_before(first + len(records))
+
     def drop_before(self, offset: int) -> int:
         """Forget every record below ``offset``; how many were dropped."""
         dropped = 0

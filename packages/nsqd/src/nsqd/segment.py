@@ -1,34 +1,9 @@
-"""One segment file of a topic's log: batches of records, appended and read by offset.
+"""One segment file of a topic's log: batches of records (the format: ``segformat``),
+appended and read by offset, with its index (``segindex``) in memory.
 
-The format (docs/design/storage.md, "Segments")::
-
-    NSQSEG1\\n                                   8 bytes of magic, then batches, one per append():
-
-     0        4                12        16                24        28
-     +--------+----------------+---------+-----------------+---------+---------------------+
-     | length | base offset    | count   | max timestamp   | crc32   | records             |
-     | u32    | u64            | u32     | i64 (ns)        | u32     | count x (u32 size,  |
-     |        |                |         |                 |         |   record bytes)     |
-     +--------+----------------+---------+-----------------+---------+---------------------+
-     length: bytes after the length field; crc32: of the records part; big-endian throughout
-
-The records of a batch have consecutive offsets from its base; a later batch's base is at or
-past the previous batch's end (gaps are allowed: records no cursor needed were never written).
-
-**The index** is in memory, one entry per batch in three arrays (24 bytes a batch, no object
-per batch): the batch's *end* offset (base + count), its file position, and the largest max
-timestamp of the batches up to and including it. Ends rather than bases: the batch holding the
-first record at or after any offset is ``bisect_right(ends, offset)``, gaps or not, and the
-batch head read with it gives the base. A running maximum rather than each batch's own: a
-clock that steps back cannot break the bisect of ``find_time``. The same arrays are written to
-``<base>.index`` when the segment rolls (``write_index``)::
-
-    NSQIDX1\\n | segment base u64 | segment size u64 | records u64 | batches u64 |
-    ends (batches x u64) | positions (batches x u64) | running max timestamps (batches x i64) |
-    crc32 u32 of everything before it
-
-An index is used only when its crc holds and it describes the file as it is (same size, and
-the last batch's head agrees); otherwise the segment is scanned.
+Opening a segment takes its index from ``<base>.index`` when that holds and describes the file
+as it is (same size, and the last batch's head agrees); otherwise (and always for the active
+segment) the file is scanned (``segscan``: damage costs the damaged batch alone).
 
 **Crashes.** A write torn by a crash leaves a short or bad last batch; opening the segment cuts
 it off with ``ftruncate`` (which needs no free space) and logs one warning. A failed append
@@ -47,39 +22,32 @@ import logging
 import os
 import re
 import struct
-import sys
 import zlib
-from array import array
-from bisect import bisect_left, bisect_right
 from pathlib import Path
 
 from .errors import SegmentError
 from .packed import PackedBySize
+from .segformat import AFTER_LENGTH as _AFTER_LENGTH
+from .segformat import BATCH_HEAD, MAGIC
+from .segformat import HEAD as _HEAD
+from .segindex import SegmentIndex
+from .segscan import Scan, keep_aside
 
-__all__ = ["BATCH_HEAD", "MAGIC", "Run", "Segment", "SegmentError"]
+__all__ = ["BATCH_HEAD", "MAGIC", "DiskRun", "Segment", "SegmentError"]
 
-MAGIC = b"NSQSEG1\n"
-#: length (bytes after this field), base offset, count, max timestamp (ns), crc32 of the records
-BATCH_HEAD = struct.Struct(">IQIqI")
-Run = tuple[int, list[bytes]]  # (offset of the first record, consecutive records)
+#: Records at consecutive offsets as a segment writes and reads them: (offset of the first
+#: record, the records). (In memory, a run also says whether its records are plain:
+#: ``runs.Run``.)
+DiskRun = tuple[int, list[bytes]]
 
-INDEX_MAGIC = b"NSQIDX1\n"
-_INDEX_HEAD = struct.Struct(">QQQQ")  # segment base, segment size, records, batches
-_CRC = struct.Struct(">I")
 _SIZE = struct.Struct(">I")
 _I64 = struct.Struct(">q")
-_HEAD = BATCH_HEAD.size  # 28
 _HEAD_AND_SIZE = struct.Struct(">IQIqII")  # the head of a batch of one record, and its size
 _JOIN_BELOW = 64 << 10  # a write smaller than this is joined into one buffer first
-_AFTER_LENGTH = _HEAD - 4  # the part of a head that ``length`` counts
 _MAX_LENGTH = 0xFFFFFFFF
 _MAX_OFFSET = (1 << 63) - 1  # offsets are u64 on disk; kept below 2**63 (signed everywhere else)
-_LOWEST = -(1 << 63)
-_SCAN_CHUNK = 1 << 20  # bytes per read while scanning
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 _NAME = re.compile(r"(\d{20})\.log")
-_NONZERO = re.compile(rb"[^\x00]")
-_NATIVE_IS_BIG = sys.byteorder == "big"
 #: the 4-byte size prefix of a record of each size, looked up in C (see nsqd.packed)
 _size_prefix = PackedBySize(_SIZE.pack).__getitem__
 
@@ -108,8 +76,8 @@ class Segment:
         max_timestamp: the newest record's timestamp in ns (0 when empty), from the batch heads
     """
 
-    __slots__ = ("_ends", "_fd", "_logger", "_maxes", "_positions", "_torn", "base", "count",
-                 "damaged_batches", "damaged_bytes", "end", "path", "size")
+    __slots__ = ("_fd", "_index", "_logger", "_torn", "base", "count", "damaged_batches",
+                 "damaged_bytes", "end", "path", "size")
 
     def __init__(self, path: Path, base: int, fd: int, logger: logging.Logger) -> None:
         # Use create() or open().
@@ -120,9 +88,7 @@ class Segment:
         self.count = 0
         self._fd = fd
         self._logger = logger
-        self._ends = array("Q")
-        self._positions = array("Q")
-        self._maxes = array("q")
+        self._index = SegmentIndex()
         self._torn = False  # a failed append could not be cut back: cut before the next one
         self.damaged_batches = 0  # damage found (scan or read) and kept aside, and its bytes
         self.damaged_bytes = 0
@@ -132,12 +98,12 @@ class Segment:
 
     @property
     def max_timestamp(self) -> int:
-        return self._maxes[-1] if self._maxes else 0
+        return self._index.max_timestamp
 
     @property
     def batches(self) -> int:
         """Batches in the segment (entries in its index)."""
-        return len(self._ends)
+        return len(self._index)
 
     @property
     def index_path(self) -> Path:
@@ -226,41 +192,23 @@ class Segment:
         except OSError as exc:
             self._logger.warning("segment %s: cannot read its index (%s), scanning", self.path, exc)
             return False
-        fixed = len(INDEX_MAGIC) + _INDEX_HEAD.size
-        why = None
-        if len(data) < fixed + _CRC.size or not data.startswith(INDEX_MAGIC):
-            why = "too short or a wrong magic"
-        elif _CRC.unpack_from(data, len(data) - _CRC.size)[0] != zlib.crc32(memoryview(data)[:-4]):
-            why = "bad crc"
+        loaded = SegmentIndex.decode(data, self.base, size)
+        why: str | None
+        if isinstance(loaded, str):
+            why = loaded
         else:
-            base, indexed_size, count, batches = _INDEX_HEAD.unpack_from(data, len(INDEX_MAGIC))
-            if len(data) != fixed + 24 * batches + _CRC.size:
-                why = "wrong length"
-            elif base != self.base:
-                why = f"base {base} is not the segment's"
-            elif indexed_size != size:
-                why = f"made for {indexed_size} bytes, the segment has {size}"
-            else:
-                cut = 8 * batches
-                ends, positions, maxes = array("Q"), array("Q"), array("q")
-                ends.frombytes(data[fixed : fixed + cut])
-                positions.frombytes(data[fixed + cut : fixed + 2 * cut])
-                maxes.frombytes(data[fixed + 2 * cut : fixed + 3 * cut])
-                if not _NATIVE_IS_BIG:
-                    ends.byteswap()
-                    positions.byteswap()
-                    maxes.byteswap()
-                why = self._check_last_head(ends, positions, size)
-                if why is None:
-                    self._ends, self._positions, self._maxes = ends, positions, maxes
-                    self.size, self.count = size, count
-                    self.end = ends[-1] if ends else self.base
-                    return True
+            index, count = loaded
+            why = self._check_last_head(index, size)
+            if why is None:
+                self._index, self.size, self.count = index, size, count
+                self.end = index.end if index.end is not None else self.base
+                return True
         self._logger.warning("segment %s: index not used (%s), scanning", self.path, why)
         return False
 
-    def _check_last_head(self, ends: array[int], positions: array[int], size: int) -> str | None:
-        """Why the index does not fit the file's last batch, or None when it does."""
+    def _check_last_head(self, index: SegmentIndex, size: int) -> str | None:
+        """Why ``index`` does not fit the file's last batch, or None when it does."""
+        ends, positions = index.ends, index.positions
         if not ends:
             return None if size == len(MAGIC) else "no batches in a non-empty segment"
         head = os.pread(self._fd, _HEAD, positions[-1])
@@ -272,158 +220,21 @@ class Segment:
         return None
 
     def _scan(self, size: int, *, active: bool, limit: int) -> None:
-        """Build the index from the batches themselves, reading on after damage (see open())."""
-        fd, pread, crc32 = self._fd, os.pread, zlib.crc32
-        unpack = BATCH_HEAD.unpack_from
-        ends, positions, maxes = self._ends, self._positions, self._maxes
-        pos = len(MAGIC)
-        end, count, running = self.base, 0, _LOWEST
-        while True:
-            chunk, at = b"", pos  # chunk holds the file's bytes from position ``at``
-            view, clen = memoryview(chunk), 0
-            problem = None
-            suspect: tuple[int, int, int] | None = None  # a batch after a gap: end, pos, n
-            while pos < size:
-                off = pos - at
-                if clen - off < _HEAD:
-                    chunk, at, off = pread(fd, min(_SCAN_CHUNK, size - pos), pos), pos, 0
-                    view, clen = memoryview(chunk), len(chunk)
-                    if clen < _HEAD:
-                        problem = "a short batch head"
-                        break
-                length, base, n, max_ts, crc = unpack(chunk, off)
-                stop = off + 4 + length
-                if n == 0 or length < _AFTER_LENGTH + 4 * n:
-                    problem = f"a bad batch head (length {length}, count {n})"
-                    break
-                if stop > clen:
-                    if pos + 4 + length > size:
-                        problem = f"a short batch ({4 + length} bytes, {size - pos} in the file)"
-                        break
-                    chunk = pread(fd, max(4 + length, min(_SCAN_CHUNK, size - pos)), pos)
-                    at, off = pos, 0
-                    view, clen, stop = memoryview(chunk), len(chunk), 4 + length
-                    if clen < stop:
-                        problem = "a short read"
-                        break
-                if crc32(view[off + _HEAD : stop]) != crc:
-                    problem = "a bad crc"
-                    break
-                if base < end or base + n > limit:
-                    if suspect is None or not suspect[0] <= base < end or base + n > limit:
-                        problem = f"offsets out of order (base {base} after end {end})"
-                        break
-                    # The batch before came after a gap and overtakes this one: its base
-                    # offset is the damaged one (the crc does not cover it), not all of
-                    # these after it. Out of the index it goes, kept aside.
-                    end, before, size_before = suspect
-                    del ends[-1], positions[-1], maxes[-1]
-                    count -= size_before
-                    running = maxes[-1] if maxes else _LOWEST
-                    self._keep_aside(before, pos, "a base offset past the next batch's",
-                                     f"reading on from position {pos}")
-                suspect = (end, pos, n) if base > end else None
-                end = base + n
-                count += n
-                if max_ts > running:
-                    running = max_ts
-                ends.append(end)
-                positions.append(pos)
-                maxes.append(running)
-                pos += 4 + length
-            if problem is None:
-                break
-            found = self._resync(pos, size, end, limit)
-            if found is None:  # nothing whole after it: the end of the file
-                if active:
-                    self._logger.warning("segment %s: %s at position %d: cutting off the last "
-                                         "%d bytes", self.path, problem, pos, size - pos)
-                else:
-                    self._keep_aside(pos, size, problem,
-                                     f"cutting off the last {size - pos} bytes")
-                try:
-                    os.ftruncate(fd, pos)
-                except OSError as exc:
-                    self._logger.error("segment %s: cannot cut off the damaged end - %s",
-                                       self.path, exc)
-                    self._torn = True
-                size = pos
-                break
-            self._keep_aside(pos, found, problem, f"reading on from position {found}")
-            pos = found
-        self.size, self.end, self.count = size, end, count
-
-    def _resync(self, pos: int, size: int, end: int, limit: int) -> int | None:
-        """The position of the first whole batch after the damage at ``pos`` (None: none).
-
-        Every position after it is tried as a batch head: a count and length that fit, offsets
-        from ``end`` (the last whole batch's) and below ``limit``, a plausible head right after
-        it (or the end of the file), and its crc. A length field damaged costs no more than
-        one damaged in the records: the scan finds the next batch by its own head."""
-        fd, pread, unpack = self._fd, os.pread, BATCH_HEAD.unpack_from
-        search = _NONZERO.search
-        p = pos + 1
-        while p + _HEAD <= size:
-            chunk = pread(fd, min(_SCAN_CHUNK + _HEAD, size - p), p)
-            last = len(chunk) - _HEAD  # heads at chunk[i] for i in 0..last
-            if last < 0:
-                return None
-            i = 0
-            while i <= last:
-                length, base, n, _, crc = unpack(chunk, i)
-                if length == 0:  # (a run of zeros, say a tail a power cut left: skipped in C)
-                    found = search(chunk, i + 4)
-                    i = max(i + 1, found.start() - 3) if found else last + 1
-                    continue
-                at = p + i
-                if (n and _AFTER_LENGTH + 4 * n <= length and at + 4 + length <= size
-                        and end <= base and base + n <= limit
-                        and self._followed(at + 4 + length, size, base + n, limit)
-                        and self._crc_holds(at, length, crc)):
-                    return at
-                i += 1
-            p += last + 1
-        return None
-
-    def _followed(self, pos: int, size: int, end: int, limit: int) -> bool:
-        """Whether what comes at ``pos`` may follow a batch ending at offset ``end``: the end
-        of the file, a torn head, or a plausible head."""
-        if size - pos < _HEAD:
-            return True
-        length, base, n, _, _ = BATCH_HEAD.unpack(os.pread(self._fd, _HEAD, pos))
-        return bool(n > 0 and _AFTER_LENGTH + 4 * n <= length and end <= base
-                    and base + n <= limit)
-
-    def _crc_holds(self, pos: int, length: int, crc: int) -> bool:
-        data = os.pread(self._fd, length - _AFTER_LENGTH, pos + _HEAD)
-        return len(data) == length - _AFTER_LENGTH and zlib.crc32(data) == crc
+        """Build the index from the batches themselves (``segscan``)."""
+        scan = Scan(self._fd, self.path, self.base, self._index, self._keep_aside, self._logger)
+        self.size, self.end, self.count = scan.run(size, active=active, limit=limit)
+        self._torn = self._torn or scan.torn
 
     def _keep_aside(self, pos: int, stop: int, problem: str, then: str) -> None:
-        """Bytes ``pos..stop`` are damaged: counted, logged, and copied to
-        ``<segment>.damaged-<pos>`` for inspection (left as it is when there already)."""
+        """Bytes ``pos..stop`` are damaged: counted, logged and copied aside
+        (``segscan.keep_aside``)."""
         self.damaged_batches += 1
         self.damaged_bytes += stop - pos
-        aside = self.path.with_name(f"{self.path.name}.damaged-{pos}")
-        self._logger.error("segment %s: %s at position %d: %d bytes lost, kept aside as %s; %s",
-                           self.path, problem, pos, stop - pos, aside.name, then)
-        try:
-            if aside.exists() and aside.stat().st_size == stop - pos:
-                return
-            with open(aside, "wb") as out:
-                at = pos
-                while at < stop:
-                    data = os.pread(self._fd, min(_SCAN_CHUNK, stop - at), at)
-                    if not data:
-                        break
-                    out.write(data)
-                    at += len(data)
-        except OSError as exc:
-            self._logger.error("segment %s: cannot keep the damaged bytes aside - %s",
-                               self.path, exc)
+        keep_aside(self._fd, self.path, pos, stop, problem, then, self._logger)
 
     # ---- writing ----------------------------------------------------------------------------
 
-    def append(self, runs: list[Run], *, timestamps: list[int] | None = None) -> None:
+    def append(self, runs: list[DiskRun], *, timestamps: list[int] | None = None) -> None:
         """Append each run as one batch, all of them in one write.
 
         Each run's records get consecutive offsets from its first; the first must be at or past
@@ -440,12 +251,13 @@ class Segment:
             raise ValueError(f"segment {self.path} is closed")
         if timestamps is not None and len(timestamps) != len(runs):
             raise ValueError("one timestamp per run")
-        ends, positions, maxes = self._ends, self._positions, self._maxes
+        index = self._index
+        ends, positions, maxes = index.ends, index.positions, index.maxes
         batches_before = len(ends)
         bufs: list[bytes] = []
         before = pos = self.size
         end, added = self.end, 0
-        running = maxes[-1] if maxes else _LOWEST
+        running = index.running
         crc32 = zlib.crc32
         try:
             for k, (first, records) in enumerate(runs):
@@ -500,7 +312,7 @@ class Segment:
                 bufs = [b"".join(bufs)]
             _pwrite_all(self._fd, bufs, before, pos - before)
         except BaseException as exc:
-            del ends[batches_before:], positions[batches_before:], maxes[batches_before:]
+            index.cut(batches_before)
             if bufs and not isinstance(exc, ValueError | struct.error):
                 # Cut off whatever part got written: the file ends on a whole batch again.
                 try:
@@ -526,18 +338,11 @@ class Segment:
         Raises:
             OSError: it could not be written (no partial index file is left).
         """
-        ends, positions, maxes = array("Q", self._ends), array("Q", self._positions), array(
-            "q", self._maxes)
-        if not _NATIVE_IS_BIG:
-            ends.byteswap()
-            positions.byteswap()
-            maxes.byteswap()
-        head = _INDEX_HEAD.pack(self.base, self.size, self.count, len(ends))
-        data = b"".join([INDEX_MAGIC, head, ends.tobytes(), positions.tobytes(), maxes.tobytes()])
+        data = self._index.encode(self.base, self.size, self.count)
         path = self.index_path
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
-            _pwrite_all(fd, [data, _CRC.pack(zlib.crc32(data))], 0, len(data) + 4)
+            _pwrite_all(fd, [data], 0, len(data))
         except BaseException:
             with contextlib.suppress(OSError):
                 path.unlink()
@@ -547,7 +352,7 @@ class Segment:
 
     # ---- reading ----------------------------------------------------------------------------
 
-    def read(self, offset: int, max_bytes: int) -> list[Run]:
+    def read(self, offset: int, max_bytes: int) -> list[DiskRun]:
         """Runs of records from the first record at or after ``offset``.
 
         Whole batches are read, in one ``pread``, until about ``max_bytes`` of the file
@@ -564,15 +369,16 @@ class Segment:
         if self._fd < 0:
             raise ValueError(f"segment {self.path} is closed")
         while True:
-            ends, positions = self._ends, self._positions
-            i = bisect_right(ends, offset)
+            index = self._index
+            ends, positions = index.ends, index.positions
+            i = index.batch_at(offset)
             last = len(ends) - 1
             if i > last:
                 return []
             start = positions[i]
             # Whole batches from i while they end within max_bytes of start; at least batch i.
             limit = start + max_bytes
-            k = bisect_right(positions, limit, i + 1)  # positions[i+1:k] <= limit
+            k = index.batches_within(i, limit)  # positions[i+1:k] <= limit
             stop_batch = last if k > last and self.size <= limit else max(i, k - 2)
             stop = positions[stop_batch + 1] if stop_batch < last else self.size
             data = os.pread(self._fd, stop - start, start)
@@ -587,26 +393,27 @@ class Segment:
     def _drop(self, j: int, why: str) -> None:
         """Batch ``j`` is damaged (found by a read, the index loaded from its file): out of
         the index, its bytes kept aside (``_keep_aside``), left in the file."""
-        ends, positions, maxes = self._ends, self._positions, self._maxes
+        index = self._index
+        ends, positions = index.ends, index.positions
         pos = positions[j]
         stop = positions[j + 1] if j + 1 < len(positions) else self.size
-        lost = ends[j] - (ends[j - 1] if j else self.base)  # (and any gap before it)
+        lost = ends[j] - index.start_of(j, self.base)  # (and any gap before it)
         head = os.pread(self._fd, _HEAD, pos)
         if len(head) == _HEAD:
             _, base, n, _, _ = BATCH_HEAD.unpack(head)
             if base + n == ends[j] and n <= lost:  # the head says how many it held
                 lost = n
-        del ends[j], positions[j], maxes[j]
+        index.drop(j)
         self.count -= min(lost, self.count - len(ends))  # a record a batch left, at least
         self._keep_aside(pos, stop, why, "reading on without it")
 
-    def _parse(self, data: bytes, start: int, first: int, last: int, offset: int) -> list[Run]:
+    def _parse(self, data: bytes, start: int, first: int, last: int, offset: int) -> list[DiskRun]:
         """The records of batches ``first..last`` in ``data`` (file bytes from ``start``), from
         ``offset`` on, each batch checked against its crc and the index."""
-        runs: list[Run] = []
+        runs: list[DiskRun] = []
         view = memoryview(data)
         unpack_head, unpack_size, crc32 = BATCH_HEAD.unpack_from, _SIZE.unpack_from, zlib.crc32
-        ends, positions = self._ends, self._positions
+        ends, positions = self._index.ends, self._index.positions
         records: list[bytes] = []
         append = records.append
         run_end = -1
@@ -671,11 +478,12 @@ class Segment:
         Raises:
             SegmentError, OSError: as read().
         """
-        i = bisect_left(self._maxes, timestamp_ns)
+        index = self._index
+        i = index.batch_at_time(timestamp_ns)
         unpack = _I64.unpack_from
-        while i < len(self._ends):
+        while i < len(index):
             # One batch at a time: max_bytes=0 reads batch i alone.
-            for base, records in self.read(self._ends[i - 1] if i else self.base, 0):
+            for base, records in self.read(index.start_of(i, self.base), 0):
                 for k, record in enumerate(records):
                     if len(record) >= 8 and unpack(record)[0] >= timestamp_ns:
                         return base + k

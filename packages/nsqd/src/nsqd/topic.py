@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import trio
 from nsq_common import is_ephemeral
 
-from .record import Records, decode_record, encode_record, encode_records
+from .record import HEADER_SIZE, Records, decode_record, encode_record, encode_records
 
 if TYPE_CHECKING:
     from .channel import Channel
@@ -146,7 +146,7 @@ class Topic:
             await self.put(decode_records(records))
             return
         await self.log.append(records, plain=True)
-        self._published(len(records), sum(map(len, records)) - 26 * len(records))
+        self._published(len(records), sum(map(len, records)) - HEADER_SIZE * len(records))
 
     async def put(self, msgs: list[QueuedMessage]) -> None:
         """Publish messages that need our extension (an expiry, a due time, a job's fields)

@@ -1,8 +1,10 @@
 """A topic's log: every message of the topic once, by offset, newest in memory, older ones in
 segment files (docs/design/storage.md).
 
-Offsets. ``append`` gives records the next offsets; ``end`` is the next offset to be given,
-``start`` the first still stored. Readers (the topic's channels, ``/topic/read``) ask for
+Offsets. ``append`` gives records the next offsets (a leader's append); ``append_at`` stores
+them at the offsets it is given, at or past the end, gaps kept (a follower's append of its
+leader's batches, Kafka's appendAsFollower; an overlap is refused). ``end`` is the next offset
+to be given, ``start`` the first still stored. Readers (the topic's channels, ``/topic/read``) ask for
 records from an offset and get *runs* (``runs.Run``): the records are shared, never copied per
 reader.
 
@@ -11,10 +13,11 @@ Memory and disk. New records go to the memory tail (``_tail``). While at most
 past that, the oldest unwritten ones are written as one batch before the publisher is
 answered. Records every durable cursor has passed (``needed``) before they were written are
 dropped instead, unless the topic has a retention. Written records stay in the tail as a cache
-for a while (``TAIL_CACHE_BYTES``): a consume right after a publish reads memory even with
+for a while (``memtail``): a consume right after a publish reads memory even with
 ``--mem-queue-size=0``. Older records are read from the segments by the background task into
-``_cache``, one read for every reader near the same offset; a reader that asks for records
-not in memory is answered ``None`` and woken (``on_readable``) when they are in.
+the read cache (``readcache``), one read for every reader near the same offset; a reader that
+asks for records not in memory is answered ``None`` and woken (``on_readable``) when they are
+in.
 
 Order. Appends that must write go through ``_commit`` one group at a time under the I/O lock
 (a group commit: every append waiting when a write starts is written by it, with one fsync
@@ -31,8 +34,9 @@ due) under one ``trio.Lock``; every other method is synchronous on the Trio thre
 ``detach`` (the topic deleted) takes it to rename the directory aside, so that no file is
 made again under the old name (``deletion``).
 
-Errors: ``DiskQueueError`` (nsqd.errors) from ``append`` when the write failed, ``close`` and
-``delete`` when they could not finish; read-side problems are logged, never raised.
+Errors: ``LogError`` (nsqd.errors) from ``append`` and ``append_at`` when the write failed
+(``LogClosed``: the log is closed; ``OffsetOverlap``: ``append_at`` below the end), ``close``
+and ``delete`` when they could not finish; read-side problems are logged, never raised.
 """
 
 from __future__ import annotations
@@ -47,9 +51,12 @@ from typing import TYPE_CHECKING, TypeVar
 import trio
 
 from .deletion import holding
-from .errors import DiskQueueClosed, DiskQueueError
-from .logfiles import LogFiles
-from .runs import Run, RunStore
+from .errors import LogClosed, LogError, OffsetOverlap
+from .logfiles import MAX_OFFSET, LogFiles
+from .memtail import MemoryTail
+from .readcache import READ_BYTES, ReadCache
+from .record import is_plain
+from .runs import Run
 
 if TYPE_CHECKING:
     from .clock import Clock
@@ -57,11 +64,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-#: Written records kept in memory as a cache (bytes).
-TAIL_CACHE_BYTES = 16 << 20
-#: Records read from disk and kept for the readers (bytes), and one read's size.
-READ_CACHE_BYTES = 8 << 20
-READ_BYTES = 1 << 20
 #: Offsets are reserved this many at a time in the log's ``offsets`` file before they are
 #: given, so that no offset is given twice even when a crash loses the memory tail: the next
 #: start begins past the last reservation (a gap, never a reuse).
@@ -71,14 +73,15 @@ _INLINE_WRITE_BYTES = 256 << 10
 
 
 class _Append:
-    __slots__ = ("done", "error", "first", "plain", "records")
+    __slots__ = ("at", "done", "error", "first", "plain", "records")
 
-    def __init__(self, records: Sequence[bytes], plain: bool) -> None:
+    def __init__(self, records: Sequence[bytes], plain: bool, at: int | None) -> None:
         self.records = records
         self.plain = plain
+        self.at = at  # the offset asked for (a follower's append), None: the log's end
         self.first = -1
         self.done = False
-        self.error: DiskQueueError | None = None
+        self.error: LogError | None = None
 
 
 def _all_needed() -> int:
@@ -103,21 +106,17 @@ class TopicLog:
         self.needed: Callable[[], int] = _all_needed
         self.retention_ns = 0  # keep segments this long past every cursor (0: not at all)
         self.retention_bytes = 0  # or the newest segments within this size
-        self._tail = RunStore()
-        self._cache = RunStore()
-        self._skips: dict[int, int] = {}  # disk reads that found a gap: offset -> next one
+        self._tail = MemoryTail()  # the newest records; which are written
+        self._cache = ReadCache()  # records read from the segments, for the readers
         self._files = LogFiles(name, directory, self.log)  # (directory None: memory only)
         self._end = 0
         #: Offsets given before the last start that no message has (a crash lost them).
         self.hole: tuple[int, int] | None = None
         # Offsets below may be given (reserved on disk); a memory-only log needs none.
         self._reserved = 0 if directory is not None else 1 << 62
-        self._written_end = 0  # every offset below is on disk, or was never to be written
-        self._unwritten = 0  # records in the tail at offsets >= _written_end
         self._appends: deque[_Append] = deque()
         self._committing = False
         self._io_lock = trio.Lock()
-        self._wanted: set[int] = set()
         self._wake = trio.Event()
         self._tidy_now = False  # poked: remove what nobody needs without waiting for the tick
         self._ops_since_sync = 0
@@ -129,7 +128,8 @@ class TopicLog:
         self._hold_saved: int | None = None  # the hold the ``offsets`` file keeps
         if directory is not None:  # (no write: a full disk must not stop nsqd from starting)
             next_offset = self._files.load()
-            self._end = self._written_end = self._files.end
+            self._end = self._files.end
+            self._tail.written_from(self._end)
             self.resume_at(next_offset)
             self._hold_saved = self._files.saved_hold
         #: The topic's hold (``Topic.hold``): without channels, where the first channel
@@ -164,7 +164,7 @@ class TopicLog:
     def written_end(self) -> int:
         """Offsets below are on disk (or were never to be written): past --mem-queue-size,
         what ``/stats`` counts as a backend depth."""
-        return self._written_end
+        return self._tail.written_end
 
     @property
     def memory_start(self) -> int:
@@ -192,7 +192,8 @@ class TopicLog:
         if offset > self._end and not self._tail:
             start = self.hole[0] if self.hole is not None else self._end
             self.hole = (start, offset)
-            self._end = self._written_end = offset
+            self._end = offset
+            self._tail.written_from(offset)
 
     @property
     def saved_hold(self) -> int | None:
@@ -224,26 +225,59 @@ class TopicLog:
 
     # -- writing -----------------------------------------------------------------------------
     async def append(self, records: Sequence[bytes], *, plain: bool) -> int:
-        """Store ``records`` (``plain``: all of them plain records); the offset of the first.
+        """Store ``records`` at the log's end (``plain``: all of them plain records); the
+        offset of the first (a leader's append: the log gives the offsets).
 
         Raises:
-            DiskQueueError: they could not be written; none of them is stored.
+            LogError: they could not be written; none of them is stored.
         """
         n = len(records)
         if (not self._appends and not self._committing
-                and self._unwritten + n <= self.mem_queue_size and not self._closed
+                and self._tail.unwritten + n <= self.mem_queue_size and not self._closed
                 and self._end + n <= self._reserved):
             first = self._end
-            self._tail.append(first, records, plain)
+            self._tail.add(first, records, plain)
             self._end = first + n
-            self._unwritten += n
             return first
-        return await self._append_written(records, plain)
+        return await self._append_written(records, plain, None)
 
-    async def _append_written(self, records: Sequence[bytes], plain: bool) -> int:
+    async def append_at(self, first: int, records: Sequence[bytes], *,
+                        plain: bool | None = None) -> None:
+        """Store ``records`` at offsets ``first``, ``first + 1``... as given (a follower's
+        append: the offsets are the leader's). ``first`` may be past the end: the offsets
+        between hold no message (a gap, passed over by every reader, kept across restarts).
+        Stored, written and made durable as ``append``'s, in the order of the calls: a
+        leader's ``append`` after it goes on from its last offset. ``plain``: all of them
+        plain records (None: looked at).
+
+        Raises:
+            OffsetOverlap: ``first`` is below the log's end (what the log holds or has given,
+                an earlier append's included); nothing is stored.
+            LogError: they could not be written; none of them is stored.
+            ValueError: an offset past ``MAX_OFFSET``.
+        """
+        n = len(records)
+        if first < 0 or first + n > MAX_OFFSET:
+            raise ValueError(f"offsets {first}-{first + n} out of range 0-{MAX_OFFSET}")
+        if first < self._end:
+            raise _overlap(first, n, self._end)
+        if not n:
+            return
+        if plain is None:
+            plain = all(map(is_plain, records))
+        if (not self._appends and not self._committing
+                and self._tail.unwritten + n <= self.mem_queue_size and not self._closed
+                and first + n <= self._reserved):
+            self._tail.add(first, records, plain)
+            self._end = first + n
+            return
+        await self._append_written(records, plain, first)
+
+    async def _append_written(self, records: Sequence[bytes], plain: bool, at: int | None
+                              ) -> int:
         if self._closed:
-            raise DiskQueueClosed
-        request = _Append(records, plain)
+            raise LogClosed
+        request = _Append(records, plain, at)
         self._appends.append(request)
         try:
             async with self._io_lock:
@@ -269,52 +303,66 @@ class TopicLog:
                 request.done = True
 
     @staticmethod
-    def _refuse_closed(group: list[_Append]) -> None:
-        """The log was closed or set aside (its topic deleted: its directory renamed under a
-        write, say) before the group was stored: nsqd's EXITING, not a disk failure."""
+    def _refuse(group: list[_Append], error: LogError) -> None:
         for request in group:
-            request.error = DiskQueueClosed()
+            request.error = error
+
+    def _place(self, group: list[_Append]) -> tuple[list[_Append], int]:
+        """The offsets of each append of the group, in order (``first``); those a
+        follower's append asks for below the end before it are refused (``OffsetOverlap``).
+        The appends placed, and the end after them."""
+        end = self._end
+        placed = []
+        for request in group:
+            if request.at is None:
+                request.first = end
+            elif request.at < end:
+                request.error = _overlap(request.at, len(request.records), end)
+                continue
+            else:
+                request.first = request.at
+            end = request.first + len(request.records)
+            placed.append(request)
+        return placed, end
 
     async def _commit_group(self, group: list[_Append]) -> None:
-        if self._closed:
-            self._refuse_closed(group)
+        if self._closed:  # closed or set aside (its topic deleted): nsqd's EXITING
+            self._refuse(group, LogClosed())
             return
-        total = sum(len(r.records) for r in group)
-        if self._end + total > self._reserved:
+        group, end = self._place(group)
+        if not group:
+            return
+        if end > self._reserved:
             try:
-                await self._reserve(self._end + total + RESERVE)
-            except (OSError, DiskQueueClosed) as exc:
+                await self._reserve(end + RESERVE)
+            except (OSError, LogClosed) as exc:
                 if self._closed:
-                    self._refuse_closed(group)
+                    self._refuse(group, LogClosed())
                     return
                 assert isinstance(exc, OSError)
                 self.healthy = False
                 self.write_errors += 1
                 self.log.error("LOG(%s): failed to reserve offsets - %s", self.name, exc)
-                error = DiskQueueError(f"failed to reserve offsets - {exc}")
-                for request in group:
-                    request.error = error
+                self._refuse(group, LogError(f"failed to reserve offsets - {exc}"))
                 return
         self._skip_unneeded()
-        over = self._unwritten + total - self.mem_queue_size
+        total = sum(len(r.records) for r in group)
+        over = self._tail.unwritten + total - self.mem_queue_size
         if self.directory is None:
-            self._visible(group)
+            self._visible(group, end)
             if over > 0:  # memory only: what does not fit is dropped, as in NSQ
-                self.dropped += self._tail.drop_before(self._tail.start + over)
-                self._unwritten = self._tail.count
+                self.dropped += self._tail.drop_oldest(over)
             return
-        old = min(max(over, 0), self._unwritten)
+        old = min(max(over, 0), self._tail.unwritten)
         new = max(over, 0) - old
         runs: list[tuple[int, Sequence[bytes]]] = []
         if old:
-            runs += self._tail.runs_between(self._written_end, self._written_end + old)
-        first = self._end
+            runs += self._tail.oldest_unwritten(old)
         if new:
             for request in group:
                 part = request.records[:new]
                 if part:
-                    runs.append((first, part))
-                first += len(part)
+                    runs.append((request.first, part))
                 new -= len(part)
                 if not new:
                     break
@@ -323,47 +371,34 @@ class TopicLog:
                 await self._write(runs)
             except OSError as exc:
                 if self._closed:
-                    self._refuse_closed(group)
+                    self._refuse(group, LogClosed())
                     return
                 self.healthy = False
                 self.write_errors += 1
                 self.log.error("LOG(%s): failed to write - %s", self.name, exc)
-                error = DiskQueueError(f"failed to write messages - {exc}")
-                for request in group:
-                    request.error = error
+                self._refuse(group, LogError(f"failed to write messages - {exc}"))
                 if exc.errno == errno.ENOSPC:
                     self._wake.set()  # see what can be removed
                 return
             self.healthy = True
-            written = sum(len(r) for _, r in runs)
-            self._written_end = runs[-1][0] + len(runs[-1][1])
-            self._unwritten -= old
-            self._visible(group, written_new=written - old)
+            self._visible(group, end)
+            self._tail.written(runs[-1][0] + len(runs[-1][1]), sum(len(r) for _, r in runs))
         else:
-            self._visible(group)
+            self._visible(group, end)
 
-    def _visible(self, group: list[_Append], written_new: int = 0) -> None:
-        """The group's records into the tail, in order (the first ``written_new`` of them
-        already on disk)."""
-        first = self._end
+    def _visible(self, group: list[_Append], end: int) -> None:
+        """The group's records into the tail at their offsets, in order; the end moves to
+        ``end``."""
         for request in group:
-            request.first = first
-            self._tail.append(first, request.records, request.plain)
-            first += len(request.records)
-        self._unwritten += first - self._end - written_new
-        self._end = first
+            self._tail.add(request.first, request.records, request.plain)
+        self._end = end
 
     def _skip_unneeded(self) -> None:
         """Unwritten records every durable cursor has passed are never written (unless the
         topic keeps what it delivered: a retention)."""
         if self.retention_ns or self.retention_bytes:
             return
-        needed = min(self.needed(), self._end)
-        if needed > self._written_end:
-            skipped = min(needed - self._written_end, self._unwritten)
-            self._unwritten -= skipped
-            self._written_end = needed
-            self._tail.drop_before(needed)
+        self._tail.skip_below(min(self.needed(), self._end))
 
     async def _write(self, runs: list[tuple[int, Sequence[bytes]]]) -> None:
         """Write ``runs`` as one batch each into the active segment (a new one first when
@@ -405,24 +440,15 @@ class TopicLog:
             offset = start
             if tail and offset >= tail.start:
                 return tail.read(offset, n)
-        offset = self._skips.get(offset, offset)
+        offset = self._cache.skip(offset)
         if offset >= self._end:
             return []
         if tail and offset >= tail.start:
             return tail.read(offset, n)
-        cache = self._cache
-        if cache.covers(offset):
-            runs = _contiguous(cache.read(offset, n))
-            got = sum(len(r) for _, r, _ in runs)
-            if got < n and tail and runs:  # the cache reaches the tail: go on there
-                last, records, _ = runs[-1]
-                if last + len(records) >= tail.start:
-                    runs += tail.read(last + len(records), n - got)
-            return runs
-        if offset not in self._wanted:
-            self._wanted.add(offset)
+        runs = self._cache.lookup(offset, n, tail)
+        if runs is None and self._cache.want(offset):
             self._wake.set()
-        return None
+        return runs
 
     async def fetch(self, offset: int) -> None:
         """Have the records from ``offset`` in memory (read from disk now if they are not),
@@ -437,7 +463,7 @@ class TopicLog:
         runs = self.read(offset, n)
         if runs is not None:
             return runs
-        self._wanted.discard(offset)
+        self._cache.unwant(offset)
         async with self._io_lock:
             found = await self._in_thread(self._files.read, offset, max_bytes)
         out: list[Run] = []
@@ -474,7 +500,7 @@ class TopicLog:
                 tick = self.clock.now() + self.sync_timeout
                 async with self._io_lock:
                     await self._tidy(sync=True)
-            if self._wanted:
+            if self._cache.wanted:
                 async with self._io_lock:
                     await self._read_wanted()
                 continue
@@ -498,29 +524,11 @@ class TopicLog:
             await self._tidy(sync=False)
 
     async def _read_wanted(self) -> None:
-        wanted = sorted(self._wanted)
-        self._wanted.clear()
-        got = False
-        fresh: set[int] = set()  # runs read now: kept, or the reader that asked never gets them
-        for offset in wanted:
-            if self._cache.covers(offset) or offset >= self.memory_start:
-                got = True
-                continue
-            found = await self._in_thread(self._files.read, offset, READ_BYTES)
-            if found and found[0][0] > offset:
-                self._skips[offset] = found[0][0]
-            elif not found:
-                self._skips[offset] = self.memory_start
-            for first, records in found:
-                self._cache.insert(first, records, False)
-                fresh.add(first)
-            got = True
-        while self._cache.bytes > READ_CACHE_BYTES and self._cache.drop_oldest_run(fresh):
-            pass
-        if len(self._skips) > 1024:
-            self._skips.clear()
-        if got:
+        if await self._cache.fill(self._read_disk, self.memory_start):
             self.on_readable()
+
+    async def _read_disk(self, offset: int, max_bytes: int) -> list[tuple[int, list[bytes]]]:
+        return await self._in_thread(self._files.read, offset, max_bytes)
 
     async def _tidy(self, *, sync: bool) -> None:
         """Lock held: the periodic fsync, then segments and memory nobody needs."""
@@ -543,14 +551,14 @@ class TopicLog:
                 await self._in_thread(self._save_hold_blocking, max(self._reserved, self._end),
                                       hold)
                 self._hold_saved = hold
-            except DiskQueueClosed:
+            except LogClosed:
                 pass
             except OSError as exc:
                 self.log.error("LOG(%s): failed to write the offsets file - %s", self.name, exc)
 
     def _save_hold_blocking(self, next_offset: int, hold: int) -> None:
         if self._closed:  # (``busy`` held: checked before a detach, or after it)
-            raise DiskQueueClosed
+            raise LogClosed
         self._files.write_offsets(next_offset, hold)
 
     def _removable(self, segment: Segment, needed: int, retained_bytes: int) -> bool:
@@ -564,7 +572,7 @@ class TopicLog:
         return old or over
 
     async def _remove_unneeded(self) -> None:
-        needed = min(self.needed(), self._written_end)
+        needed = min(self.needed(), self._tail.written_end)
         retained = self.disk_bytes
         gone: list[Segment] = []
         for segment in self._files.segments[:-1]:
@@ -576,7 +584,7 @@ class TopicLog:
             try:  # (in ``segments`` until removed: a ``detach`` meanwhile moves their paths)
                 await self._in_thread(self._files.remove, gone)
             finally:
-                del self._files.segments[:len(gone)]
+                self._files.drop_removed(gone)
             self.log.info("LOG(%s): removed %d segment(s) up to offset %d", self.name,
                           len(gone), gone[-1].end)
         if self._files.segments and not self._files.segments[:-1]:
@@ -584,9 +592,9 @@ class TopicLog:
             if active.count and self._removable(active, needed, retained):
                 # Every cursor is past the active segment: it is cut to nothing and renamed
                 # after the next offset (no data written: this must work on a full disk).
-                await self._in_thread(self._files.reset_active, self._written_end)
+                await self._in_thread(self._files.reset_active, self._tail.written_end)
                 self.log.info("LOG(%s): removed the active segment up to offset %d",
-                              self.name, self._written_end)
+                              self.name, self._tail.written_end)
                 gone.append(active)
         if gone:
             self._forget_removed()
@@ -595,33 +603,20 @@ class TopicLog:
         """Segments were removed: their records go from memory too (the tail keeps written
         records as a cache, the read cache what it read), so that no reader, ``start`` or a
         rewind finds a record the disk no longer has."""
-        below = self._written_end
+        below = self._tail.written_end
         for segment in self._files.segments:
             if segment.count:
                 below = min(segment.base, below)
                 break
         self._tail.drop_before(below)
         self._cache.drop_before(below)
-        self._skips.clear()
 
     def _trim_memory(self) -> None:
         """Drop from memory what nobody needs (and, written, what is past the cache size)."""
-        tail = self._tail
-        if not tail:
-            return
-        needed = min(self.needed(), self._end)
-        if self.directory is None:
-            tail.drop_before(needed)
-            self._unwritten = tail.count
-            return
-        written_end = self._written_end
-        keep = needed if not (self.retention_ns or self.retention_bytes) else 0
-        if keep > tail.start and keep <= written_end:
-            tail.drop_before(keep)
-        elif keep > written_end:
-            tail.drop_before(written_end)
-        while tail and tail.start < written_end and tail.bytes > TAIL_CACHE_BYTES:
-            tail.drop_before(min(written_end, tail.start + max(tail.count // 4, 1)))
+        if self._tail:
+            self._tail.trim(min(self.needed(), self._end),
+                            keep_written=bool(self.retention_ns or self.retention_bytes),
+                            memory_only=self.directory is None)
 
     # -- the end -----------------------------------------------------------------------------
     async def _reserve(self, until: int) -> None:
@@ -640,7 +635,7 @@ class TopicLog:
         """Write what some cursor or the retention still needs, fsync, close the files.
 
         Raises:
-            DiskQueueError: the memory tail could not be written (its messages are lost, as a
+            LogError: the memory tail could not be written (its messages are lost, as a
                 memory queue's are when nsqd cannot save them).
         """
         if self._closed:
@@ -653,20 +648,19 @@ class TopicLog:
                     return
                 self._skip_unneeded()
                 error = None
-                if self._unwritten:
-                    runs = self._tail.runs_between(self._written_end, self._end)
+                if self._tail.unwritten:
+                    runs = self._tail.unwritten_runs()
                     self._ops_since_sync = self.sync_every  # fsync with this write
                     try:
                         await self._write(runs)
-                        self._written_end = self._end
-                        self._unwritten = 0
+                        self._tail.written(self._end, self._tail.unwritten)
                     except OSError as exc:
-                        error = DiskQueueError(f"failed to write messages at close - {exc}")
+                        error = LogError(f"failed to write messages at close - {exc}")
                 elif self._ops_since_sync and self._files.segments:
                     try:
                         await self._in_thread(self._files.sync)
                     except OSError as exc:
-                        error = DiskQueueError(f"failed to sync at close - {exc}")
+                        error = LogError(f"failed to sync at close - {exc}")
                 await self._in_thread(self._files.close)
                 if ((self._reserved > self._end or self.hold != self._hold_saved)
                         and self.directory.is_dir()):
@@ -696,11 +690,11 @@ class TopicLog:
         with trio.CancelScope(shield=True):
             async with self._io_lock:
                 for request in self._appends:
-                    request.error, request.done = DiskQueueClosed(), True
+                    request.error, request.done = LogClosed(), True
                 self._appends.clear()
                 self._tail.clear()
                 self._cache.clear()
-                segments, self._files.segments = self._files.segments, []
+                segments = self._files.take_segments()
                 await self._in_thread(self._files.delete, segments)
 
     async def _in_thread(self, fn: Callable[..., T], *args: object) -> T:
@@ -710,11 +704,6 @@ class TopicLog:
         return result
 
 
-def _contiguous(runs: list[Run]) -> list[Run]:
-    """``runs`` up to the first gap: between two runs of the read cache are records not read
-    yet (or never stored: the disk read that follows says which), never to be passed over."""
-    for i in range(1, len(runs)):
-        first, records, _ = runs[i - 1]
-        if runs[i][0] != first + len(records):
-            return runs[:i]
-    return runs
+def _overlap(first: int, n: int, end: int) -> OffsetOverlap:
+    return OffsetOverlap(f"offsets {first}-{first + n - 1 if n else first} overlap the log, "
+                         f"whose end is {end}")
