@@ -17,8 +17,9 @@ and not acknowledged is delivered again after a crash or a restart: the cursor i
 as a topic's cursors are (every ``--sync-every`` acknowledgements, every ``--sync-timeout``,
 fsynced with ``--sync-every=1``; at close, fsynced), by ``run``.
 
-Records are read from the log's memory (what was written recently) or, after a restart,
-from its segments by the log's task: ``ready`` says whether ``pop`` can hand out a record
+Records are read from the log's memory (what was written since the start, up to the log's
+cache) or from its segments by the log's task (about 1 MiB at a time: the first at start,
+the next when ``pop`` has taken what was read): ``ready`` says whether ``pop`` can hand out a record
 now, ``wait_readable`` waits until it can (or nothing is left), ``wait_read_in`` for each
 read from disk. ``each_unread`` reads one without taking anything (``goexport``).
 
@@ -40,7 +41,7 @@ from .clock import SystemClock
 from .cursor import Cursor
 from .errors import DiskQueueClosed, DiskQueueError
 from .record import is_plain
-from .runs import pass_gaps
+from .runs import pass_gaps, without_acked
 from .topiclog import TopicLog
 
 if TYPE_CHECKING:
@@ -55,6 +56,7 @@ DEAD = "#dead"
 #: The cursor's journal in the log's directory.
 JOURNAL = "cursor"
 _EXPORT_RECORDS = 4096  # records per read of ``each_unread``
+_READ_AHEAD_RECORDS = 4096  # records asked for at start (the log reads up to 1 MiB of them)
 
 
 def directory_name(channel: str, kind: str) -> str:
@@ -157,6 +159,7 @@ class PrivateLog:
         for first, records, _ in runs:
             out += zip(records, range(first, first + len(records)), strict=True)
         self.cursor.read = out[-1][1] + 1
+        self._runs(1)  # the next ones asked for, when they are on disk only (a read-ahead)
         return out
 
     def ack(self, offset: int) -> None:
@@ -169,23 +172,32 @@ class PrivateLog:
             self._wake.set()
 
     def _runs(self, n: int) -> list[Run] | None:
-        """Up to ``n`` records from the read position in memory; None while the log reads
-        them from disk (``_records_read_in`` then). Offsets that hold no record (lost to a
-        crash, a damaged batch) are passed over as done with."""
+        """Up to ``n`` records from the read position in memory, without those acknowledged
+        (ahead of the mark-delete position, after a restart); None while the log reads them
+        from disk (``_records_read_in`` then). Offsets that hold no record (lost to a crash,
+        a damaged batch) are passed over as done with, and so are acknowledged records
+        before the first one returned."""
         cursor = self.cursor
-        end = self.log.end
-        read = cursor.read
-        if read >= end:
-            return []
-        runs = self.log.read(read, min(n, end - read))
-        if runs is None:
-            return None
-        if not runs:
-            cursor.skip(read, end)
-            return []
-        if runs[0][0] > read or len(runs) > 1:
-            pass_gaps(runs, read, cursor)
-        return runs
+        while True:
+            end = self.log.end
+            read = cursor.read
+            if read >= end:
+                return []
+            runs = self.log.read(read, min(n, end - read))
+            if runs is None:
+                return None
+            if not runs:
+                cursor.skip(read, end)
+                return []
+            if runs[0][0] > read or len(runs) > 1:
+                pass_gaps(runs, read, cursor)
+            if not cursor.acked:
+                return runs
+            last_first, last_records, _ = runs[-1]
+            kept = without_acked(runs, cursor)
+            if kept:
+                return kept
+            cursor.read = max(cursor.read, last_first + len(last_records))
 
     async def wait_readable(self) -> None:
         """Return once ``pop`` can hand out a record, or none is left.
@@ -212,6 +224,9 @@ class PrivateLog:
         async with trio.open_nursery() as nursery:
             await nursery.start(self.log.run)
             task_status.started()
+            # What a restart left on disk: the first of it read in now, so that a look
+            # (a dead job found by id, a peek) finds it in memory.
+            self._runs(_READ_AHEAD_RECORDS)
             while not self._closed:
                 with trio.move_on_after(self.sync_timeout):
                     await self._wake.wait()
