@@ -124,7 +124,7 @@ def test_max_attempts_is_kept_in_the_metadata_and_can_change(run_daemon, tmp_pat
                 max_attempts="7").status_code == 200
     assert nsqd.stop() == 0
     assert b'"max_attempts":7' in (data / "nsqd.dat").read_bytes()
-    assert not list(data.glob("*#dead*"))  # no dead letter, no files for them
+    assert not list(data.rglob("*#dead*"))  # no dead letter, no files for them
 
 
 @pytest.mark.parametrize(("method", "path", "params", "status", "message"), [

@@ -1,5 +1,5 @@
-"""A channel's own files (its own queue, its dead letters: go-diskqueue files in the data
-path, ``<topic>:<channel>#own`` and ``#dead``) when the channel or its topic is deleted and
+"""A channel's own files (its own queue, its dead letters: internal logs in its topic's
+directory, ``<channel>#own`` and ``#dead``) when the channel or its topic is deleted and
 made again at once: the new channel starts with none of the deleted one's messages, and the
 removal of the deleted one's files, which runs in the background, never takes the new
 channel's. A real broker on a temporary data path, its files real.
@@ -21,10 +21,10 @@ import trio.testing
 from nsqd import cursorfile
 from nsqd.broker import Broker
 from nsqd.channel import Channel
-from nsqd.diskfiles import DiskFiles
-from nsqd.diskqueue import DiskQueue
+from nsqd.clock import SystemClock
 from nsqd.errors import DiskQueueClosed
 from nsqd.options import Options
+from nsqd.privatelog import PrivateLog
 
 MARK = "~deleted-"
 Hold = Callable[[object, str], Any]  # conftest's hold_in_thread: a HeldInThread
@@ -39,16 +39,16 @@ async def start(nursery: trio.Nursery, path: Path, **options: object) -> Broker:
 
 
 class HeldRemovals:
-    """``DiskQueue.delete`` (the background removal of a deleted channel's queues) waits
+    """``PrivateLog.delete`` (the background removal of a deleted channel's queues) waits
     until ``release``."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.names: list[str] = []
         self._released = trio.Event()
         self._done: list[trio.Event] = []
-        original = DiskQueue.delete
+        original = PrivateLog.delete
 
-        async def held(queue: DiskQueue) -> None:
+        async def held(queue: PrivateLog) -> None:
             done = trio.Event()
             self._done.append(done)
             self.names.append(queue.name)
@@ -58,7 +58,7 @@ class HeldRemovals:
             finally:
                 done.set()
 
-        monkeypatch.setattr(DiskQueue, "delete", held)
+        monkeypatch.setattr(PrivateLog, "delete", held)
 
     async def waiting(self) -> list[str]:
         """The names of the queues whose removal waits (once every task has got that far)."""
@@ -117,13 +117,17 @@ async def settled() -> None:
 
 
 def queue_files(data: Path, queue: str) -> list[str]:
-    """The files of the private queue ``queue`` (``t:c#dead``...) in ``data``."""
-    return sorted(p.name for p in data.iterdir() if p.name.startswith(f"{queue}.diskqueue."))
+    """The files of the internal log ``queue`` (``t:c#dead``...) under ``data``."""
+    topic, log = queue.split(":")
+    directory = data / "topics" / topic / log
+    return sorted(p.name for p in directory.iterdir()) if directory.is_dir() else []
 
 
-def marked(data: Path) -> list[str]:
-    """Files of the data path (not in a topic's directory) that a deletion moved aside."""
-    return sorted(p.name for p in data.iterdir() if MARK in p.name)
+def marked(directory: Path) -> list[str]:
+    """What a deletion moved aside in ``directory`` (the data path, ``topics``, a topic's)."""
+    if not directory.is_dir():
+        return []
+    return sorted(p.name for p in directory.iterdir() if MARK in p.name)
 
 
 @OPTIONS
@@ -138,9 +142,10 @@ async def test_a_channel_made_again_at_once_has_none_of_the_deleted_ones_dead_le
         assert queue_files(tmp_path, "t:c#dead") == []  # out of the way at once
         again = broker.get_channel(topic, "c")
         assert again.dead_letter_count == 0
-        assert [name.split(MARK)[0] for name in await held.waiting()] == ["t:c#dead"]
+        assert [name.split(" (")[0] for name in await held.waiting()] == ["t:c#dead"]
         await held.release()
-        assert again.dead_letter_count == 0 and marked(tmp_path) == []
+        await settled()  # the journal removed too, in a worker thread
+        assert again.dead_letter_count == 0 and marked(tmp_path / "topics" / "t") == []
         nursery.cancel_scope.cancel()
     async with trio.open_nursery() as nursery:
         broker = await start(nursery, tmp_path, **options)
@@ -184,7 +189,8 @@ async def test_the_own_queue_of_a_channel_made_again_keeps_its_new_messages_only
         again = broker.get_channel(topic, "c")
         assert again.depth == 0
         await own_messages(broker, again, [b"new 1", b"new 2"])
-        assert [name.split(MARK)[0] for name in await held.waiting()] == ["t:c#dead", "t:c#own"]
+        assert [name.split(" (")[0] for name in await held.waiting()] == ["t:c#dead",
+                                                                            "t:c#own"]
         await held.release()
         assert again.depth == 2
         assert await waiting_bodies(again, broker.now()) == [b"new 1", b"new 2"]
@@ -215,7 +221,7 @@ async def test_a_topic_made_again_at_once_has_none_of_its_deleted_channels_messa
         assert await waiting_bodies(again, broker.now()) == [b"new own"]
         assert [m.body for m in await again.peek_dead(10)] == [b"new dead"]
         await settled()  # the log's directory and the journal removed too, in worker threads
-        assert marked(tmp_path) == [] and marked(tmp_path / "topics") == []
+        assert marked(tmp_path / "topics") == marked(tmp_path / "topics" / "t") == []
         nursery.cancel_scope.cancel()
     async with trio.open_nursery() as nursery:
         broker = await start(nursery, tmp_path, **options)
@@ -239,12 +245,12 @@ async def test_what_a_deletion_left_at_a_stop_is_removed_at_the_next_start(
         assert broker.delete_channel(topic, "c")
         assert len(await held.waiting()) == 2
         nursery.cancel_scope.cancel()
-    left = marked(tmp_path)
-    assert {name.split(MARK)[0] for name in left} == {"t:c#own", "t:c#dead"}
+    left = marked(tmp_path / "topics" / "t")
+    assert {name.split(MARK)[0] for name in left} >= {"c#own", "c#dead"}
     async with trio.open_nursery() as nursery:
         broker = await start(nursery, tmp_path, **options)
         await settled()  # the clean-up at the start has run, in a worker thread
-        assert marked(tmp_path) == []
+        assert marked(tmp_path / "topics" / "t") == []
         assert list(broker.topics["t"].channels) == ["kept"]
         again = broker.get_channel(broker.topics["t"], "c")
         assert again.depth == 0 and again.dead_letter_count == 0
@@ -285,55 +291,38 @@ async def test_dead_letters_stored_after_their_channel_is_deleted_harm_nothing(
         await broker.store_dead_letters(channel)
         assert broker.health == "OK"
         await held.release()
-        assert again.dead_letter_count == 0 and marked(tmp_path) == []
+        await settled()
+        assert again.dead_letter_count == 0 and marked(tmp_path / "topics" / "t") == []
         nursery.cancel_scope.cancel()
 
 
-async def test_a_write_under_way_when_the_queue_is_moved_aside_goes_with_it(
-        tmp_path: Path, hold_in_thread: Hold) -> None:
-    # The rename waits for the write (in its worker thread) to end, so that nothing of the
-    # queue is written under its old name once it is moved aside; the write is answered.
-    queue = DiskQueue("t:c#dead", tmp_path, sync_every=1)
-    write = hold_in_thread(DiskFiles, "write")
-    queue._files_busy = write.lock  # type: ignore[assignment]
-    written: list[str] = []
-
-    async def put() -> None:
-        await queue.put([b"r" * 100])
-        written.append("yes")
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(put)
-        await write.moving_aside(queue.detach)
-    assert written == ["yes"]
-    assert queue_files(tmp_path, "t:c#dead") == []
-    aside = marked(tmp_path)
-    assert aside and all(name.startswith(f"{queue.name}.diskqueue.") for name in aside)
-    assert queue.name.startswith("t:c#dead~deleted-")
-    await queue.delete()
-    assert list(tmp_path.iterdir()) == []
-
-
-async def test_a_task_waiting_for_records_ends_when_the_queue_is_moved_aside(
+async def test_a_task_waiting_for_records_ends_when_the_log_is_moved_aside(
         tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
-    # Its read-ahead stops with it: nothing would ever end the wait (a dead-letter peek's).
-    # On the virtual clock, a wait that does not end fails at once.
-    queue = DiskQueue("t:c#dead", tmp_path)
+    # Records on disk only, and the log's task (which would read them) not running: the wait
+    # for them ends only with the deletion (a dead-letter peek's). On the virtual clock, a
+    # wait that does not end fails at once.
+    directory = tmp_path / "t" / "c#dead"
+    private = PrivateLog("t:c#dead", directory, clock=SystemClock())
+    await private.put([b"\0" * 26])
+    await private.close()
+    private = PrivateLog("t:c#dead", directory, clock=SystemClock())
+    assert private.depth() == 1 and not private.ready()
     ended: list[str] = []
 
     async def wait() -> None:
         with pytest.raises(DiskQueueClosed):
-            await queue.wait_readable()
+            await private.wait_readable()
         ended.append("closed")
 
     with trio.fail_after(60):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(wait)
             await trio.testing.wait_all_tasks_blocked()
-            queue.detach()
+            private.detach()
     assert ended == ["closed"]
-    await queue.delete()
-    assert list(tmp_path.iterdir()) == []
+    assert not directory.exists()
+    await private.delete()
+    assert list((tmp_path / "t").iterdir()) == []
 
 
 async def test_a_journal_write_under_way_when_the_channel_is_deleted_goes_aside_too(

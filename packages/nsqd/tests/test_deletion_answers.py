@@ -11,10 +11,12 @@ delete's 204). A consume answers as it does for a channel deleted during its wai
 
 A real broker on a temporary data path, both APIs in process (httpx over ASGI), on Trio's
 virtual clock (``io_clock``): a request that would wait forever fails the test at once. The
-order is made, never waited for: a file operation of the dead letters' disk queue (the read
+order is made, never waited for: a file operation of the dead letters' internal log (the read
 of the dead letters, or their write) is held in its worker thread until the deletion's rename
 aside waits for it (``hold_in_thread``); or the read of the dead letters has not begun when
 the deletion comes (``HeldReadAhead``), so that nothing but the deletion can end the wait.
+The records to read are on disk only: the logs keep nothing written in memory
+(``on_disk_only``).
 """
 
 from __future__ import annotations
@@ -29,18 +31,20 @@ import httpx
 import pytest
 import trio
 import trio.testing
+from nsqd import cursorfile, topiclog
 from nsqd.broker import Broker
 from nsqd.channel import Channel
 from nsqd.clock import VirtualClock
-from nsqd.diskfiles import DiskFiles
-from nsqd.diskqueue import DiskQueue
 from nsqd.http_api import build_app
 from nsqd.lmstfy import names
 from nsqd.lmstfy.api import build_data_app
 from nsqd.lmstfy.queues import JobQueues
 from nsqd.lmstfy.state import State
 from nsqd.lmstfy.throttle import Throttle
+from nsqd.logfiles import LogFiles
 from nsqd.options import Options
+from nsqd.privatelog import PrivateLog
+from nsqd.topiclog import TopicLog
 
 Hold = Callable[..., Any]  # conftest's hold_in_thread: a HeldInThread
 WAIT = 60.0  # virtual seconds: a request still waiting after this waits forever
@@ -162,19 +166,32 @@ async def asked(nursery: trio.Nursery, apis: Apis, route: Route, query: str = ""
 
 
 class HeldReadAhead:
-    """Disk queues whose name ends with ``suffix`` read nothing ahead (``#dead``: no dead
-    letter is read): a request waiting for their records waits until the deletion ends it."""
+    """Logs whose name ends with ``suffix`` read nothing from disk (``#dead``: no dead letter
+    is read): a request waiting for their records waits until the deletion ends it."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, suffix: str) -> None:
-        original = DiskQueue._read_ahead
+        original = TopicLog._read_wanted
         never = trio.Event()
 
-        async def held(queue: DiskQueue) -> bool:
-            if queue.name.endswith(suffix):
+        async def held(log: TopicLog) -> None:
+            if log.name.endswith(suffix):
                 await never.wait()
-            return await original(queue)
+            await original(log)
 
-        monkeypatch.setattr(DiskQueue, "_read_ahead", held)
+        monkeypatch.setattr(TopicLog, "_read_wanted", held)
+
+
+@pytest.fixture
+def on_disk_only(monkeypatch: pytest.MonkeyPatch) -> Callable[[PrivateLog], Any]:
+    """``await on_disk_only(log)``: what ``log`` wrote is on disk only from now on (its
+    memory trimmed, and it keeps nothing written in memory)."""
+    monkeypatch.setattr(topiclog, "TAIL_CACHE_BYTES", 0)
+
+    async def trim(private: PrivateLog) -> None:
+        await private.log.tidy()
+        assert private.depth() and not private.ready()
+
+    return trim
 
 
 def channel_of(broker: Broker, route: Route) -> Channel:
@@ -218,20 +235,20 @@ async def test_a_request_waiting_for_the_dead_letters_read_answers_as_for_no_cha
         options: dict[str, object], route: str, io_clock: trio.testing.MockClock,
         io_clock_moving: None, nursery: trio.Nursery, tmp_path: Path,
         apis_of: Callable[[Broker, Path], Apis], hold_in_thread: Hold,
-        caplog: pytest.LogCaptureFixture) -> None:
+        on_disk_only: Callable[[PrivateLog], Any], caplog: pytest.LogCaptureFixture) -> None:
     # The read is under way in its worker thread when the channel is deleted: the rename
-    # aside waits for it, and the read's records arrive in a queue already closed.
+    # aside waits for it, and the read's records arrive in a log already closed.
     broker = await start(nursery, tmp_path, **options)
     apis = apis_of(broker, tmp_path)
     the_route = READING[route]
     channel = channel_of(broker, the_route)
-    read = hold_in_thread(DiskFiles, "read")
+    read = hold_in_thread(LogFiles, "read", when=lambda files, *_: files.name.endswith("#dead"))
     disk = channel.dead_letters.backlog.disk
     assert disk is not None
-    disk._files_busy = read.lock  # type: ignore[assignment]
+    disk.log._files.busy = read.lock  # type: ignore[assignment]
     await dead_letters(broker, channel, [b"dead 1", b"dead 2"])
-    await read.under_way()  # the read-ahead of the two
-    request = await asked(nursery, apis, the_route)
+    await on_disk_only(disk)
+    request = await asked(nursery, apis, the_route)  # which asks for the read of the two
     await read.moving_aside(lambda: delete(broker, the_route, "channel"))
     assert await request.answer() == gone(the_route, "channel")
     assert errors(caplog) == []
@@ -241,15 +258,18 @@ async def test_a_request_waiting_for_the_dead_letters_read_answers_as_for_no_cha
 async def test_a_request_waiting_for_a_read_not_begun_ends_when_the_topic_is_deleted(
         route: str, io_clock: trio.testing.MockClock, io_clock_moving: None,
         nursery: trio.Nursery, tmp_path: Path, apis_of: Callable[[Broker, Path], Apis],
-        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    # Nothing will ever read the dead letters for it: the deletion cancels the queue's
-    # read-ahead and closes it; the request must end with it, not wait forever.
+        monkeypatch: pytest.MonkeyPatch, on_disk_only: Callable[[PrivateLog], Any],
+        caplog: pytest.LogCaptureFixture) -> None:
+    # Nothing will ever read the dead letters for it: the deletion cancels the log's task
+    # and closes it; the request must end with it, not wait forever.
     broker = await start(nursery, tmp_path)
     apis = apis_of(broker, tmp_path)
     the_route = READING[route]
     channel = channel_of(broker, the_route)
     HeldReadAhead(monkeypatch, "#dead")
     await dead_letters(broker, channel, [b"dead 1", b"dead 2"])
+    assert channel.dead_letters.backlog.disk is not None
+    await on_disk_only(channel.dead_letters.backlog.disk)
     request = await asked(nursery, apis, the_route)
     delete(broker, the_route, "topic")
     assert await request.answer() == gone(the_route, "topic")
@@ -266,15 +286,15 @@ async def test_a_request_behind_the_dead_letters_write_answers_as_for_no_channel
     # A dead letter is being written (one larger than an inline write, so in a worker
     # thread whatever the storage flags) when the channel is deleted: the rename aside waits
     # for the write, and the request, which stores the dead letters pending before it does
-    # its work (or waits for the write under way to store them), finds its queue closed.
+    # its work (or waits for the write under way to store them), finds its log closed.
     broker = await start(nursery, tmp_path)
     apis = apis_of(broker, tmp_path)
     the_route = STORING[route]
     channel = channel_of(broker, the_route)
-    write = hold_in_thread(DiskFiles, "write")
+    write = hold_in_thread(LogFiles, "write", when=lambda files, *_: files.name.endswith("#dead"))
     disk = channel.dead_letters.backlog.disk
     assert disk is not None
-    disk._files_busy = write.lock  # type: ignore[assignment]
+    disk.log._files.busy = write.lock  # type: ignore[assignment]
     large = b"x" * (300 << 10)
     if route == "nsqd message/deadletter":  # the request gives it up: its own store writes
         await broker.publish(channel.topic_name, broker.new_messages([large]))
@@ -294,25 +314,25 @@ async def test_a_request_behind_the_dead_letters_write_answers_as_for_no_channel
 
 # -- the channel's own queue ----------------------------------------------------------------
 
-async def test_an_empty_waiting_behind_the_own_queues_read_answers_as_for_no_channel(
+async def test_an_empty_waiting_for_the_own_queues_cursor_answers_as_for_no_channel(
         io_clock: trio.testing.MockClock, io_clock_moving: None, nursery: trio.Nursery,
         tmp_path: Path, apis_of: Callable[[Broker, Path], Apis], hold_in_thread: Hold,
         caplog: pytest.LogCaptureFixture) -> None:
-    # /channel/empty empties the own queue's files too; it waits behind the queue's read
-    # under way, and the channel is deleted meanwhile.
+    # /channel/empty empties the own queue too: its cursor, written (the journal's first
+    # entry, a rewrite) in a worker thread, and the channel is deleted meanwhile.
     broker = await start(nursery, tmp_path)
     apis = apis_of(broker, tmp_path)
     route = Route("nsqd", "POST", "/channel/empty?topic=t&channel=c")
     channel = channel_of(broker, route)
-    read = hold_in_thread(DiskFiles, "read", when=lambda files, *_: files.name.endswith("#own"))
-    disk = channel.own_queue.disk
-    assert disk is not None
-    disk._files_busy = read.lock  # type: ignore[assignment]
     await dead_letters(broker, channel, [b"own 1", b"own 2"])
     assert await channel.respawn(2) == 2
-    await read.under_way()
+    disk = channel.own_queue.disk
+    assert disk is not None and disk.cursor.journal is not None
+    rewrite = hold_in_thread(cursorfile, "write_atomically",
+                             when=lambda path, *_: path.parent.name.endswith("#own"))
+    disk.cursor.journal._busy = rewrite.lock  # type: ignore[assignment]
     request = await asked(nursery, apis, route)
-    await read.moving_aside(lambda: delete(broker, route, "channel"))
+    await rewrite.moving_aside(lambda: delete(broker, route, "channel"))
     assert await request.answer() == gone(route, "channel")
     assert errors(caplog) == []
 
@@ -321,7 +341,8 @@ async def test_an_empty_waiting_behind_the_own_queues_read_answers_as_for_no_cha
 async def test_a_consume_waiting_for_the_own_queues_read_ends_when_the_channel_is_deleted(
         api: str, io_clock: trio.testing.MockClock, io_clock_moving: None,
         nursery: trio.Nursery, tmp_path: Path, apis_of: Callable[[Broker, Path], Apis],
-        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+        monkeypatch: pytest.MonkeyPatch, on_disk_only: Callable[[PrivateLog], Any],
+        caplog: pytest.LogCaptureFixture) -> None:
     # Respawned dead letters wait in the channel's own queue, on disk, not read yet: a
     # consume waits for them before it looks for messages (nothing read yet must not be
     # missed); the deletion must end that wait, and the consume gets nothing.
@@ -335,6 +356,8 @@ async def test_a_consume_waiting_for_the_own_queues_read_ends_when_the_channel_i
     HeldReadAhead(monkeypatch, "#own")
     assert await channel.respawn(2) == 2
     assert channel.own is not None and channel.own.disk_depth == 2
+    assert channel.own.disk is not None
+    await on_disk_only(channel.own.disk)
     request = await asked(nursery, apis, route)
     delete(broker, route, "channel")
     expected = (200, {"messages": []}) if api == "nsqd" else route.lmstfy_gone

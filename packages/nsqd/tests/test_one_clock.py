@@ -49,9 +49,6 @@ ALLOWED = {
                               "exist (plain sockets, a connect deadline of its own)",
     ("lmstfy/ids.py", "request_id"): "an answer's X-Request-ID, made where an lmstfy answer is "
                                      "built, with no broker at hand; nothing reads it back",
-    ("diskqueue.py", "DiskQueue.run"): "go-diskqueue's own sync tick, on Trio's clock beside "
-                                       "its move_on_at; what stays of this module after the "
-                                       "private queues move onto the log is Go's files",
 }
 
 

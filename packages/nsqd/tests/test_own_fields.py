@@ -20,8 +20,8 @@ SOURCE = Path(__file__).resolve().parents[1] / "src" / "nsqd"
 MODULES = {
     # the topic's log and its files, being given their own positions and segment list
     "topiclog.py", "logfiles.py",
-    # go-diskqueue's requests, to remain only for Go's files
-    "diskqueue.py", "diskfiles.py",
+    # go-diskqueue's requests, for Go's files (import and export)
+    "diskfiles.py",
 }
 
 #: (module, function, target) -> why it may write there.
@@ -45,6 +45,7 @@ SITES = {
     # the topic's callbacks given to its log: the log's method comes with its rebuild
     ("topic.py", "Topic.__init__", "log.needed"): "log rebuild",
     ("topic.py", "Topic.__init__", "log.on_readable"): "log rebuild",
+    ("privatelog.py", "PrivateLog.__init__", "self.log.needed"): "log rebuild",
     # PUT /config: Settings is the one mutable part of the configuration, a plain record
     ("http_api.py", "HttpApi._set_lookupd_addresses",
      "self.broker.settings.nsqlookupd_tcp_addresses"): "settings",

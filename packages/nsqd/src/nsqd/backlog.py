@@ -3,14 +3,14 @@
 Most messages live in their topic's log (``topiclog``); these are the few that belong to one
 channel alone: dead letters (``deadletters``), the dead letters respawned from them, and
 messages brought from Go's per-channel files (the channel's *own queue*). They wait in memory
-up to ``mem_size`` and on a disk queue beyond it (go-diskqueue's format, ``diskqueue``), so
-that they are as durable as the topic's messages.
+up to ``mem_size`` and in an internal log of the channel beyond it (``privatelog``: a log and
+a cursor, as a topic's), so that they are as durable as the topic's messages.
 
-The disk queue commits explicitly: a record read from disk stays on disk until its message
-is done with (``ack``), so a crash (even a ``kill -9``) never loses one: the queue's persisted
-read position moves past a record only once every record before it is acknowledged too.
-Messages may be acknowledged in any order; the position advances over the longest
-acknowledged prefix. Ephemeral channels have no disk queue: their queues live in memory.
+A record taken from the log stays there until its message is done with (``ack``), so a crash
+(even a ``kill -9``) never loses one: the log's cursor moves past a record only once it is
+acknowledged, and its mark-delete position over the longest acknowledged prefix. Messages may
+be acknowledged in any order. Ephemeral channels have no internal log: their queues live in
+memory.
 """
 
 from __future__ import annotations
@@ -18,26 +18,27 @@ from __future__ import annotations
 import itertools
 from collections import deque
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import trio
 
-from .diskqueue import DiskQueue, Pos
 from .message import QueuedMessage
 from .record import decode_records, encode_records, record_id
 
+if TYPE_CHECKING:
+    from .privatelog import PrivateLog
+
 
 class Backlog:
-    def __init__(self, mem_size: int, disk: DiskQueue | None,
+    def __init__(self, mem_size: int, disk: PrivateLog | None,
                  on_readable: Callable[[], None]) -> None:
         self.memory: deque[QueuedMessage] = deque()
         self.mem_size = mem_size
         self.disk = disk
         self.dropped = 0
         self._on_readable = on_readable
-        self._taken = trio.Event()
-        # ids read from disk, in read order, with the position after each
-        self._unacked: deque[tuple[bytes, Pos]] = deque()
-        self._pending: set[bytes] = set()
+        # the offsets in the log of the messages taken from it and not acknowledged, by id
+        self._unacked: dict[bytes, list[int]] = {}
 
     def __len__(self) -> int:
         return len(self.memory) + (self.disk.depth() if self.disk is not None else 0)
@@ -71,49 +72,46 @@ class Backlog:
         await self.disk.put(encode_records(rest))
 
     def peek(self, n: int) -> list[QueuedMessage]:
-        """The next ``n`` messages ``take`` would hand out (memory, then what the disk queue
-        has read ahead), left in place."""
+        """The next ``n`` messages ``take`` would hand out (memory, then what the log has in
+        memory), left in place."""
         out = list(itertools.islice(self.memory, n))
         if self.disk is not None and len(out) < n:
             out += decode_records(self.disk.peek(n - len(out)))
         return out
 
     def take(self, n: int) -> list[QueuedMessage]:
-        """Up to ``n`` messages, memory first, then what the disk queue has read ahead
-        (those stay on disk until acknowledged)."""
+        """Up to ``n`` messages, memory first, then what the log has in memory (those stay
+        in the log until acknowledged)."""
         memory = self.memory
         out = [memory.popleft() for _ in range(min(n, len(memory)))]
         if self.disk is not None and len(out) < n:
-            read = self.disk.pop_with_positions(n - len(out))
-            for record, pos in read:
-                message_id = record_id(record)
-                self._unacked.append((message_id, pos))
-                self._pending.add(message_id)
+            read = self.disk.pop(n - len(out))
+            unacked = self._unacked
+            for record, offset in read:
+                unacked.setdefault(record_id(record), []).append(offset)
             if read:
                 out += decode_records([record for record, _ in read])
-                self._taken.set()
         return out
 
     def ack(self, message_id: bytes) -> None:
-        """This message is done with; commit the disk queue over every acknowledged record."""
-        if message_id not in self._pending:
+        """This message is done with: acknowledged in the log (the oldest copy taken, should
+        it hold the same message twice)."""
+        offsets = self._unacked.get(message_id)
+        if not offsets:
             return
-        self._pending.discard(message_id)
-        unacked = self._unacked
-        pos = None
-        while unacked and unacked[0][0] not in self._pending:
-            pos = unacked.popleft()[1]
-        if pos is not None:
-            assert self.disk is not None
-            self.disk.commit(pos)
+        offset = offsets.pop(0)
+        if not offsets:
+            del self._unacked[message_id]
+        assert self.disk is not None
+        self.disk.ack(offset)
 
     def ack_all(self) -> None:
-        """Everything read so far is done with (emptied)."""
-        if self._unacked:
-            assert self.disk is not None
-            self.disk.commit(self._unacked[-1][1])
+        """Everything taken so far is done with (emptied)."""
+        if self.disk is not None:
+            for offsets in self._unacked.values():
+                for offset in offsets:
+                    self.disk.ack(offset)
         self._unacked.clear()
-        self._pending.clear()
 
     def remove_waiting(self, message_id: bytes) -> QueuedMessage | None:
         """Take the message ``message_id`` out of memory, if it waits there."""
@@ -129,7 +127,7 @@ class Backlog:
         return msgs
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Keep the disk queue reading ahead and tell the owner when records are ready."""
+        """Keep the log's task going and tell the owner when records come in from disk."""
         disk = self.disk
         if disk is None:
             task_status.started()
@@ -138,7 +136,5 @@ class Backlog:
             await nursery.start(disk.run)
             task_status.started()
             while True:
-                await disk.wait_readable()
+                await disk.wait_read_in()
                 self._on_readable()
-                await self._taken.wait()
-                self._taken = trio.Event()

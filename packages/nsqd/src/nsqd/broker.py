@@ -33,10 +33,8 @@ from .channel import Channel
 from .client import Client
 from .clock import Clock, SystemClock
 from .cursor import Cursor
-from .deadletters import SUFFIX as DEAD_LETTER_SUFFIX
 from .deadletters import DeadLetters
 from .deletion import remove_deleted
-from .diskqueue import DiskQueue
 from .e2e import LatencyStream
 from .errors import (
     DiskQueueClosed,
@@ -51,8 +49,9 @@ from .logfiles import MAX_OFFSET
 from .lookup import Lookup
 from .message import QueuedMessage
 from .options import Options, Settings
+from .privatelog import DEAD, OWN, PrivateLog, directory_name
 from .pump import Pump
-from .record import HEADER_SIZE, MAX_EXTENSION, Records, new_records
+from .record import Records, new_records
 from .statsd import run_statsd
 from .tls import server_context, tls_required
 from .topic import Topic
@@ -66,8 +65,10 @@ log = logging.getLogger("nsqd")
 #: A file of a queue in Go's layout (no ``#``: not an own queue nor dead letters), or an import
 #: under way (``goimport``).
 _OLD_QUEUE_FILE = re.compile(r"[^#]+\.(?:diskqueue\.(?:meta|\d{6,})|deferred)\.dat|goimport\.json")
-#: A channel's own queue (respawned dead letters, messages brought from Go's files).
-OWN_SUFFIX = "#own"
+#: A channel's own queue or dead letters of the release before internal logs
+#: (``privatemigration``).
+_PRIVATE_QUEUE_FILE = re.compile(r"[^:#~]+:[^:#~]+#(?:own|dead)\.diskqueue\.(?:meta|\d{6,})\.dat")
+_IMPORT_MARKER = "goimport.json"
 TOPICS_DIR = "topics"
 
 
@@ -182,12 +183,29 @@ class Broker:
 
     async def _bring_in_old_queues(self) -> None:
         """Queues in Go's layout (Go's nsqd, an earlier version of ours) into the logs before
-        anything is loaded (``goimport``: loaded only when the data path has such files)."""
+        anything is loaded (``goimport``), after the channels' private queues of the release
+        before internal logs (``privatemigration``): each module is loaded only when the
+        data path has such files. An import a crash interrupted is settled first (a marker
+        of that release names its own queues' files as they were)."""
         try:
             names = os.listdir(self.opts.data_path or ".")
         except OSError:
             return
-        if any(_OLD_QUEUE_FILE.fullmatch(name) for name in names):
+        go_layout = any(_OLD_QUEUE_FILE.fullmatch(name) for name in names)
+        if go_layout and _IMPORT_MARKER in names:
+            from .goimport import settle
+
+            if not await settle(self.opts, log, self.clock):
+                return
+        if any(_PRIVATE_QUEUE_FILE.fullmatch(name) for name in names):
+            from .privatemigration import migrate
+
+            try:
+                await migrate(self.opts, log, self.clock)
+            except OSError as exc:
+                raise StartError(f"failed to move the channels' private queues into their "
+                                 f"logs - {exc}") from None
+        if go_layout:
             from .goimport import bring_in
 
             await bring_in(self.opts, log, self.clock)
@@ -243,14 +261,13 @@ class Broker:
         if scope is not None:
             scope.cancel()
 
-    def _disk_queue(self, name: str) -> DiskQueue:
-        """A private queue's disk queue (a channel's own queue, its dead letters)."""
+    def _private_log(self, channel: Channel, kind: str) -> PrivateLog:
+        """A channel's internal log (``privatelog``: its own queue, its dead letters)."""
         o = self.opts
-        return DiskQueue(name, o.data_path or ".", max_bytes_per_file=o.max_bytes_per_file,
-                         min_msg_size=HEADER_SIZE,
-                         max_msg_size=o.max_msg_size + HEADER_SIZE + MAX_EXTENSION,
-                         sync_every=o.sync_every, sync_timeout=o.sync_timeout, logger=log,
-                         explicit_commit=True)
+        directory = self.topic_directory(channel.topic_name) / directory_name(channel.name, kind)
+        return PrivateLog(f"{channel.topic_name}:{channel.name}{kind}", directory,
+                          clock=self.clock, max_bytes_per_file=o.max_bytes_per_file,
+                          sync_every=o.sync_every, sync_timeout=o.sync_timeout, logger=log)
 
     def topic_directory(self, name: str) -> Path:
         return Path(self.opts.data_path or ".") / TOPICS_DIR / name
@@ -299,9 +316,10 @@ class Broker:
                           default_max_attempts=self.opts.max_attempts)
         topic.add_channel(channel)
         if durable:
-            if self._queue_meta(self._own_name(channel)).exists():
+            directory = self.topic_directory(topic.name)
+            if (directory / directory_name(name, OWN)).is_dir():
                 channel.own_queue  # noqa: B018 - its messages are delivered from the start
-            if self._queue_meta(self._dead_letter_name(channel)).exists():
+            if (directory / directory_name(name, DEAD)).is_dir():
                 channel.dead_letters  # noqa: B018 - stored ones are counted from the start
             if changed:  # a new channel: its position is kept from now on
                 self._spawn_once(cursor.flush(channel.cursor_state, sync=self.opts.sync_every == 1))
@@ -408,34 +426,26 @@ class Broker:
     def dead_letters_for(self, channel: Channel) -> DeadLetters:
         """The dead-letter queue of ``channel``, made when it first needs one (or at start
         when it has one on disk); in memory only for an ephemeral channel."""
-        dead = DeadLetters(self._private_queue(channel, self._dead_letter_name(channel),
-                                               lambda: None))
+        dead = DeadLetters(self._private_queue(channel, DEAD, lambda: None))
         self._spawn(dead, dead.backlog.run)
         return dead
 
     def own_queue_for(self, channel: Channel) -> Backlog:
         """The own queue of ``channel`` (see ``backlog``), made with its first message."""
-        own = self._private_queue(channel, self._own_name(channel), channel.changed)
+        own = self._private_queue(channel, OWN, channel.changed)
         self._spawn(own, own.run)
         return own
 
-    def _private_queue(self, channel: Channel, name: str, on_readable: Callable[[], None]
+    def _private_queue(self, channel: Channel, kind: str, on_readable: Callable[[], None]
                        ) -> Backlog:
         # Not for a deleted channel either: its name's files are a new channel's now.
         durable = channel.cursor.journal is not None and not channel.deleted
-        disk = self._disk_queue(name) if durable else None
+        disk = self._private_log(channel, kind) if durable else None
         return Backlog(0 if durable else 1 << 62, disk, on_readable)
 
     @staticmethod
     def _dead_letter_name(channel: Channel) -> str:
-        return f"{channel.topic_name}:{channel.name}{DEAD_LETTER_SUFFIX}"
-
-    @staticmethod
-    def _own_name(channel: Channel) -> str:
-        return f"{channel.topic_name}:{channel.name}{OWN_SUFFIX}"
-
-    def _queue_meta(self, name: str) -> Path:
-        return Path(self.opts.data_path or ".") / f"{name}.diskqueue.meta.dat"
+        return f"{channel.topic_name}:{channel.name}{DEAD}"
 
     async def store_dead_letters(self, channel: Channel) -> None:
         try:

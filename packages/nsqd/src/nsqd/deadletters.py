@@ -1,11 +1,12 @@
 """A channel's dead-letter queue: messages that used up their attempts, or that a consumer
 gave up on, kept aside until someone respawns or empties them.
 
-It is a backlog without memory: every dead letter is written to its own disk queue
-(``<topic>:<channel>#dead``, a name no channel can have), so it is as durable as the
-channel's own messages under ``--sync-every``. Dead letters are decided in the channel's
-pump, which cannot wait for a disk, so they wait in ``pending`` until the broker stores them
-right after the pump; only then are the originals acknowledged on the channel's queue.
+It is a backlog without memory: every dead letter is written to an internal log of the
+channel (``privatelog``: ``<channel>#dead`` in its topic's directory, a name no channel can
+have), so it is as durable as the channel's own messages under ``--sync-every``. Dead
+letters are decided in the channel's pump, which cannot wait for a disk, so they wait in
+``pending`` until the broker stores them right after the pump; only then are the originals
+acknowledged on the channel's queue.
 """
 
 from __future__ import annotations
@@ -14,8 +15,6 @@ import trio
 
 from .backlog import Backlog
 from .message import QueuedMessage
-
-SUFFIX = "#dead"
 
 
 class DeadLetters:

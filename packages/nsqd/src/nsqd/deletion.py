@@ -7,11 +7,11 @@ new names, so the removal can never take the new files with it. What a crash lef
 removed at the next start (``remove_deleted``).
 
 What is renamed so: a topic's directory (``topiclog``), a channel's cursor journal
-(``cursorfile``) and its private queues' files in the data path (``diskqueue``: its own
-queue, its dead letters).
+(``cursorfile``) and its internal logs' directories in the topic's (``privatelog``: its own
+queue, its dead letters; each a log's directory, with its cursor's journal in it).
 
 Nothing is made again under the old name after the rename. Each owner of such files (a
-``TopicLog``, a ``CursorJournal``, a ``DiskQueue``) holds one ``threading.Lock`` through each
+``TopicLog``, a ``CursorJournal``) holds one ``threading.Lock`` through each
 of its file operations (in a worker thread: ``holding``), and its ``detach``, on the Trio
 thread, renames under that lock and points the owner's paths at the new names before it lets
 go. So a file operation under way when the deletion comes ends first (what it wrote moves
@@ -56,9 +56,10 @@ def holding(busy: threading.Lock, fn: Callable[..., T], *args: object) -> T:
 
 def remove_deleted(data_path: Path, topics: Path) -> None:
     """Remove what deletions left when the last run stopped: topic directories (in
-    ``topics``) and channels' journals (in a topic's directory) moved aside, and private
-    queues' files (in ``data_path``) but their ``.bad`` ones. Blocking (a worker thread's
-    work); whatever cannot be removed stays, for the next start."""
+    ``topics``), channels' journals and internal logs' directories (in a topic's directory)
+    moved aside, and the private queues' files of an earlier version (in ``data_path``) but
+    their ``.bad`` ones. Blocking (a worker thread's work); whatever cannot be removed stays,
+    for the next start."""
     with contextlib.suppress(OSError):
         for entry in os.scandir(data_path):
             if (DELETED_MARK in entry.name and not entry.name.endswith(_BAD_SUFFIX)
@@ -75,5 +76,10 @@ def remove_deleted(data_path: Path, topics: Path) -> None:
             continue
         with contextlib.suppress(OSError):
             for path in directory.iterdir():
-                if DELETED_MARK in path.name:
-                    path.unlink(missing_ok=True)
+                if DELETED_MARK not in path.name:
+                    continue
+                if path.is_dir():
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    with contextlib.suppress(OSError):
+                        path.unlink(missing_ok=True)

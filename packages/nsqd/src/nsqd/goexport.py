@@ -4,7 +4,8 @@ and back to Go's nsqd"; docs/operations.md says how to use it).
 
 Offline: ``--data-path`` is the source (locked as nsqd locks it, so it must not be running),
 ``DIR`` must be empty or missing. The source is read, never changed (but for what any start
-of nsqd does to it: a torn batch cut off, segment indexes written). ``DIR`` gets, in
+of nsqd does to it: a torn batch cut off, segment indexes written, the channels' private
+queues of the release before internal logs moved into them, ``privatemigration``). ``DIR`` gets, in
 go-diskqueue's format (written by ``diskfiles``, our own go-diskqueue writer):
 
 - ``<topic>:<channel>.diskqueue.*`` for each channel of ``nsqd.dat``: its own queue (messages
@@ -48,6 +49,8 @@ from .clock import Clock, SystemClock
 from .cursor import Cursor
 from .diskfiles import DiskFiles
 from .errors import ExportError, NsqdError
+from .privatelog import DEAD, OWN, directory_name, each_unread
+from .privatemigration import is_private_queue_file, migrate
 from .readcache import READ_BYTES
 from .record import HEADER_SIZE, decode_record, is_plain
 from .topiclog import TopicLog
@@ -57,8 +60,6 @@ if TYPE_CHECKING:
     from .options import Options
 
 TOPICS_DIR = "topics"  # as the broker lays them out
-OWN_SUFFIX = "#own"
-DEAD_SUFFIX = "#dead"
 #: Records per read of the log.
 READ_RECORDS = 4096
 #: Where batches of Go's records go.
@@ -84,7 +85,7 @@ class SourceTopic:
         self.meta = meta
         self.log = logger
         self.clock = clock
-        directory = source / TOPICS_DIR / meta.name
+        self.directory = directory = source / TOPICS_DIR / meta.name
         self.topic_log = TopicLog(meta.name, directory, mem_queue_size=0, clock=clock,
                                   logger=logger)
         self.topic_log.resume_at(meta.next_offset)
@@ -124,8 +125,8 @@ class SourceTopic:
             await sink(_go_records(((record, 0) for record in batch), tally,
                                    self.clock.wall_ns()))
 
-        await gofiles.each_batch(self.source, f"{self.meta.name}:{channel}{OWN_SUFFIX}",
-                                 self.log, own)
+        await each_unread(self.directory / directory_name(channel, OWN),
+                          f"{self.meta.name}:{channel}{OWN}", self.log, own, self.clock)
         cursor = self.cursors[channel]
         await self._log_records(cursor.mark_delete, self.visible_end, cursor, tally, sink)
 
@@ -237,6 +238,9 @@ class Exporter:
 
     async def run(self) -> None:
         await trio.to_thread.run_sync(self.check)
+        files = await trio.to_thread.run_sync(os.listdir, self.source)
+        if any(map(is_private_queue_file, files)):  # as a start would, first
+            await migrate(self.opts, self.log, self.clock)
         self.target.mkdir(parents=True, exist_ok=True)
         topics, warnings = metadata.load(metadata.metadata_path(self.opts.data_path))
         for warning in warnings:
@@ -294,17 +298,16 @@ class Exporter:
                             ) -> TopicMeta | None:
         """A channel's dead letters as a topic of their own (see the module's docstring)."""
         name = dead_letter_topic(topic, channel)
-        queue = f"{topic}:{channel}{DEAD_SUFFIX}"
-        count = 0
+        queue = f"{topic}:{channel}{DEAD}"
+        directory = self.source / TOPICS_DIR / topic / directory_name(channel, DEAD)
 
         async def counted(batch: list[bytes]) -> None:
-            nonlocal count
-            count += len(batch)
+            pass
 
-        if not gofiles.queue_paths(self.source, queue):
+        if not await trio.to_thread.run_sync(directory.is_dir):
             return None
         if not is_valid_name(name) or name in names:
-            await gofiles.each_batch(self.source, queue, self.log, counted)
+            count = await each_unread(directory, queue, self.log, counted, self.clock)
             if count:
                 self.log.warning("GOEXPORT: CHANNEL(%s:%s): %d dead letters left out: %s is "
                                  "not a topic name of their own (they stay in %s)", topic,
@@ -317,7 +320,7 @@ class Exporter:
                 await sink(_go_records(((record, 0) for record in batch), tally,
                                        self.clock.wall_ns()))
 
-            await gofiles.each_batch(self.source, queue, self.log, converted)
+            await each_unread(directory, queue, self.log, converted, self.clock)
 
         await self._write(name, produce, tally)
         if not tally.written:

@@ -11,29 +11,29 @@ For each topic of ``nsqd.dat`` that has such files:
 - its queue and deferred file are appended to its log at offsets ``first`` (the log's end,
   or past it: what nsqd.dat and the cursors say was given) to ``end`` (``TopicLog.append_at``):
   every channel then gets them, as Go's topic pump would have delivered them;
-- each channel's queue and deferred file go into that channel's own queue
-  (``<topic>:<channel>#own``), attempts kept; deferred messages keep what is left of their
-  delay (their due time is written in the record);
+- each channel's queue and deferred file go into that channel's own queue (its internal
+  log ``<channel>#own`` in the topic's directory, ``privatelog``), attempts kept; deferred
+  messages keep what is left of their delay (their due time is written in the record);
 - so that they are seen: a channel without a cursor journal gets one at ``first``, a topic
   without channels holds from ``first`` (``hold`` in nsqd.dat) and a paused topic is paused
   at ``first`` (``paused_at``), as Go's topic keeps its queue while paused.
 
 One topic at a time, all or nothing, with a marker, ``goimport.json`` in the data directory:
 
-1. the marker, phase ``append``: ``first``, the log's last segment and its size, each own
-   queue's positions (or that it had none), the old queues' names; fsynced;
-2. the records appended to the log and the own queues, fsynced (``TopicLog.close``,
-   ``DiskQueue.close``); the cursor journals and nsqd.dat written (fsynced);
+1. the marker, phase ``append``: ``first``, the last segment and its size of the log and
+   of each own queue's log (or that it had none), the old queues' names; fsynced;
+2. the records appended to the log and the own queues' logs, fsynced (``TopicLog.close``);
+   the cursor journals and nsqd.dat written (fsynced);
 3. the marker, phase ``remove``;
 4. the old files removed, the directory fsynced; the marker removed.
 
 A start that finds the marker first settles it: in phase ``append`` (killed in 1-2) it puts
-the log and the own queues back as the marker says they were (segments made since removed,
-the last one cut back to its size; the own queues' files cut back and their metadata
-rewritten), then brings the topic in again from the old files, which were not touched; in
-phase ``remove`` it only finishes step 4. So a crash at any point neither loses a message
-nor brings one in twice. A failure (a full disk, a record bigger than ``--max-msg-size``
-allows in an own queue) undoes that topic's import and is logged; nsqd starts without it,
+the logs back as the marker says they were (segments made since removed, the last one cut
+back to its size; a marker of the release before internal logs names its own queues'
+go-diskqueue files instead: cut back, their metadata rewritten), then brings the topic in
+again from the old files, which were not touched; in phase ``remove`` it only finishes step
+4. So a crash at any point neither loses a message nor brings one in twice. A failure (a
+full disk) undoes that topic's import and is logged; nsqd starts without it,
 its old files stay, and the next start tries again. Cursor journals and nsqd.dat written
 before an undo stay: they only say where a channel starts, never past a message.
 
@@ -54,17 +54,10 @@ import trio
 from nsq_common import write_atomically
 
 from . import cursorfile, gofiles, metadata
-from .diskfiles import DiskFiles
-from .diskqueue import DiskQueue
 from .errors import DiskQueueError, StartError
 from .logfiles import SEGMENT_SUFFIX
-from .record import (
-    HEADER_SIZE,
-    MAX_EXTENSION,
-    decode_record,
-    encode_record,
-    record_id,
-)
+from .privatelog import OWN, directory_name
+from .record import decode_record, encode_record, is_plain, record_id
 from .topiclog import TopicLog
 
 if TYPE_CHECKING:
@@ -74,7 +67,6 @@ if TYPE_CHECKING:
 
 MARKER = "goimport.json"
 TOPICS_DIR = "topics"  # as the broker lays them out
-OWN_SUFFIX = "#own"
 #: Message ids remembered per queue to bring a message in once when Go's files hold it twice.
 IDS_REMEMBERED = 250_000  # about 40 MB of ids at most
 
@@ -159,21 +151,12 @@ class _Importer:
     def _undo(self, doc: dict[str, Any]) -> None:
         """Put the log and the own queues back as the marker says they were."""
         directory = self.data / TOPICS_DIR / str(doc["topic"])
-        last = doc["segment"]
-        if directory.is_dir():
-            for path in sorted(directory.iterdir()):
-                if not path.name.endswith(SEGMENT_SUFFIX):
-                    continue
-                if last is None or path.name > last[0]:
-                    path.unlink()
-                    path.with_suffix(".index").unlink(missing_ok=True)
-                elif path.name == last[0] and path.stat().st_size > int(last[1]):
-                    os.truncate(path, int(last[1]))
-                    path.with_suffix(".index").unlink(missing_ok=True)
-                    _fsync(path)
-            _fsync(directory)
-        for channel, before in doc["own"].items():
-            _restore_queue(self.data, _own_name(str(doc["topic"]), channel), before)
+        _cut_back(directory, doc["segment"])
+        for channel, last in doc.get("own_logs", {}).items():
+            _cut_back(directory / directory_name(channel, OWN), last)
+        # (a marker of the release before internal logs: its own queues' go-diskqueue files)
+        for channel, before in doc.get("own", {}).items():
+            _restore_queue(self.data, f"{doc['topic']}:{channel}{OWN}", before)
         _fsync(self.data)
 
     def _remove_old(self, doc: dict[str, Any]) -> None:
@@ -234,12 +217,12 @@ class _Importer:
         first = max(topic_log.end, meta.next_offset,
                     *await trio.to_thread.run_sync(_cursor_positions, directory, meta))
         own_before = {channel: await trio.to_thread.run_sync(
-            _queue_positions, self.data, _own_name(meta.name, channel))
+            _last_segment, directory / directory_name(channel, OWN))
             for channel in plan.channels}
         doc: dict[str, Any] = {
             "topic": meta.name, "phase": "append", "first": first,
             "segment": await trio.to_thread.run_sync(_last_segment, directory),
-            "own": own_before, "queues": plan.queues,
+            "own_logs": own_before, "queues": plan.queues,
         }
         await trio.to_thread.run_sync(self._write_marker, doc)
         in_log = _Ids()
@@ -270,6 +253,7 @@ class _Importer:
         return updated
 
     def _open_log(self, name: str, directory: Path) -> TopicLog:
+        """A log to append to: a topic's, or a channel's own queue's."""
         o = self.opts
         # every append written through; fsynced when a segment rolls and at close
         return TopicLog(name, directory, mem_queue_size=0, max_bytes_per_file=o.max_bytes_per_file,
@@ -300,17 +284,13 @@ class _Importer:
 
     async def _put_in_own_queue(self, topic: str, channel: str, in_log: _Ids
                                 ) -> tuple[int, int, list[int]]:
-        """A channel's queue and deferred file into its own queue. How many, how many
+        """A channel's queue and deferred file into its own queue's log. How many, how many
         deferred, and the offsets of the log that got the same message (from the topic's
         queue: a crash of Go's nsqd before it persisted its topic's read position): the
         channel passes over those, and a message found twice in its queue (a crash before
         the read position was persisted, and the message requeued since) comes once."""
-        o = self.opts
-        queue = DiskQueue(_own_name(topic, channel), self.data,
-                          max_bytes_per_file=o.max_bytes_per_file, min_msg_size=HEADER_SIZE,
-                          max_msg_size=o.max_msg_size + HEADER_SIZE + MAX_EXTENSION,
-                          sync_every=1 << 62, sync_timeout=o.sync_timeout, logger=self.log,
-                          explicit_commit=True)
+        own = self._open_log(f"{topic}:{channel}{OWN}", self.data / TOPICS_DIR / topic
+                             / directory_name(channel, OWN))
         count = 0
         seen = _Ids()
         twice: list[int] = []
@@ -327,7 +307,8 @@ class _Importer:
                 if offset is not None:
                     twice.append(offset)
                 kept.append(gofiles.checked_record(record))
-            await queue.put(kept)
+            if kept:
+                await own.append(kept, plain=all(map(is_plain, kept)))
             count += len(kept)
 
         name = gofiles.queue_name(topic, channel)
@@ -336,9 +317,10 @@ class _Importer:
             deferred = await trio.to_thread.run_sync(
                 _deferred_records, gofiles.deferred_path(self.data, name),
                 self.clock.wall_ns(), self.log)
-            await queue.put(deferred)
+            if deferred:
+                await own.append(deferred, plain=all(map(is_plain, deferred)))
         finally:
-            await queue.close()  # fsyncs, and persists the metadata
+            await own.close()  # fsyncs, and writes the indexes
         return count + len(deferred), len(deferred), twice
 
     def _positions_after(self, directory: Path, meta: TopicMeta, first: int,
@@ -362,9 +344,10 @@ class _Importer:
                 journal.close()
         write_atomically(self.nsqd_dat, metadata.encode(topics), mode=0o600,
                          sync_directory=True)
-        # the names of the files made (segments, own queues, the topic's directory) are
-        # durable too before the old files go
-        for made in (directory, directory.parent, self.data):
+        # the names of the files made (segments, own queues' logs, the topic's directory)
+        # are durable too before the old files go
+        own = [directory / directory_name(c.name, OWN) for c in meta.channels]
+        for made in (*own, directory, directory.parent, self.data):
             if made.is_dir():
                 _fsync(made)
 
@@ -400,6 +383,16 @@ def _merged(ranges: tuple[tuple[int, int], ...], offsets: list[int]
     return tuple((start, end) for start, end in out)
 
 
+async def settle(opts: Options, logger: logging.Logger, clock: Clock) -> bool:
+    """Finish or undo an import a crash interrupted (``_Importer.settle``); False when its
+    old files are still there (no import until a start manages).
+
+    Raises:
+        StartError: see ``_Importer.settle``.
+    """
+    return await trio.to_thread.run_sync(_Importer(opts, logger, clock).settle)
+
+
 async def bring_in(opts: Options, logger: logging.Logger, clock: Clock) -> None:
     """Bring in every topic's and channel's Go-layout queue (see the module's docstring).
 
@@ -407,10 +400,6 @@ async def bring_in(opts: Options, logger: logging.Logger, clock: Clock) -> None:
         StartError: an interrupted import can be neither finished nor undone.
     """
     await _Importer(opts, logger, clock).run()
-
-
-def _own_name(topic: str, channel: str) -> str:
-    return f"{topic}:{channel}{OWN_SUFFIX}"
 
 
 def _metadata_after(meta: TopicMeta, first: int, end: int) -> TopicMeta:
@@ -443,21 +432,28 @@ def _last_segment(directory: Path) -> list[Any] | None:
     return [names[-1], (directory / names[-1]).stat().st_size]
 
 
-def _queue_positions(data: Path, name: str) -> list[int] | None:
-    """A queue's depth, read and write positions as the next open finds them (None: no
-    queue), with the files made to agree with them (a crash's leftovers past the write
-    position are moved on from, as ``DiskFiles.load`` does)."""
-    files = DiskFiles(name, data, 1 << 62, HEADER_SIZE, gofiles.MAX_RECORD, logging.getLogger(
-        "nsqd"))
-    loaded = files.load()
-    files.close_files()
-    if loaded is None:
-        return None
-    return [loaded.depth, *loaded.read, *loaded.write]
+def _cut_back(directory: Path, last: list[Any] | None) -> None:
+    """Put a log's segments back as ``_last_segment`` found them: those made since removed,
+    the last one cut back to its size."""
+    if not directory.is_dir():
+        return
+    for path in sorted(directory.iterdir()):
+        if not path.name.endswith(SEGMENT_SUFFIX):
+            continue
+        if last is None or path.name > last[0]:
+            path.unlink()
+            path.with_suffix(".index").unlink(missing_ok=True)
+        elif path.name == last[0] and path.stat().st_size > int(last[1]):
+            os.truncate(path, int(last[1]))
+            path.with_suffix(".index").unlink(missing_ok=True)
+            _fsync(path)
+    _fsync(directory)
 
 
 def _restore_queue(data: Path, name: str, before: list[int] | None) -> None:
-    """Put queue ``name``'s files back as ``before`` (``_queue_positions``) says they were."""
+    """Put queue ``name``'s go-diskqueue files back as ``before`` (its depth, read and write
+    positions, as a marker of the release before internal logs keeps them) says they were
+    (``privatemigration`` then moves the queue into its log)."""
     if before is None:
         for _, path in gofiles.data_files(data, name):
             path.unlink()
