@@ -183,3 +183,22 @@ async def test_a_memory_only_log_drops_its_oldest_records_across_gaps():
     assert log.dropped == 2
     assert bodies(log.read(0, 10)) == [(10, b"c-0"), (11, b"c-1")]
     await log.close()
+
+
+async def test_unwritten_records_are_counted_across_gaps(tmp_path):
+    # --mem-queue-size=4: records past 4 unwritten ones are written. Records every cursor
+    # passed are never written; with gaps between them, they are counted as they are, not
+    # by their offsets, so the memory queue stays at its size.
+    log = open_log(tmp_path, mem=4)
+    await log.append_at(0, records("a", 2))
+    await log.append_at(10, records("b", 2))
+    log.needed = lambda: 11  # every cursor is past a-0, a-1 and b-0
+    await log.append_at(20, records("c", 3))  # b-1 and c: 4 unwritten, nothing written
+    assert log.written_end == 11 and not list(tmp_path.glob("*.log"))
+    await log.append_at(30, records("d", 1))  # 5: the oldest, b-1, is written
+    assert log.written_end == 12
+    assert log._unwritten == 4
+    await log.close()
+    again = open_log(tmp_path)
+    assert [o for o, _ in await read_all(again)] == [11, 20, 21, 22, 30]
+    await again.close()
