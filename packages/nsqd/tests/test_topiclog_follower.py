@@ -197,7 +197,7 @@ async def test_unwritten_records_are_counted_across_gaps(tmp_path):
     assert log.written_end == 11 and not list(tmp_path.glob("*.log"))
     await log.append_at(30, records("d", 1))  # 5: the oldest, b-1, is written
     assert log.written_end == 12
-    assert log._tail.unwritten == 4
+    assert log._unwritten == 4
     await log.close()
     again = open_log(tmp_path)
     assert [o for o, _ in await read_all(again)] == [11, 20, 21, 22, 30]

@@ -13,7 +13,7 @@ Memory and disk. New records go to the memory tail (``_tail``). While at most
 past that, the oldest unwritten ones are written as one batch before the publisher is
 answered. Records every durable cursor has passed (``needed``) before they were written are
 dropped instead, unless the topic has a retention. Written records stay in the tail as a cache
-for a while (``memtail``): a consume right after a publish reads memory even with
+for a while (``TAIL_CACHE_BYTES``): a consume right after a publish reads memory even with
 ``--mem-queue-size=0``. Older records are read from the segments by the background task into
 the read cache (``readcache``), one read for every reader near the same offset; a reader that
 asks for records not in memory is answered ``None`` and woken (``on_readable``) when they are
@@ -53,10 +53,9 @@ import trio
 from .deletion import holding
 from .errors import LogClosed, LogError, OffsetOverlap
 from .logfiles import MAX_OFFSET, LogFiles
-from .memtail import MemoryTail
 from .readcache import READ_BYTES, ReadCache
 from .record import is_plain
-from .runs import Run
+from .runs import Run, RunStore
 
 if TYPE_CHECKING:
     from .clock import Clock
@@ -64,6 +63,8 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+#: Written records kept in memory as a cache (bytes).
+TAIL_CACHE_BYTES = 16 << 20
 #: Offsets are reserved this many at a time in the log's ``offsets`` file before they are
 #: given, so that no offset is given twice even when a crash loses the memory tail: the next
 #: start begins past the last reservation (a gap, never a reuse).
@@ -106,7 +107,7 @@ class TopicLog:
         self.needed: Callable[[], int] = _all_needed
         self.retention_ns = 0  # keep segments this long past every cursor (0: not at all)
         self.retention_bytes = 0  # or the newest segments within this size
-        self._tail = MemoryTail()  # the newest records; which are written
+        self._tail = RunStore()
         self._cache = ReadCache()  # records read from the segments, for the readers
         self._files = LogFiles(name, directory, self.log)  # (directory None: memory only)
         self._end = 0
@@ -114,6 +115,8 @@ class TopicLog:
         self.hole: tuple[int, int] | None = None
         # Offsets below may be given (reserved on disk); a memory-only log needs none.
         self._reserved = 0 if directory is not None else 1 << 62
+        self._written_end = 0  # every offset below is on disk, or was never to be written
+        self._unwritten = 0  # records in the tail at offsets >= _written_end
         self._appends: deque[_Append] = deque()
         self._committing = False
         self._io_lock = trio.Lock()
@@ -128,8 +131,7 @@ class TopicLog:
         self._hold_saved: int | None = None  # the hold the ``offsets`` file keeps
         if directory is not None:  # (no write: a full disk must not stop nsqd from starting)
             next_offset = self._files.load()
-            self._end = self._files.end
-            self._tail.written_from(self._end)
+            self._end = self._written_end = self._files.end
             self.resume_at(next_offset)
             self._hold_saved = self._files.saved_hold
         #: The topic's hold (``Topic.hold``): without channels, where the first channel
@@ -164,7 +166,17 @@ class TopicLog:
     def written_end(self) -> int:
         """Offsets below are on disk (or were never to be written): past --mem-queue-size,
         what ``/stats`` counts as a backend depth."""
-        return self._tail.written_end
+        return self._written_end
+
+    def retain(self, ns: int | None = None, nbytes: int | None = None) -> bool:
+        """Keep segments ``ns`` past every cursor, or the newest within ``nbytes`` (0: not
+        at all; None: as it is); whether either changed."""
+        changed = False
+        if ns is not None and ns != self.retention_ns:
+            self.retention_ns, changed = ns, True
+        if nbytes is not None and nbytes != self.retention_bytes:
+            self.retention_bytes, changed = nbytes, True
+        return changed
 
     @property
     def memory_start(self) -> int:
@@ -192,8 +204,7 @@ class TopicLog:
         if offset > self._end and not self._tail:
             start = self.hole[0] if self.hole is not None else self._end
             self.hole = (start, offset)
-            self._end = offset
-            self._tail.written_from(offset)
+            self._end = self._written_end = offset
 
     @property
     def saved_hold(self) -> int | None:
@@ -206,16 +217,6 @@ class TopicLog:
         again, never lost)."""
         self.hold = offset
         self.poke()
-
-    def retain(self, ns: int | None = None, nbytes: int | None = None) -> bool:
-        """Keep segments ``ns`` past every cursor, or the newest within ``nbytes`` (0: not
-        at all; None: as it is); whether either changed."""
-        changed = False
-        if ns is not None and ns != self.retention_ns:
-            self.retention_ns, changed = ns, True
-        if nbytes is not None and nbytes != self.retention_bytes:
-            self.retention_bytes, changed = nbytes, True
-        return changed
 
     def hole_in(self, start: int, end: int) -> int:
         """How many offsets of [start, end) are in the ``hole``."""
@@ -233,11 +234,12 @@ class TopicLog:
         """
         n = len(records)
         if (not self._appends and not self._committing
-                and self._tail.unwritten + n <= self.mem_queue_size and not self._closed
+                and self._unwritten + n <= self.mem_queue_size and not self._closed
                 and self._end + n <= self._reserved):
             first = self._end
-            self._tail.add(first, records, plain)
+            self._tail.append(first, records, plain)
             self._end = first + n
+            self._unwritten += n
             return first
         return await self._append_written(records, plain, None)
 
@@ -266,10 +268,11 @@ class TopicLog:
         if plain is None:
             plain = all(map(is_plain, records))
         if (not self._appends and not self._committing
-                and self._tail.unwritten + n <= self.mem_queue_size and not self._closed
+                and self._unwritten + n <= self.mem_queue_size and not self._closed
                 and first + n <= self._reserved):
-            self._tail.add(first, records, plain)
+            self._tail.append(first, records, plain)
             self._end = first + n
+            self._unwritten += n
             return
         await self._append_written(records, plain, first)
 
@@ -347,17 +350,19 @@ class TopicLog:
                 return
         self._skip_unneeded()
         total = sum(len(r.records) for r in group)
-        over = self._tail.unwritten + total - self.mem_queue_size
+        over = self._unwritten + total - self.mem_queue_size
         if self.directory is None:
             self._visible(group, end)
             if over > 0:  # memory only: what does not fit is dropped, as in NSQ
-                self.dropped += self._tail.drop_oldest(over)
+                self.dropped += self._tail.drop_first(over)
+                self._unwritten = self._tail.count
             return
-        old = min(max(over, 0), self._tail.unwritten)
+        old = min(max(over, 0), self._unwritten)
         new = max(over, 0) - old
         runs: list[tuple[int, Sequence[bytes]]] = []
-        if old:
-            runs += self._tail.oldest_unwritten(old)
+        if old:  # the oldest unwritten records of the tail, gaps or not
+            runs += [(first, records) for first, records, _
+                     in self._tail.read(self._written_end, old)]
         if new:
             for request in group:
                 part = request.records[:new]
@@ -381,16 +386,21 @@ class TopicLog:
                     self._wake.set()  # see what can be removed
                 return
             self.healthy = True
-            self._visible(group, end)
-            self._tail.written(runs[-1][0] + len(runs[-1][1]), sum(len(r) for _, r in runs))
+            written = sum(len(r) for _, r in runs)
+            self._written_end = runs[-1][0] + len(runs[-1][1])
+            self._unwritten -= old
+            self._visible(group, end, written_new=written - old)
         else:
             self._visible(group, end)
 
-    def _visible(self, group: list[_Append], end: int) -> None:
-        """The group's records into the tail at their offsets, in order; the end moves to
-        ``end``."""
+    def _visible(self, group: list[_Append], end: int, written_new: int = 0) -> None:
+        """The group's records into the tail at their offsets, in order (the first
+        ``written_new`` of them already on disk); the end moves to ``end``."""
+        added = 0
         for request in group:
-            self._tail.add(request.first, request.records, request.plain)
+            self._tail.append(request.first, request.records, request.plain)
+            added += len(request.records)
+        self._unwritten += added - written_new
         self._end = end
 
     def _skip_unneeded(self) -> None:
@@ -398,7 +408,11 @@ class TopicLog:
         topic keeps what it delivered: a retention)."""
         if self.retention_ns or self.retention_bytes:
             return
-        self._tail.skip_below(min(self.needed(), self._end))
+        needed = min(self.needed(), self._end)
+        if needed > self._written_end:
+            self._unwritten -= self._tail.count_between(self._written_end, needed)
+            self._written_end = needed
+            self._tail.drop_before(needed)
 
     async def _write(self, runs: list[tuple[int, Sequence[bytes]]]) -> None:
         """Write ``runs`` as one batch each into the active segment (a new one first when
@@ -572,7 +586,7 @@ class TopicLog:
         return old or over
 
     async def _remove_unneeded(self) -> None:
-        needed = min(self.needed(), self._tail.written_end)
+        needed = min(self.needed(), self._written_end)
         retained = self.disk_bytes
         gone: list[Segment] = []
         for segment in self._files.segments[:-1]:
@@ -592,9 +606,9 @@ class TopicLog:
             if active.count and self._removable(active, needed, retained):
                 # Every cursor is past the active segment: it is cut to nothing and renamed
                 # after the next offset (no data written: this must work on a full disk).
-                await self._in_thread(self._files.reset_active, self._tail.written_end)
+                await self._in_thread(self._files.reset_active, self._written_end)
                 self.log.info("LOG(%s): removed the active segment up to offset %d",
-                              self.name, self._tail.written_end)
+                              self.name, self._written_end)
                 gone.append(active)
         if gone:
             self._forget_removed()
@@ -603,7 +617,7 @@ class TopicLog:
         """Segments were removed: their records go from memory too (the tail keeps written
         records as a cache, the read cache what it read), so that no reader, ``start`` or a
         rewind finds a record the disk no longer has."""
-        below = self._tail.written_end
+        below = self._written_end
         for segment in self._files.segments:
             if segment.count:
                 below = min(segment.base, below)
@@ -613,10 +627,22 @@ class TopicLog:
 
     def _trim_memory(self) -> None:
         """Drop from memory what nobody needs (and, written, what is past the cache size)."""
-        if self._tail:
-            self._tail.trim(min(self.needed(), self._end),
-                            keep_written=bool(self.retention_ns or self.retention_bytes),
-                            memory_only=self.directory is None)
+        tail = self._tail
+        if not tail:
+            return
+        needed = min(self.needed(), self._end)
+        if self.directory is None:
+            tail.drop_before(needed)
+            self._unwritten = tail.count
+            return
+        written_end = self._written_end
+        keep = needed if not (self.retention_ns or self.retention_bytes) else 0
+        if keep > tail.start and keep <= written_end:
+            tail.drop_before(keep)
+        elif keep > written_end:
+            tail.drop_before(written_end)
+        while tail and tail.start < written_end and tail.bytes > TAIL_CACHE_BYTES:
+            tail.drop_before(min(written_end, tail.start + max(tail.count // 4, 1)))
 
     # -- the end -----------------------------------------------------------------------------
     async def _reserve(self, until: int) -> None:
@@ -648,12 +674,13 @@ class TopicLog:
                     return
                 self._skip_unneeded()
                 error = None
-                if self._tail.unwritten:
-                    runs = self._tail.unwritten_runs()
+                if self._unwritten:
+                    runs = self._tail.runs_between(self._written_end, self._end)
                     self._ops_since_sync = self.sync_every  # fsync with this write
                     try:
                         await self._write(runs)
-                        self._tail.written(self._end, self._tail.unwritten)
+                        self._written_end = self._end
+                        self._unwritten = 0
                     except OSError as exc:
                         error = LogError(f"failed to write messages at close - {exc}")
                 elif self._ops_since_sync and self._files.segments:
