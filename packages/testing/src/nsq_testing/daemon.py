@@ -5,10 +5,15 @@ once its listeners are open, with the real port when asked for port 0, as the Go
 ``start_daemon`` waits for those lines, keeps reading stderr into a list (so the pipe never
 fills), and ``Daemon.stop`` ends the process it started, by its pid, and nothing else, and closes
 the pipe (a ``Daemon`` is also a context manager that stops it on the way out).
+
+A listener opens before its daemon serves (the early start answers ``/ping`` with ``500 NOK -
+starting`` until the real server takes over), so ``start_daemon`` then waits, as a readiness
+probe does, until ``/ping`` on the HTTP address answers anything else.
 """
 
 from __future__ import annotations
 
+import http.client
 import os
 import re
 import signal
@@ -148,7 +153,30 @@ def start_daemon(name: str, args: Sequence[str], *, cwd: str | os.PathLike[str] 
     except BaseException:  # e.g. KeyboardInterrupt: never leave the child behind
         daemon.stop(signal.SIGKILL)
         raise
-    if not wanted <= addresses.keys():
+    if not wanted <= addresses.keys() or ("HTTP" in wanted and not _serving(
+            addresses["HTTP"], process, deadline)):
         daemon.stop(signal.SIGKILL)
         raise RuntimeError(f"{name} did not start: {''.join(log)[-4000:]}")
     return daemon
+
+
+_STARTING = (500, b"NOK - starting")  # the early start's answer to /ping: not ready yet
+
+
+def _serving(address: str, process: subprocess.Popen[bytes], deadline: float) -> bool:
+    """Whether the daemon at ``address`` came to serve before ``deadline``: its ``/ping``
+    answered something other than the early start's "not yet" (OK, or its health)."""
+    host, _, port = address.rpartition(":")
+    while time.monotonic() < deadline and process.poll() is None:
+        connection = http.client.HTTPConnection(host.strip("[]"), int(port), timeout=5)
+        try:
+            connection.request("GET", "/ping")
+            answer = connection.getresponse()
+            if (answer.status, answer.read()) != _STARTING:
+                return True
+        except OSError:
+            pass  # (not accepting yet, or reset while the real server took over)
+        finally:
+            connection.close()
+        time.sleep(0.02)  # (polling a readiness probe, as a harness does)
+    return False
