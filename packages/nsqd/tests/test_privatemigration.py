@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import trio
-from nsqd import privatemigration
+from nsqd import gofiles, privatemigration
 from nsqd.clock import SystemClock
 from nsqd.privatelog import DEAD, OWN, directory_name, each_unread
 from nsqd.record import decode_record
@@ -28,7 +28,7 @@ QUIET.propagate = False
 QUEUES = [("orders", "a", DEAD), ("orders", "a", OWN), ("orders", "b", DEAD),
           ("other", "c", DEAD)]
 STEPS = [(TopicLog, "append"), (TopicLog, "close"), (os, "rename"), (Path, "unlink"),
-         (privatemigration, "_fsync"), (shutil, "rmtree")]
+         (gofiles, "sync_path"), (shutil, "rmtree")]
 
 
 def migrate_in_child(data: Path, kill_at: int | None) -> int:

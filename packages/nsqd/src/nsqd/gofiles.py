@@ -22,6 +22,7 @@ errors raise ``OSError``.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import struct
 from collections.abc import Awaitable, Callable, Generator
@@ -189,3 +190,13 @@ def go_record(record: bytes, attempts: int = 0) -> bytes:
     msg = decode_record(record)
     return (MESSAGE_HEADER.pack(msg.timestamp, min(max(msg.attempts, attempts), 0xFFFF))
             + msg.id + msg.body)
+
+
+def sync_path(path: Path) -> None:
+    """fsync a file, or a directory (its entries): the moves of Go's files and of what
+    replaces them (goimport, privatemigration) are durable step by step."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -113,7 +113,7 @@ class _Importer:
 
     def _remove_marker(self) -> None:
         self.marker.unlink(missing_ok=True)
-        _fsync(self.data)
+        gofiles.sync_path(self.data)
 
     # -- settling what a crash left --------------------------------------------------------
     def settle(self) -> bool:
@@ -157,13 +157,13 @@ class _Importer:
         # (a marker of the release before internal logs: its own queues' go-diskqueue files)
         for channel, before in doc.get("own", {}).items():
             _restore_queue(self.data, f"{doc['topic']}:{channel}{OWN}", before)
-        _fsync(self.data)
+        gofiles.sync_path(self.data)
 
     def _remove_old(self, doc: dict[str, Any]) -> None:
         for name in doc["queues"]:
             for path in gofiles.queue_paths(self.data, str(name)):
                 path.unlink(missing_ok=True)
-        _fsync(self.data)
+        gofiles.sync_path(self.data)
 
     # -- bringing in -----------------------------------------------------------------------
     async def run(self) -> None:
@@ -349,7 +349,7 @@ class _Importer:
         own = [directory / directory_name(c.name, OWN) for c in meta.channels]
         for made in (*own, directory, directory.parent, self.data):
             if made.is_dir():
-                _fsync(made)
+                gofiles.sync_path(made)
 
 
 class _Ids:
@@ -446,8 +446,8 @@ def _cut_back(directory: Path, last: list[Any] | None) -> None:
         elif path.name == last[0] and path.stat().st_size > int(last[1]):
             os.truncate(path, int(last[1]))
             path.with_suffix(".index").unlink(missing_ok=True)
-            _fsync(path)
-    _fsync(directory)
+            gofiles.sync_path(path)
+    gofiles.sync_path(directory)
 
 
 def _restore_queue(data: Path, name: str, before: list[int] | None) -> None:
@@ -465,7 +465,7 @@ def _restore_queue(data: Path, name: str, before: list[int] | None) -> None:
             path.unlink()
         elif num == write_num and path.stat().st_size > write_pos:
             os.truncate(path, write_pos)
-            _fsync(path)
+            gofiles.sync_path(path)
     write_atomically(gofiles.meta_path(data, name),
                      b"%d\n%d,%d\n%d,%d\n" % (depth, read_num, read_pos, write_num, write_pos),
                      mode=0o600)
@@ -482,12 +482,3 @@ def _deferred_records(path: Path, now: int, logger: logging.Logger) -> list[byte
             record = encode_record(msg)
         out.append(record)
     return out
-
-
-def _fsync(path: Path) -> None:
-    """fsync a file, or a directory (its entries)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

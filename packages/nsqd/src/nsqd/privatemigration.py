@@ -125,10 +125,10 @@ def _remove_tree(path: Path) -> None:
 
 def _put_in_place(staging: Path, target: Path) -> None:
     """The staging directory (written, closed) becomes the log's, durably."""
-    _fsync(staging)
+    gofiles.sync_path(staging)
     os.rename(staging, target)
-    _fsync(target.parent)
-    _fsync(target.parent.parent)
+    gofiles.sync_path(target.parent)
+    gofiles.sync_path(target.parent.parent)
 
 
 def _remove_old(data: Path, name: str) -> None:
@@ -137,13 +137,4 @@ def _remove_old(data: Path, name: str) -> None:
     for _, path in gofiles.data_files(data, name):
         path.unlink(missing_ok=True)
     gofiles.meta_path(data, name).unlink(missing_ok=True)
-    _fsync(data)
-
-
-def _fsync(path: Path) -> None:
-    """fsync a file, or a directory (its entries)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    gofiles.sync_path(data)

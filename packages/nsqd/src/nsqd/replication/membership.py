@@ -78,13 +78,7 @@ class Membership:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
                   ) -> None:
         """Join (retrying while etcd is unreachable), then keep the lease alive forever."""
-        while True:
-            try:
-                await self.join()
-                break
-            except EtcdError as exc:
-                log.warning("replication: cannot join the cluster: %s", exc)
-                await trio.sleep(RETRY)
+        await self._join_until_joined()
         task_status.started()
         fence_logged = 0  # 1: fenced, 2: past the TTL, logged
         while True:
@@ -121,13 +115,17 @@ class Membership:
             self.lost += 1
             self.valid_until = 0.0
             self._notify()
-            while True:
-                try:
-                    await self.join()
-                    break
-                except EtcdError as exc:
-                    log.warning("replication: cannot join the cluster: %s", exc)
-                    await trio.sleep(RETRY)
+            await self._join_until_joined()
+
+    async def _join_until_joined(self) -> None:
+        """``join``, again every ``RETRY`` while etcd is unreachable."""
+        while True:
+            try:
+                await self.join()
+                return
+            except EtcdError as exc:
+                log.warning("replication: cannot join the cluster: %s", exc)
+                await trio.sleep(RETRY)
 
     def _notify(self) -> None:
         self.changed.set()
