@@ -667,9 +667,17 @@ async def test_random_sequences_lose_nothing(mode: str, seed: int) -> None:
 async def test_soak_thousands_of_sequences(mode: str) -> None:
     count = int(os.environ.get("NSQ_MODEL_SOAK", "1000"))
     base = int(os.environ.get("NSQ_MODEL_BASE", str(random.randrange(1 << 30))))
-    print(f"soak: mode {mode}, seeds {base}..{base + count - 1}")
+    print(f"soak: mode {mode}, seeds {base}..{base + count - 1}", flush=True)
+    failed: list[str] = []
     for seed in range(base, base + count):
-        await check(mode, seed, generate(seed, LENGTH))
+        verdict = "ok"
+        try:
+            await check(mode, seed, generate(seed, LENGTH))
+        except pytest.fail.Exception as exc:
+            failed.append(str(exc))
+            verdict = "FAILED"
+        print(f"soak: mode {mode}, seed {seed}: {verdict}", flush=True)
+    assert not failed, "\n\n".join(failed)
 
 
 #: Sequences that found the defects of the storage's first version (docs/design/storage.md),
