@@ -675,7 +675,7 @@ async def test_soak_thousands_of_sequences(mode: str) -> None:
             await check(mode, seed, generate(seed, LENGTH))
         except pytest.fail.Exception as exc:
             failed.append(str(exc))
-            verdict = "FAILED"
+            verdict = f"FAILED\n{exc}"
         print(f"soak: mode {mode}, seed {seed}: {verdict}", flush=True)
     assert not failed, "\n\n".join(failed)
 
