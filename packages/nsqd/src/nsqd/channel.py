@@ -26,8 +26,9 @@ from nsq_common import is_ephemeral
 
 from .channel_dead import DeadLetterDoor
 from .channel_delivery import Consumer, Subscribers, spread
+from .channel_limits import Limits
 from .channel_pull import PullDoor
-from .channel_state import PULLER, READ_BATCH, TOMBSTONE, Limits, MessageStates, Source
+from .channel_state import PULLER, READ_BATCH, TOMBSTONE, MessageStates, Source
 
 if TYPE_CHECKING:
     import trio

@@ -20,6 +20,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from . import lifecycle
+from .channel_journal import TOMBSTONE, held_extras, saved_deferred
+from .channel_limits import Limits
 from .channel_read import LogReader, Source
 from .channel_requeued import Requeued
 from .errors import NotOwner
@@ -40,14 +42,12 @@ if TYPE_CHECKING:
     from .runs import Run
     from .topiclog import TopicLog
 
-__all__ = ["PULLER", "READ_BATCH", "TOMBSTONE", "Host", "Limits", "MessageStates", "Source"]
+__all__ = ["PULLER", "READ_BATCH", "TOMBSTONE", "Host", "MessageStates", "Source"]
 
 #: The owner (``client_id``) of messages in flight to HTTP pullers (client ids start at 1).
 PULLER = -1
 #: Most records a pump or a pull reads from the log at a time.
 READ_BATCH = 4096
-#: The due time that marks a tombstone among a cursor's extras.
-TOMBSTONE = -1
 
 #: Told of every transition: the state before, the event, the state after, how many messages.
 Observer = Callable[[State, Event, State, int], None]
@@ -64,42 +64,6 @@ class Host(Protocol):
     def new_dead_letters(self) -> DeadLetters: ...
 
     def new_own_queue(self) -> Backlog: ...
-
-
-class Limits:
-    """A channel's settings beyond NSQ that decide verdicts: its attempt limit (0: none, then
-    nsqd's ``--max-attempts``), expired messages kept as dead letters, and where a message
-    coming back waits (``requeue_behind``: behind every message waiting, lmstfy's ready list;
-    else behind what NSQ's memory queue held)."""
-
-    __slots__ = ("dead_letter_expired", "default_max_attempts", "max_attempts",
-                 "requeue_behind")
-
-    def __init__(self, default_max_attempts: int = 0) -> None:
-        self.max_attempts = 0
-        self.default_max_attempts = default_max_attempts
-        self.dead_letter_expired = False
-        self.requeue_behind = False
-
-    @property
-    def attempt_limit(self) -> int:
-        return self.max_attempts or self.default_max_attempts
-
-    def update(self, *, max_attempts: int | None, default_max_attempts: int | None,
-               dead_letter_expired: bool | None, requeue_behind: bool | None) -> bool:
-        """Change the settings given (None: as it is); whether one changed."""
-        before = (self.max_attempts, self.default_max_attempts, self.dead_letter_expired,
-                  self.requeue_behind)
-        if max_attempts is not None:
-            self.max_attempts = max_attempts
-        if default_max_attempts is not None:
-            self.default_max_attempts = default_max_attempts
-        if dead_letter_expired is not None:
-            self.dead_letter_expired = dead_letter_expired
-        if requeue_behind is not None:
-            self.requeue_behind = requeue_behind
-        return before != (self.max_attempts, self.default_max_attempts,
-                          self.dead_letter_expired, self.requeue_behind)
 
 
 class MessageStates:
@@ -664,45 +628,23 @@ class MessageStates:
         self._move(State.DEAD, Event.DELETE)
         self.dead_deleted.add(message_id)
 
-    # -- for the journal, and the next start ---------------------------------------------------
+    # -- for the journal, and the next start (``channel_journal``) ---------------------------
     def held_extras(self, *, in_flight: bool) -> dict[int, tuple[int, int]]:
-        """For the cursor's journal: the attempts of each message of the log this channel
-        holds (requeued, deferred and, with ``in_flight``, in flight: that is for a clean
-        shutdown, too many to write every few seconds) and the due time of deferred ones."""
-        out: dict[int, tuple[int, int]] = {}
-        now = self.clock.now()
-        wall = self.clock.wall_ns()
-        for offset, attempts in (self.in_flight.attempts_by_offset() if in_flight else ()):
-            if offset != OWN:
-                out[offset] = (attempts, 0)
-        for msg in self.requeued:
-            if msg.offset != OWN and msg.attempts:
-                out[msg.offset] = (msg.attempts, 0)
-        for msg in self.deferred:
-            if msg.offset != OWN:
-                out[msg.offset] = (msg.attempts, wall + int(max(0.0, msg.deadline - now) * 1e9))
-        for offset in self.tombstones:
-            out[offset] = (0, TOMBSTONE)
-        return out
+        """For the cursor's journal: what it keeps of the messages held (``in_flight``: those
+        in flight too, for a clean shutdown)."""
+        return held_extras(in_flight=self.in_flight if in_flight else None,
+                           requeued=self.requeued, deferred=self.deferred,
+                           tombstones=self.tombstones, now=self.clock.now(),
+                           wall=self.clock.wall_ns())
 
     def cursor_state(self, *, in_flight: bool = False) -> CursorState:
         return self.cursor.state(self.held_extras(in_flight=in_flight))
 
     async def restore_deferred(self) -> None:
-        """At start: the messages the last run held deferred (its cursor's extras with a due
-        time) deferred again, ahead of the cursor, with what is left of their delay."""
-        from .record import decode_record
-
-        cursor = self.cursor
-        wanted = sorted(o for o, (_, due) in cursor.extras.items()
-                        if due > 0 and o >= cursor.read)
-        for offset in wanted:
-            runs = await self.log.read_at(offset, 1)
-            extra = cursor.take_extra(offset)
-            if not runs or runs[0][0] != offset or extra is None or cursor.passes(offset):
-                continue
-            msg = decode_record(runs[0][1][0], offset)
-            msg.attempts = max(msg.attempts, extra[0])
-            msg.deadline = self.clock.now() + max(extra[1] - self.clock.wall_ns(), 0) / 1e9
+        """At start: the messages the last run held deferred deferred again, ahead of the
+        cursor, with what is left of their delay."""
+        async for msg, (attempts, due) in saved_deferred(self.cursor, self.log):
+            msg.attempts = max(msg.attempts, attempts)
+            msg.deadline = self.clock.now() + max(due - self.clock.wall_ns(), 0) / 1e9
             self._defer(msg, State.WAITING, Event.DEFER)
-            cursor.hold_ahead(offset)
+            self.cursor.hold_ahead(msg.offset)
