@@ -227,8 +227,8 @@ class PullDoor:
     async def delete(self, message_id: bytes) -> bool:
         """DELETE (lmstfy's ack): done with, wherever it is. In flight to a puller: finished
         (to a TCP consumer: left to it); deferred: done with at once; waiting: a tombstone
-        (see ``MessageStates.tombstones``); a dead letter: gone, its entry left (see
-        ``dead_deleted``). False if it is nowhere here."""
+        (see ``Waiting.tombstones``); a dead letter: gone, its entry left (see
+        ``DeadLetters.mark_deleted``). False if it is nowhere here."""
         states = self.states
         held = states.delete_held(message_id)
         if held is not None:

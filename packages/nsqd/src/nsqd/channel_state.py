@@ -78,9 +78,6 @@ class MessageStates:
         self.max_msg_timeout = max_msg_timeout
         self.e2e = e2e
         self.observer: Observer | None = None
-        # Ids of dead letters deleted (lmstfy's DELETE of a dead job): as in lmstfy, the entry
-        # stays in the dead letters (counted, respawned) but the job is gone (``find``).
-        self.dead_deleted: set[bytes] = set()
         self.stale_popped = False  # the last take with ``stop_at_stale`` stopped at one
         self.in_flight = InFlightQueue()
         self.deferred = DeferredQueue()
@@ -463,29 +460,15 @@ class MessageStates:
                     self._move(State.WAITING, Event.EMPTY)
                     self.waiting.own.ack(msg.id)
                     count += 1
-        cursor = self.cursor
-        end = self.topic.visible_end
-        while cursor.read < end:
-            runs = await self.log.read_at(cursor.read, READ_BATCH)
-            if not runs:
-                break
-            for first, records, _ in runs:
-                for i, record in enumerate(records):
-                    offset = first + i
-                    if offset >= end:
-                        break
-                    if cursor.passes(offset):  # done with, or deferred already (held ahead)
-                        continue
-                    if not is_plain(record):
-                        msg = decode_record(record, offset)
-                        if msg.due > wall and offset not in self.waiting.tombstones:
-                            self.set_aside(msg, Event.DEFER)
-                            continue
-                    self._move(State.WAITING, Event.EMPTY)
-                    cursor.ack(offset)
-                    count += 1
-                cursor.advance_read(min(first + len(records), end))
-                cursor.passed(cursor.read)
+        async for offset, record in self.waiting.unread_records():
+            if not is_plain(record):
+                msg = decode_record(record, offset)
+                if msg.due > wall and offset not in self.waiting.tombstones:
+                    self.set_aside(msg, Event.DEFER)
+                    continue
+            self._move(State.WAITING, Event.EMPTY)
+            self.cursor.ack(offset)
+            count += 1
         self.waiting.tombstones.clear()
         self.host.changed()
         return count
@@ -521,36 +504,24 @@ class MessageStates:
     def dead_ended(self, event: Event, msgs: list[QueuedMessage] | int) -> None:
         """DELETE of ``msgs``, stored dead letters taken off their store, or EMPTY of every
         one (how many): done with."""
-        if isinstance(msgs, int):
-            self._move(State.DEAD, event, msgs)
-            self.dead_deleted.clear()
-            return
-        self._move(State.DEAD, event, len(msgs))
-        for msg in msgs:
-            self.dead_deleted.discard(msg.id)
+        self._move(State.DEAD, event, msgs if isinstance(msgs, int) else len(msgs))
+        if self._dead_letters is not None:
+            self._dead_letters.forget_deleted(None if isinstance(msgs, int) else msgs)
 
     def deleted_dead_among(self, msgs: list[QueuedMessage]) -> set[bytes]:
         """The ids of ``msgs`` (dead letters taken off their store) whose jobs were deleted
-        (DONE already: see ``dead_deleted``), forgotten now that their entries go too."""
-        deleted = self.dead_deleted
-        gone = {m.id for m in msgs if m.id in deleted} if deleted else set()
-        deleted.difference_update(gone)
-        return gone
+        (DONE already: ``delete_dead``), forgotten now that their entries go too."""
+        return self.dead_letters.forget_deleted(msgs)
 
     def find_dead(self, message_id: bytes) -> QueuedMessage | None:
         """The dead letter ``message_id``, unless it was deleted."""
         dead = self._dead_letters
-        if dead is None or message_id in self.dead_deleted:
-            return None
-        for msg in dead.peek(len(dead)):
-            if msg.id == message_id:
-                return msg
-        return None
+        return dead.find(message_id) if dead is not None else None
 
     def delete_dead(self, message_id: bytes) -> None:
-        """DELETE of a dead letter: gone, its entry left (see ``dead_deleted``)."""
+        """DELETE of a dead letter: gone, its entry left (``DeadLetters.mark_deleted``)."""
         self._move(State.DEAD, Event.DELETE)
-        self.dead_deleted.add(message_id)
+        self.dead_letters.mark_deleted(message_id)
 
     # -- for the journal, and the next start (``channel_journal``) ---------------------------
     def held_extras(self, *, in_flight: bool) -> dict[int, tuple[int, int]]:

@@ -12,7 +12,7 @@ states', by ``lifecycle``'s table.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
 from .channel_read import LogReader
@@ -147,3 +147,24 @@ class Waiting:
         what is waiting now."""
         if self.limits.requeue_behind:
             self.requeued.respawned(self.topic.visible_end)
+
+    async def unread_records(self) -> AsyncIterator[tuple[int, bytes]]:
+        """Each record waiting in the log (offset, record), from the cursor's read position to
+        what is visible now, but those the cursor passes (done with, or deferred already:
+        held ahead); the read position moved past each run once its records are given
+        (lmstfy's destroy: ``MessageStates.purge_ready``)."""
+        cursor = self.cursor
+        end = self.topic.visible_end
+        while cursor.read < end:
+            runs = await self.log.read_at(cursor.read, READ_BATCH)
+            if not runs:
+                break
+            for first, records, _ in runs:
+                for i, record in enumerate(records):
+                    offset = first + i
+                    if offset >= end:
+                        break
+                    if not cursor.passes(offset):
+                        yield offset, record
+                cursor.advance_read(min(first + len(records), end))
+                cursor.passed(cursor.read)
