@@ -2,32 +2,30 @@
 the lifecycle of the tasks that move messages.
 
 Its parts live apart: delivery and timeouts in ``pump.py`` (the pump and queue-scan tasks),
-nsqd.dat in ``metadata.py`` (its writer task), storage in ``topiclog.py`` (a log per topic)
-and ``cursor.py`` (a cursor per channel). Each topic has one task (its log's disk work and its
+nsqd.dat in ``metadata.py`` (its writer task), what is kept across a restart (loaded at start,
+saved at close) in ``restart.py``, storage in ``topiclog.py`` (a log per topic) and
+``cursor.py`` (a cursor per channel). Each topic has one task (its log's disk work and its
 cursors' persistence), and each channel's private queues (own, dead letters) one each; the
 broker starts and stops them with their topic or channel.
 
 Everything runs on the one Trio thread, so no locks are needed: a handler's changes are
 atomic between its awaits. ``close`` persists every cursor (with what it holds: attempts and
-due times) and writes what the logs hold in memory, for the next start.
+due times) and writes what the logs hold in memory, for the next start (``restart.save``).
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import re
 import ssl
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import attrs
 import trio
 from nsq_common import NSQ_VERSION, ServerFeatures
 from nsq_serving import ConnectionCounts
 
-from . import cursorfile, metadata
+from . import metadata, restart
 from .backlog import Backlog
 from .channel import Channel
 from .client import Client
@@ -40,12 +38,10 @@ from .errors import (
     DiskQueueClosed,
     DiskQueueError,
     Exiting,
-    StartError,
     StoreFailed,
     SubscribeRefused,
 )
 from .guid import GuidFactory
-from .logfiles import MAX_OFFSET
 from .lookup import Lookup
 from .message import QueuedMessage
 from .options import Options, Settings
@@ -62,13 +58,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("nsqd")
 
-#: A file of a queue in Go's layout (no ``#``: not an own queue nor dead letters), or an import
-#: under way (``goimport``).
-_OLD_QUEUE_FILE = re.compile(r"[^#]+\.(?:diskqueue\.(?:meta|\d{6,})|deferred)\.dat|goimport\.json")
-#: A channel's own queue or dead letters of the release before internal logs
-#: (``privatemigration``).
-_PRIVATE_QUEUE_FILE = re.compile(r"[^:#~]+:[^:#~]+#(?:own|dead)\.diskqueue\.(?:meta|\d{6,})\.dat")
-_IMPORT_MARKER = "goimport.json"
 TOPICS_DIR = "topics"
 
 
@@ -161,8 +150,9 @@ class Broker:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                await self._bring_in_old_queues()
-                self._load()
+                await restart.bring_in_old_queues(self.opts, self.clock)
+                restart.load(self, self.opts.data_path)
+                self._loaded = True
                 for channel in self.iter_channels():  # before any client comes
                     await channel.restore_deferred()
                 nursery.start_soon(self.pump.run)
@@ -180,70 +170,6 @@ class Broker:
         finally:
             with trio.CancelScope(shield=True):
                 await self.close()
-
-    async def _bring_in_old_queues(self) -> None:
-        """Queues in Go's layout (Go's nsqd, an earlier version of ours) into the logs before
-        anything is loaded (``goimport``), after the channels' private queues of the release
-        before internal logs (``privatemigration``): each module is loaded only when the
-        data path has such files. An import a crash interrupted is settled first (a marker
-        of that release names its own queues' files as they were)."""
-        try:
-            names = os.listdir(self.opts.data_path or ".")
-        except OSError:
-            return
-        go_layout = any(_OLD_QUEUE_FILE.fullmatch(name) for name in names)
-        if go_layout and _IMPORT_MARKER in names:
-            from .goimport import settle
-
-            if not await settle(self.opts, log, self.clock):
-                return
-        if any(_PRIVATE_QUEUE_FILE.fullmatch(name) for name in names):
-            from .privatemigration import migrate
-
-            try:
-                await migrate(self.opts, log, self.clock)
-            except OSError as exc:
-                raise StartError(f"failed to move the channels' private queues into their "
-                                 f"logs - {exc}") from None
-        if go_layout:
-            from .goimport import bring_in
-
-            await bring_in(self.opts, log, self.clock)
-
-    def _load(self) -> None:
-        """Topics, channels and their positions from what the last run left; nothing is
-        written here (a full disk must not stop nsqd from starting)."""
-        path = metadata.metadata_path(self.opts.data_path)
-        try:
-            topics, warnings = metadata.load(path)
-        except ValueError as exc:
-            raise StartError(f"failed to load metadata - {exc}") from None
-        for warning in warnings:
-            log.warning("%s", warning)
-        for meta in topics:
-            topic = self.get_topic(meta.name, changed=False)
-            topic.configure(message_ttl=meta.message_ttl, retention_ns=meta.retention,
-                            retention_bytes=meta.retention_bytes)
-            if meta.next_offset > MAX_OFFSET:  # damage: it must not move the log's end
-                log.error("TOPIC(%s): nsqd.dat's next_offset %d is past the largest offset "
-                          "(%d), ignored", meta.name, meta.next_offset, MAX_OFFSET)
-                meta = attrs.evolve(meta, next_offset=topic.log.end)
-            topic.log.resume_at(meta.next_offset)
-            if not meta.channels:
-                hold = metadata.hold_of(meta, topic.log.saved_hold)
-                topic.log.hold_from(min(max(hold, topic.log.start), topic.log.end))
-            for cmeta in meta.channels:
-                channel = self.get_channel(topic, cmeta.name, changed=False, listed=True)
-                if cmeta.paused:
-                    channel.pause()
-                channel.configure(max_attempts=cmeta.max_attempts,
-                                  dead_letter_expired=cmeta.dead_letter_expired)
-            if meta.paused:
-                topic.pause(None if meta.paused_at is None
-                            else min(max(meta.paused_at, topic.log.start), topic.log.end))
-        if topics:
-            log.info("loaded metadata: %d topics", len(topics))
-        self._loaded = True
 
     def _spawn(self, key: object, fn: Callable[[], Awaitable[None]]) -> None:
         assert self._nursery is not None, "the broker is not running"
@@ -304,8 +230,8 @@ class Broker:
         if channel is not None:
             return channel
         durable = not (topic.ephemeral or name.endswith("#ephemeral"))
-        cursor = self._cursor(topic, name, start, listed) if durable else Cursor(
-            topic.start_position(start))
+        cursor = restart.open_cursor(topic, name, self.topic_directory(topic.name), start,
+                                     listed) if durable else Cursor(topic.start_position(start))
         percentiles = self.opts.e2e_processing_latency_percentiles
         channel = Channel(topic, name, self, cursor=cursor, clock=self.clock,
                           max_msg_timeout=self.opts.max_msg_timeout,
@@ -328,40 +254,6 @@ class Broker:
         log.info("TOPIC(%s): new channel(%s)", topic.name, name)
         self.lookup.changed("register", topic.name, name)
         return channel
-
-    def _cursor(self, topic: Topic, name: str, start: str | None, listed: bool) -> Cursor:
-        """The cursor of a channel: where its journal says, or, for a new channel, at
-        ``start``. A journal that should be there and is not (``listed``), or that cannot be
-        read or holds no whole entry, starts the channel at the earliest offset stored: what
-        it held is delivered again, never skipped. A journal past the log's end (damage: no
-        cursor passes the offsets given) is brought back to the end; it never moves it."""
-        path = self.topic_directory(topic.name) / f"{name}{cursorfile.SUFFIX}"
-        cursor = Cursor(topic.start_position(start), cursorfile.CursorJournal(path))
-        end = topic.log.end
-        what = "is missing" if listed else None
-        try:
-            state = cursorfile.load(path, logger=log)
-            if state is None and path.exists():
-                what = "holds no whole entry"
-        except OSError as exc:
-            state, what = None, f"cannot be read ({exc})"
-        if state is not None and state.mark_delete > end:
-            log.error("TOPIC(%s): channel(%s): cursor journal %s is past the log's end (%d > "
-                      "%d): the channel starts at the end", topic.name, name, path,
-                      state.mark_delete, end)
-            state = cursorfile.CursorState(end)
-        if state is not None:
-            cursor.restore(state, topic.log.start)
-        elif what is not None:
-            earliest = topic.log.start
-            log.error("TOPIC(%s): channel(%s): cursor journal %s %s: the channel starts at the "
-                      "earliest offset stored, %d (what it held is delivered again)",
-                      topic.name, name, path, what, earliest)
-            cursor.move_to(earliest)
-        hole = topic.log.hole
-        if hole is not None and cursor.read < hole[1]:
-            cursor.skip(*hole)  # offsets no message has: done with
-        return cursor
 
     def _spawn_once(self, work: Awaitable[None]) -> None:
         async def runner() -> None:
@@ -607,36 +499,6 @@ class Broker:
         """
         self.exiting = True
         if self._loaded:
-            await self._save_everything()
+            await restart.save(self, self.metadata)
         if self._auth_http is not None:
             await self._auth_http.aclose()
-
-    async def _save_everything(self) -> None:
-        for client in list(self.clients.values()):
-            self.remove_client(client)  # their in-flight messages go back to the channels
-        for topic in list(self.topics.values()):
-            for channel in list(topic.channels.values()):
-                await self.store_dead_letters(channel)
-            await topic.persist_cursors(in_flight=True)
-            try:
-                await topic.log.close()
-            except DiskQueueError as exc:
-                log.error("TOPIC(%s): %s", topic.name, exc)
-            for channel in topic.channels.values():
-                await _close_private(channel)
-        try:
-            self.metadata.write_now()
-        except OSError as exc:
-            log.error("failed to persist metadata - %s", exc)
-
-
-async def _close_private(channel: Channel) -> None:
-    """Close a channel's own and dead-letter queues' disk queues (what they hold in memory
-    was written already: they keep nothing in memory but on an ephemeral channel)."""
-    dead = channel.dead_letters_if_any
-    for backlog in (channel.own, dead.backlog if dead is not None else None):
-        if backlog is not None and backlog.disk is not None:
-            try:
-                await backlog.disk.close()
-            except DiskQueueError as exc:
-                log.error("%s: %s", backlog.disk.name, exc)

@@ -26,8 +26,9 @@ from nsq_common import is_ephemeral
 
 from .channel_dead import DeadLetterDoor
 from .channel_delivery import Consumer, Subscribers, spread
+from .channel_limits import Limits
 from .channel_pull import PullDoor
-from .channel_state import PULLER, READ_BATCH, TOMBSTONE, Limits, MessageStates, Source
+from .channel_state import PULLER, READ_BATCH, TOMBSTONE, MessageStates, Source
 
 if TYPE_CHECKING:
     import trio
@@ -124,12 +125,12 @@ class Channel:
 
     @property
     def own(self) -> Backlog | None:
-        return self.states.own
+        return self.states.waiting.own
 
     @property
     def own_queue(self) -> Backlog:
         """The own queue, made if it was not (at start, when it has messages on disk)."""
-        return self.states.own_queue
+        return self.states.waiting.own_queue
 
     @property
     def e2e(self) -> LatencyStream | None:
@@ -143,12 +144,12 @@ class Channel:
     @property
     def depth(self) -> int:
         """Messages waiting (NSQ's depth: not in flight, not deferred)."""
-        return self.states.depth
+        return self.states.waiting.depth
 
     @property
     def backend_depth(self) -> int:
         """Those of ``depth`` that are on disk only."""
-        return self.states.backend_depth
+        return self.states.waiting.backend_depth
 
     @property
     def requeue_count(self) -> int:
@@ -294,7 +295,7 @@ class Channel:
 
     async def empty_own_files(self) -> None:
         """The own queue's messages on disk dropped too (after ``empty``)."""
-        own = self.states.own
+        own = self.states.waiting.own
         if own is not None and own.disk is not None:
             await own.disk.empty()
 
@@ -338,7 +339,7 @@ class Channel:
     def has_pullable(self) -> bool:
         """Whether ``pull`` may find something now (a waiting consume looks before it
         sleeps, so a message stored just before it began waiting is not missed)."""
-        return not self.paused and not self.deleted and self.states.has_waiting()
+        return not self.paused and not self.deleted and self.states.waiting.has_waiting()
 
     def pull_wakeup(self) -> trio.Event:
         return self.pulling.pull_wakeup()
@@ -378,7 +379,7 @@ class Channel:
         """lmstfy's ``size``: messages waiting and due, those deleted or expired while
         waiting included (lmstfy counts such ready-list entries until a consume meets them);
         not the deferred ones (delayed jobs are deferred the moment they are published)."""
-        return self.states.depth
+        return self.states.waiting.depth
 
     async def find(self, message_id: bytes) -> QueuedMessage | None:
         return await self.pulling.find(message_id)

@@ -65,7 +65,7 @@ class DeadLetterDoor:
             msg.offset = OWN
             if expires is not None:
                 msg.expires = expires
-        own = states.own_queue
+        own = states.waiting.own_queue
         try:
             await own.put(msgs)
         except BaseException:

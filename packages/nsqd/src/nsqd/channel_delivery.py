@@ -123,7 +123,7 @@ class Subscribers:
     def pump(self, now: float) -> None:
         """Hand waiting messages to ready clients, spread across them in turn."""
         states = self.states
-        if not self.clients or not states.has_waiting():
+        if not self.clients or not states.waiting.has_waiting():
             return
         ready = [c for c in self.clients.values() if c.ready_slots() > 0]
         if not ready:
@@ -134,8 +134,8 @@ class Subscribers:
         while ready:
             slots = [c.ready_slots() for c in ready]
             want = sum(slots)
-            if states.records_fit():
-                runs = states.read_log(min(want, READ_BATCH, states.room()))
+            if states.waiting.records_fit():
+                runs = states.waiting.read_log(min(want, READ_BATCH, states.waiting.room()))
                 if not runs:
                     return  # nothing more, or being read from disk (the log wakes us)
                 if all(plain or all(map(is_plain, records)) for _, records, plain in runs):

@@ -50,7 +50,7 @@ class PullDoor:
         at once must not miss messages that are only on disk): the log's from the cursor on,
         and the own queue's (respawned dead letters), which its disk queue reads ahead."""
         states = self.states
-        own = states.own
+        own = states.waiting.own
         if own is not None and own.disk is not None and own.disk.depth() and not own.has_ready():
             try:
                 await own.disk.wait_readable()
@@ -119,7 +119,7 @@ class PullDoor:
         wall = states.clock.wall_ns()
         limit = states.limits.attempt_limit
         out: list[QueuedMessage] = []
-        for msg in self._waiting(n + len(states.tombstones)):
+        for msg in self._waiting(n + len(states.waiting.tombstones)):
             if states.verdict(msg, wall, limit) is Event.DELIVER:
                 out.append(msg)
                 if len(out) >= n:
@@ -137,7 +137,7 @@ class PullDoor:
         for msg in self._waiting(READ_BATCH):
             if msg.due > wall:
                 continue  # delayed: not in lmstfy's ready list yet
-            stale = (msg.offset in self.states.tombstones
+            stale = (msg.offset in self.states.waiting.tombstones
                      or bool(msg.expires and msg.expires <= wall))
             return msg, stale
         return None
@@ -154,12 +154,12 @@ class PullDoor:
         a timeout) waits until the log is read past what it went behind, a respawned one
         (the own queue) the same; at the log's end (what is in memory) the rest of both."""
         states = self.states
-        requeued = states.requeued.turns()
-        own = states.own.peek(n) if states.own is not None else []
-        own_after = states.requeued.own_turn
+        requeued = states.waiting.requeued.turns()
+        own = states.waiting.own.peek(n) if states.waiting.own is not None else []
+        own_after = states.waiting.requeued.own_turn
         read = states.cursor.read
         r = o = 0
-        for msg in self._decoded_copy(states.reader.unread(n)):
+        for msg in self._decoded_copy(states.waiting.reader.unread(n)):
             while True:
                 if r < len(requeued) and requeued[r][0] <= read:
                     yield requeued[r][1]
@@ -193,15 +193,15 @@ class PullDoor:
         found = states.in_flight.get(message_id)
         if found is not None:
             return found
-        for msg in chain(states.deferred, states.requeued):
+        for msg in chain(states.deferred, states.waiting.requeued):
             if msg.id == message_id:
-                return None if msg.offset in states.tombstones else msg
-        if states.own is not None:
-            for msg in states.own.peek(len(states.own)):
+                return None if msg.offset in states.waiting.tombstones else msg
+        if states.waiting.own is not None:
+            for msg in states.waiting.own.peek(len(states.waiting.own)):
                 if msg.id == message_id:
                     return msg
         offset = await self._find_unread(message_id)
-        if offset is not None and offset not in states.tombstones:
+        if offset is not None and offset not in states.waiting.tombstones:
             runs = await states.log.read_at(offset, 1)
             if runs:
                 return decode_record(runs[0][1][0], offset)
@@ -227,8 +227,8 @@ class PullDoor:
     async def delete(self, message_id: bytes) -> bool:
         """DELETE (lmstfy's ack): done with, wherever it is. In flight to a puller: finished
         (to a TCP consumer: left to it); deferred: done with at once; waiting: a tombstone
-        (see ``MessageStates.tombstones``); a dead letter: gone, its entry left (see
-        ``dead_deleted``). False if it is nowhere here."""
+        (see ``Waiting.tombstones``); a dead letter: gone, its entry left (see
+        ``DeadLetters.mark_deleted``). False if it is nowhere here."""
         states = self.states
         held = states.delete_held(message_id)
         if held is not None:

@@ -20,8 +20,10 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from . import lifecycle
-from .channel_read import LogReader, Source
-from .channel_requeued import Requeued
+from .channel_journal import TOMBSTONE, held_extras, saved_deferred
+from .channel_limits import Limits
+from .channel_read import Source
+from .channel_waiting import READ_BATCH, Waiting
 from .errors import NotOwner
 from .inflight import DeferredQueue, InFlightQueue, entry_id, entry_offset, entry_timestamp
 from .lifecycle import Event, State
@@ -40,14 +42,10 @@ if TYPE_CHECKING:
     from .runs import Run
     from .topiclog import TopicLog
 
-__all__ = ["PULLER", "READ_BATCH", "TOMBSTONE", "Host", "Limits", "MessageStates", "Source"]
+__all__ = ["PULLER", "READ_BATCH", "TOMBSTONE", "Host", "MessageStates", "Source"]
 
 #: The owner (``client_id``) of messages in flight to HTTP pullers (client ids start at 1).
 PULLER = -1
-#: Most records a pump or a pull reads from the log at a time.
-READ_BATCH = 4096
-#: The due time that marks a tombstone among a cursor's extras.
-TOMBSTONE = -1
 
 #: Told of every transition: the state before, the event, the state after, how many messages.
 Observer = Callable[[State, Event, State, int], None]
@@ -66,42 +64,6 @@ class Host(Protocol):
     def new_own_queue(self) -> Backlog: ...
 
 
-class Limits:
-    """A channel's settings beyond NSQ that decide verdicts: its attempt limit (0: none, then
-    nsqd's ``--max-attempts``), expired messages kept as dead letters, and where a message
-    coming back waits (``requeue_behind``: behind every message waiting, lmstfy's ready list;
-    else behind what NSQ's memory queue held)."""
-
-    __slots__ = ("dead_letter_expired", "default_max_attempts", "max_attempts",
-                 "requeue_behind")
-
-    def __init__(self, default_max_attempts: int = 0) -> None:
-        self.max_attempts = 0
-        self.default_max_attempts = default_max_attempts
-        self.dead_letter_expired = False
-        self.requeue_behind = False
-
-    @property
-    def attempt_limit(self) -> int:
-        return self.max_attempts or self.default_max_attempts
-
-    def update(self, *, max_attempts: int | None, default_max_attempts: int | None,
-               dead_letter_expired: bool | None, requeue_behind: bool | None) -> bool:
-        """Change the settings given (None: as it is); whether one changed."""
-        before = (self.max_attempts, self.default_max_attempts, self.dead_letter_expired,
-                  self.requeue_behind)
-        if max_attempts is not None:
-            self.max_attempts = max_attempts
-        if default_max_attempts is not None:
-            self.default_max_attempts = default_max_attempts
-        if dead_letter_expired is not None:
-            self.dead_letter_expired = dead_letter_expired
-        if requeue_behind is not None:
-            self.requeue_behind = requeue_behind
-        return before != (self.max_attempts, self.default_max_attempts,
-                          self.dead_letter_expired, self.requeue_behind)
-
-
 class MessageStates:
     """A channel's messages, by state, and every move between states."""
 
@@ -113,26 +75,16 @@ class MessageStates:
         self.host = host
         self.clock = clock
         self.limits = limits
-        self.mem_queue_size = mem_queue_size
         self.max_msg_timeout = max_msg_timeout
-        self.own = own  # made with its first message; at start when it has some on disk
         self.e2e = e2e
         self.observer: Observer | None = None
-        self.requeued = Requeued()  # WAITING, held apart from the log, each for its turn
-        # Offsets of messages deleted while waiting (lmstfy's DELETE): they keep their place
-        # until reached, as lmstfy's stale ready-list entries do (``size`` counts them, a
-        # consume that meets one finds nothing), then are done with.
-        self.tombstones: set[int] = set()
-        # Ids of dead letters deleted (lmstfy's DELETE of a dead job): as in lmstfy, the entry
-        # stays in the dead letters (counted, respawned) but the job is gone (``find``).
-        self.dead_deleted: set[bytes] = set()
         self.stale_popped = False  # the last take with ``stop_at_stale`` stopped at one
         self.in_flight = InFlightQueue()
         self.deferred = DeferredQueue()
         self.pulled_ttr: dict[bytes, float] = {}  # of each message in flight to a puller
         self._dead_letters: DeadLetters | None = None  # made with the first dead letter
-        self.reader = LogReader(topic, cursor, self.in_flight, ephemeral=ephemeral,
-                                mem_queue_size=mem_queue_size)
+        self.waiting = Waiting(topic, cursor, self.in_flight, host.new_own_queue, limits=limits,
+                               ephemeral=ephemeral, mem_queue_size=mem_queue_size, own=own)
         self.requeue_count = 0
         self.timeout_count = 0
         self.expired_count = 0
@@ -149,64 +101,11 @@ class MessageStates:
             self.observer(state, event, to, n)
         return to
 
-    # -- what waits --------------------------------------------------------------------------
     @property
     def log(self) -> TopicLog:
         return self.topic.log
 
-    @property
-    def depth(self) -> int:
-        """Messages waiting (NSQ's depth: not in flight, not deferred)."""
-        own = len(self.own) if self.own is not None else 0
-        return len(self.requeued) + own + self.cursor.unread(self.topic.visible_end)
-
-    @property
-    def backend_depth(self) -> int:
-        """Those of ``depth`` that are on disk only."""
-        on_disk = max(0, min(self.log.written_end, self.topic.visible_end) - self.cursor.read)
-        return on_disk + (self.own.disk_depth if self.own is not None else 0)
-
-    def has_waiting(self) -> bool:
-        own = self.own
-        return (bool(self.requeued) or (own is not None and own.has_ready())
-                or self.cursor.read < self.topic.visible_end)
-
-    def own_ready(self) -> bool:
-        own = self.own
-        return (own is not None and own.has_ready()
-                and self.requeued.own_turn <= self.cursor.read)
-
-    def requeued_ready(self) -> bool:
-        return self.requeued.ready(self.cursor.read)
-
-    def room(self) -> int:
-        """How far the log may be read before a held-back requeued or respawned message's
-        turn comes."""
-        first = self.requeued.next_turn()
-        turns = [first] if first is not None else []
-        if self.own is not None and self.own.has_ready():
-            turns.append(self.requeued.own_turn)
-        return min(turns) - self.cursor.read if turns else READ_BATCH
-
-    def records_fit(self) -> bool:
-        """The next messages can go out as the log's records: nothing requeued or of the
-        own queue comes first, and nothing needs a look at each (an attempt limit, state
-        the cursor kept for them, a tombstone)."""
-        return (not self.requeued_ready() and not self.own_ready()
-                and not self.limits.attempt_limit
-                and not self.cursor.extras and not self.tombstones)
-
-    @property
-    def own_queue(self) -> Backlog:
-        if self.own is None:
-            self.own = self.host.new_own_queue()
-        return self.own
-
     # -- taking: WAITING to a verdict --------------------------------------------------------
-    def read_log(self, n: int) -> list[Run] | None:
-        """Up to ``n`` records from the cursor on (``LogReader.read``)."""
-        return self.reader.read(n)
-
     def take(self, n: int, *, stop_at_stale: bool = False) -> list[QueuedMessage]:
         """Up to ``n`` messages to deliver now, each with its verdict acted on (deferred,
         expired, dead-lettered ones kept apart): requeued ones once the cursor is past what
@@ -220,19 +119,9 @@ class MessageStates:
         self.stale_popped = False
         while len(out) < n:
             want = 1 if stop_at_stale else n - len(out)
-            if self.requeued_ready():
-                batch = self.requeued.take(want, self.cursor.read)
-            elif self.own_ready():
-                batch = self.own.take(want)  # type: ignore[union-attr]
-            else:
-                # never read past a held-back message's turn: a count of n takes what n
-                # consumes of one would, in their order (and peek shows: ``channel_pull``)
-                runs = self.read_log(min(want, READ_BATCH, self.room()))
-                if not runs:
-                    if runs is not None and self.requeued.release():
-                        continue  # the log is read to its end: those held back now
-                    break
-                batch = self.decoded(runs)
+            batch = self.waiting.next(want, self.decoded)
+            if batch is None:
+                break
             for msg in batch:
                 event = self.verdict(msg, wall, limit)
                 if event is Event.DELIVER:
@@ -253,7 +142,7 @@ class MessageStates:
         return False
 
     def verdict(self, msg: QueuedMessage, wall: int, limit: int) -> Event:
-        if self.tombstones and msg.offset in self.tombstones:
+        if self.waiting.tombstones and msg.offset in self.waiting.tombstones:
             return Event.DELETE
         return lifecycle.verdict(msg, wall, limit)
 
@@ -275,7 +164,7 @@ class MessageStates:
                 attempts, due = extra
                 msg.attempts = max(msg.attempts, attempts)
                 if due == TOMBSTONE:
-                    self.tombstones.add(msg.offset)
+                    self.waiting.tombstones.add(msg.offset)
                 elif due > wall:
                     msg.deadline = now + (due - wall) / 1e9
                     self._defer(msg, State.WAITING, Event.DEFER)
@@ -287,7 +176,7 @@ class MessageStates:
         """A message taken (WAITING) that is not delivered now: DEFER, EXPIRE, EXHAUST, or
         DELETE (a tombstone reached)."""
         if event is Event.DELETE:
-            self.tombstones.discard(msg.offset)
+            self.waiting.tombstones.discard(msg.offset)
         elif event is Event.DEFER:
             msg.deadline = self.clock.now() + (msg.due - self.clock.wall_ns()) / 1e9
         self._settle([msg], State.WAITING, event)
@@ -321,17 +210,14 @@ class MessageStates:
     def _done(self, msg: QueuedMessage) -> None:
         """DONE (or EXPIRED, or stored as a dead letter): acknowledged where it came from."""
         if msg.offset == OWN:
-            if self.own is not None:
-                self.own.ack(msg.id)
+            if self.waiting.own is not None:
+                self.waiting.own.ack(msg.id)
         else:
             self.cursor.ack(msg.offset)
 
     def _requeue(self, msgs: list[QueuedMessage]) -> None:
         """WAITING again, held apart: REQ, a timeout, a consumer gone, a deferral due."""
-        msgs = self.reader.coming_back(msgs)  # (after a rewind the log delivers some again)
-        end = self.topic.visible_end
-        self.requeued.add(msgs, end if self.limits.requeue_behind
-                          else min(end, self.cursor.read + self.mem_queue_size))
+        self.waiting.put_back(msgs)
         self.host.changed()
 
     # -- publish -----------------------------------------------------------------------------
@@ -405,8 +291,8 @@ class MessageStates:
             offsets = [entry_offset(entry) for entry in taken]
             if OWN in offsets:
                 for entry in taken:
-                    if entry_offset(entry) == OWN and self.own is not None:
-                        self.own.ack(entry_id(entry))
+                    if entry_offset(entry) == OWN and self.waiting.own is not None:
+                        self.waiting.own.ack(entry_id(entry))
                 offsets = [o for o in offsets if o != OWN]
             self.cursor.ack_many(offsets)
             e2e = self.e2e
@@ -490,14 +376,14 @@ class MessageStates:
         """EMPTY: every message held (requeued, own, in flight, deferred) done with, the
         cursor moved to ``end`` (NSQ's channel empty); the own queue's files are dropped by
         the caller (it is I/O)."""
-        self.reader.forget_rewound()
-        self._move(State.WAITING, Event.EMPTY, len(self.requeued))
-        self.requeued.clear()
-        self.tombstones.clear()
-        if self.own is not None:
-            self._move(State.WAITING, Event.EMPTY, len(self.own))
-            self.own.clear_memory()
-            self.own.ack_all()
+        self.waiting.reader.forget_rewound()
+        self._move(State.WAITING, Event.EMPTY, len(self.waiting.requeued))
+        self.waiting.requeued.clear()
+        self.waiting.tombstones.clear()
+        if self.waiting.own is not None:
+            self._move(State.WAITING, Event.EMPTY, len(self.waiting.own))
+            self.waiting.own.clear_memory()
+            self.waiting.own.ack_all()
         self._move(State.IN_FLIGHT, Event.EMPTY, len(self.in_flight))
         self.in_flight.clear()
         self.pulled_ttr.clear()
@@ -511,15 +397,15 @@ class MessageStates:
         ones come again from the log (the own queue's go back there)."""
         deferred = self.deferred.clear()
         self._move(State.DEFERRED, Event.REWIND, len(deferred))
-        requeued = self.requeued.clear()
+        requeued = self.waiting.requeued.clear()
         self._move(State.WAITING, Event.REWIND, len(requeued))
         held = [*requeued, *deferred]
-        self.tombstones.clear()
+        self.waiting.tombstones.clear()
         own = [m for m in held if m.offset == OWN]
-        if own and self.own is not None:
-            self.own.put_back(own)
+        if own and self.waiting.own is not None:
+            self.waiting.own.put_back(own)
         offset = min(max(offset, self.log.start), self.log.end)
-        self.reader.rewind(offset)
+        self.waiting.reader.rewind(offset)
 
     # -- lmstfy: delete, destroy -------------------------------------------------------------
     def delete_held(self, message_id: bytes) -> bool | None:
@@ -538,16 +424,16 @@ class MessageStates:
         if msg is not None:
             self._settle([msg], State.DEFERRED, Event.DELETE)
             return True
-        waiting = self.requeued.find(message_id)
+        waiting = self.waiting.requeued.find(message_id)
         if waiting is not None:
             if waiting.offset != OWN:
-                self.tombstones.add(waiting.offset)
+                self.waiting.tombstones.add(waiting.offset)
             else:
-                self.requeued.remove(message_id)
+                self.waiting.requeued.remove(message_id)
                 self._settle([waiting], State.WAITING, Event.DELETE)
             return True
-        if self.own is not None:
-            msg = self.own.remove_waiting(message_id)
+        if self.waiting.own is not None:
+            msg = self.waiting.own.remove_waiting(message_id)
             if msg is not None:
                 self._settle([msg], State.WAITING, Event.DELETE)
                 return True
@@ -555,7 +441,7 @@ class MessageStates:
 
     def tombstone(self, offset: int) -> None:
         """DELETE of the message waiting in the log at ``offset``: done with when reached."""
-        self.tombstones.add(offset)
+        self.waiting.tombstones.add(offset)
 
     async def purge_ready(self) -> int:
         """EMPTY of every message waiting and due (lmstfy's destroy): those deferred, in
@@ -563,41 +449,27 @@ class MessageStates:
         from .record import decode_record, is_plain
 
         wall = self.clock.wall_ns()
-        requeued = self.requeued.clear()
+        requeued = self.waiting.requeued.clear()
         count = len(requeued)
         self._settle(requeued, State.WAITING, Event.EMPTY)
-        if self.own is not None:
-            for msg in self.own.take(len(self.own)):
+        if self.waiting.own is not None:
+            for msg in self.waiting.own.take(len(self.waiting.own)):
                 if msg.due > wall:
                     self.set_aside(msg, Event.DEFER)
                 else:
                     self._move(State.WAITING, Event.EMPTY)
-                    self.own.ack(msg.id)
+                    self.waiting.own.ack(msg.id)
                     count += 1
-        cursor = self.cursor
-        end = self.topic.visible_end
-        while cursor.read < end:
-            runs = await self.log.read_at(cursor.read, READ_BATCH)
-            if not runs:
-                break
-            for first, records, _ in runs:
-                for i, record in enumerate(records):
-                    offset = first + i
-                    if offset >= end:
-                        break
-                    if cursor.passes(offset):  # done with, or deferred already (held ahead)
-                        continue
-                    if not is_plain(record):
-                        msg = decode_record(record, offset)
-                        if msg.due > wall and offset not in self.tombstones:
-                            self.set_aside(msg, Event.DEFER)
-                            continue
-                    self._move(State.WAITING, Event.EMPTY)
-                    cursor.ack(offset)
-                    count += 1
-                cursor.advance_read(min(first + len(records), end))
-                cursor.passed(cursor.read)
-        self.tombstones.clear()
+        async for offset, record in self.waiting.unread_records():
+            if not is_plain(record):
+                msg = decode_record(record, offset)
+                if msg.due > wall and offset not in self.waiting.tombstones:
+                    self.set_aside(msg, Event.DEFER)
+                    continue
+            self._move(State.WAITING, Event.EMPTY)
+            self.cursor.ack(offset)
+            count += 1
+        self.waiting.tombstones.clear()
         self.host.changed()
         return count
 
@@ -626,83 +498,48 @@ class MessageStates:
     def respawned(self, msgs: list[QueuedMessage]) -> None:
         """RESPAWN: ``msgs``, dead letters now in the own queue, waiting again."""
         self._move(State.DEAD, Event.RESPAWN, len(msgs))
-        if self.limits.requeue_behind:  # lmstfy: respawned jobs go behind what is ready now
-            self.requeued.respawned(self.topic.visible_end)
+        self.waiting.respawned()
         self.host.changed()
 
     def dead_ended(self, event: Event, msgs: list[QueuedMessage] | int) -> None:
         """DELETE of ``msgs``, stored dead letters taken off their store, or EMPTY of every
         one (how many): done with."""
-        if isinstance(msgs, int):
-            self._move(State.DEAD, event, msgs)
-            self.dead_deleted.clear()
-            return
-        self._move(State.DEAD, event, len(msgs))
-        for msg in msgs:
-            self.dead_deleted.discard(msg.id)
+        self._move(State.DEAD, event, msgs if isinstance(msgs, int) else len(msgs))
+        if self._dead_letters is not None:
+            self._dead_letters.forget_deleted(None if isinstance(msgs, int) else msgs)
 
     def deleted_dead_among(self, msgs: list[QueuedMessage]) -> set[bytes]:
         """The ids of ``msgs`` (dead letters taken off their store) whose jobs were deleted
-        (DONE already: see ``dead_deleted``), forgotten now that their entries go too."""
-        deleted = self.dead_deleted
-        gone = {m.id for m in msgs if m.id in deleted} if deleted else set()
-        deleted.difference_update(gone)
-        return gone
+        (DONE already: ``delete_dead``), forgotten now that their entries go too."""
+        return self.dead_letters.forget_deleted(msgs)
 
     def find_dead(self, message_id: bytes) -> QueuedMessage | None:
         """The dead letter ``message_id``, unless it was deleted."""
         dead = self._dead_letters
-        if dead is None or message_id in self.dead_deleted:
-            return None
-        for msg in dead.peek(len(dead)):
-            if msg.id == message_id:
-                return msg
-        return None
+        return dead.find(message_id) if dead is not None else None
 
     def delete_dead(self, message_id: bytes) -> None:
-        """DELETE of a dead letter: gone, its entry left (see ``dead_deleted``)."""
+        """DELETE of a dead letter: gone, its entry left (``DeadLetters.mark_deleted``)."""
         self._move(State.DEAD, Event.DELETE)
-        self.dead_deleted.add(message_id)
+        self.dead_letters.mark_deleted(message_id)
 
-    # -- for the journal, and the next start ---------------------------------------------------
+    # -- for the journal, and the next start (``channel_journal``) ---------------------------
     def held_extras(self, *, in_flight: bool) -> dict[int, tuple[int, int]]:
-        """For the cursor's journal: the attempts of each message of the log this channel
-        holds (requeued, deferred and, with ``in_flight``, in flight: that is for a clean
-        shutdown, too many to write every few seconds) and the due time of deferred ones."""
-        out: dict[int, tuple[int, int]] = {}
-        now = self.clock.now()
-        wall = self.clock.wall_ns()
-        for offset, attempts in (self.in_flight.attempts_by_offset() if in_flight else ()):
-            if offset != OWN:
-                out[offset] = (attempts, 0)
-        for msg in self.requeued:
-            if msg.offset != OWN and msg.attempts:
-                out[msg.offset] = (msg.attempts, 0)
-        for msg in self.deferred:
-            if msg.offset != OWN:
-                out[msg.offset] = (msg.attempts, wall + int(max(0.0, msg.deadline - now) * 1e9))
-        for offset in self.tombstones:
-            out[offset] = (0, TOMBSTONE)
-        return out
+        """For the cursor's journal: what it keeps of the messages held (``in_flight``: those
+        in flight too, for a clean shutdown)."""
+        return held_extras(in_flight=self.in_flight if in_flight else None,
+                           requeued=self.waiting.requeued, deferred=self.deferred,
+                           tombstones=self.waiting.tombstones, now=self.clock.now(),
+                           wall=self.clock.wall_ns())
 
     def cursor_state(self, *, in_flight: bool = False) -> CursorState:
         return self.cursor.state(self.held_extras(in_flight=in_flight))
 
     async def restore_deferred(self) -> None:
-        """At start: the messages the last run held deferred (its cursor's extras with a due
-        time) deferred again, ahead of the cursor, with what is left of their delay."""
-        from .record import decode_record
-
-        cursor = self.cursor
-        wanted = sorted(o for o, (_, due) in cursor.extras.items()
-                        if due > 0 and o >= cursor.read)
-        for offset in wanted:
-            runs = await self.log.read_at(offset, 1)
-            extra = cursor.take_extra(offset)
-            if not runs or runs[0][0] != offset or extra is None or cursor.passes(offset):
-                continue
-            msg = decode_record(runs[0][1][0], offset)
-            msg.attempts = max(msg.attempts, extra[0])
-            msg.deadline = self.clock.now() + max(extra[1] - self.clock.wall_ns(), 0) / 1e9
+        """At start: the messages the last run held deferred deferred again, ahead of the
+        cursor, with what is left of their delay."""
+        async for msg, (attempts, due) in saved_deferred(self.cursor, self.log):
+            msg.attempts = max(msg.attempts, attempts)
+            msg.deadline = self.clock.now() + max(due - self.clock.wall_ns(), 0) / 1e9
             self._defer(msg, State.WAITING, Event.DEFER)
-            cursor.hold_ahead(offset)
+            self.cursor.hold_ahead(msg.offset)
