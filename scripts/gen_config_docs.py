@@ -134,6 +134,11 @@ def render() -> str:
                  "before anything starts: if one is taken nothing is started; the banner prints "
                  "them all):\n")
     parts.append(f"```text\n{PORT_LAYOUT.rstrip()}\n```\n")
+    parts.append("With `--replicas N` (`make run RUN_ARGS=\"--replicas 3\"`) topics are replicated "
+                 "(docs/design/replication.md): it starts an etcd first (Debian's `etcd`, from "
+                 "the `etcd-server` package; without it, it says so in one line and starts "
+                 "nothing), its data in DIR/etcd, and at least N nsqd, each with "
+                 "`--etcd-endpoints` and `--default-replicas=N`; etcd stops last.\n")
     return "\n".join(parts)
 
 

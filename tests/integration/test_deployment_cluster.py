@@ -137,6 +137,9 @@ def http_post(url: str, body: bytes) -> str:
     with OPENER.open(urllib.request.Request(url, data=body, method="POST"), timeout=30) as response:
         return response.read().decode()
 
+ETCD = re.compile(r"^  etcd\s+http://(?P<client>\S+)\s+pid (?P<pid>\d+)\s+data \S+ \(topics "
+                  r"replicated on (?P<replicas>\d+) nsqd by default\)$")
+
 
 def eventually(check, timeout: float = 15.0, interval: float = 0.1):
     deadline = time.monotonic() + timeout
@@ -222,6 +225,37 @@ async def test_cluster_comes_up_serves_a_consumer_through_lookupd_and_stops_on_s
     (segment,) = (data / "nsqd-2" / "topics" / "kept").glob("*.log")
     assert b"still here" in segment.read_bytes()
     assert (data / "nsqd-1" / "nsqd.dat").exists()
+
+
+def test_replicas_3_starts_an_etcd_and_three_nsqd_replicating_every_topic(start_cluster, tmp_path):
+    data = tmp_path / "data"
+    cluster = start_cluster("--base-port", "0", "--data-dir", str(data), "--replicas", "3")
+    services = cluster.wait_until_up()
+    assert set(services) == {"nsqlookupd", "nsqd-1", "nsqd-2", "nsqd-3", "nsqadmin"}
+    (etcd,) = [m for m in map(ETCD.match, cluster.lines) if m]
+    assert etcd["replicas"] == "3" and (data / "etcd").is_dir()
+    assert children_of(cluster.process.pid) == {*cluster.pids(), int(etcd["pid"])}
+    nsqds = [services[f"nsqd-{i}"] for i in (1, 2, 3)]
+    assert http_post(f"http://{nsqds[0]['http']}/topic/create?topic=everywhere", b"") == ""
+
+    def replicated(nsqd):
+        def check():
+            status, body = http_get(f"http://{nsqd['http']}/stats?format=json&topic=everywhere")
+            topics = json.loads(body)["topics"] if status == 200 else None
+            return topics and topics[0].get("replication")
+        return eventually(check, timeout=60.0)
+
+    for nsqd in nsqds:  # --default-replicas=3: on all three, led by the node asked
+        replication = replicated(nsqd)
+        assert len(replication["replicas"]) == 3
+        assert replication["leader"] == nsqds[0]["tcp"]
+
+    assert cluster.stop(signal.SIGINT) == 0, cluster.output()[-4000:]
+    stops = [line.split("stopping ")[1].split()[0] for line in cluster.output().splitlines()
+             if "| stopping " in line]
+    assert stops == ["nsqadmin", "nsqd-1", "nsqd-2", "nsqd-3", "nsqlookupd", "etcd"]
+    for pid in (*cluster.pids(), int(etcd["pid"])):
+        assert not alive(pid), f"pid {pid} outlived nsq-cluster"
 
 
 def test_a_taken_port_is_refused_with_its_number_before_anything_starts(start_cluster, tmp_path):

@@ -46,8 +46,10 @@ def load_compose() -> dict:
 
 
 def nsq_services(document: dict) -> dict:
-    """``document`` without the services of a profile (monitoring): those are not NSQ's."""
-    services = {n: s for n, s in document["services"].items() if not s.get("profiles")}
+    """``document`` without the services of a profile (monitoring) and etcd (replication's
+    coordinator, checked on its own): those are not NSQ's."""
+    services = {n: s for n, s in document["services"].items()
+                if not s.get("profiles") and n != "etcd"}
     return {**document, "services": services}
 
 
@@ -158,8 +160,8 @@ def test_each_nsqd_keeps_its_data_in_its_own_named_volume(compose):
         assert target == data_path == "/data"
         volumes.append(volume)
     assert len(set(volumes)) == 2
-    monitoring = {"prometheus-data", "grafana-data"}  # the monitoring profile's
-    assert set(compose["volumes"]) == set(volumes) | monitoring
+    others = {"prometheus-data", "grafana-data", "etcd-data"}  # monitoring's, etcd's
+    assert set(compose["volumes"]) == set(volumes) | others
 
 
 def test_healthchecks_ping_the_services_own_http_port_and_restart_policies(compose):
@@ -192,7 +194,8 @@ def test_published_ports_are_the_listening_ports_on_loopback(compose):
 
 
 def test_the_local_cluster_runs_the_compose_topology(compose, tmp_path):
-    local = {s.name: s.argv for s in plan(nsqd_count=2, data_dir=tmp_path).services}
+    local = {s.name: s.argv for s in plan(nsqd_count=2, data_dir=tmp_path, replicas=2).services
+             if s.program != "etcd"}
     remote = {name: service["command"] for name, service in compose["services"].items()}
     assert set(local) == set(remote)
     for name, argv in local.items():
@@ -206,8 +209,33 @@ def test_the_local_cluster_runs_the_compose_topology(compose, tmp_path):
                 assert (value, theirs[flag]) == ("127.0.0.1", name)
             elif flag == "data-path":
                 assert Path(value) == tmp_path / name and theirs[flag] == "/data"
+            elif flag == "etcd-endpoints":  # the same port, on etcd's service name
+                assert (value, theirs[flag]) == ("http://127.0.0.1:4179", "http://etcd:4179")
             else:
                 assert value == theirs[flag], f"{name} --{flag}"
+
+
+def test_etcd_is_the_one_the_nsqds_name_and_keeps_its_data_in_a_volume(tmp_path):
+    etcd = load_compose()["services"]["etcd"]
+    flags = flag_values(etcd["command"])
+    assert etcd["command"][0] == "etcd"
+    assert flags["advertise-client-urls"] == "http://etcd:4179"
+    assert port_of(flags["listen-client-urls"]) == 4179
+    (mount,) = etcd["volumes"]
+    assert mount == f"etcd-data:{flags['data-dir']}"
+    assert etcd["healthcheck"]["test"][-3:] == ["--endpoints=http://127.0.0.1:4179", "endpoint",
+                                                "health"]
+    local = plan(nsqd_count=2, replicas=2, data_dir=tmp_path).etcd
+    assert local is not None
+    mine = flag_values(local.argv)
+    assert set(mine) == set(flags)
+    assert {k: v for k, v in mine.items() if "url" not in k and "cluster" not in k
+            and k != "data-dir"} == {k: v for k, v in flags.items() if "url" not in k
+                                     and "cluster" not in k and k != "data-dir"}
+    for name, service in nsq_services(load_compose())["services"].items():
+        if service["command"][0] == "nsqd":
+            assert flag_values(service["command"])["etcd-endpoints"] == "http://etcd:4179"
+            assert service["depends_on"]["etcd"]["condition"] == "service_healthy", name
 
 
 def test_the_local_cluster_command_lines_are_accepted_too(tmp_path):

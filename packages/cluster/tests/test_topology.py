@@ -119,3 +119,35 @@ def test_command_line_options():
     with pytest.raises(SystemExit) as exited:
         main(["up", "--base-port", "65530"])
     assert exited.value.code == 2
+
+
+def test_replicas_add_an_etcd_and_replicate_on_every_nsqd(tmp_path):
+    topology = plan(nsqd_count=3, replicas=3, data_dir=tmp_path)
+    assert [s.name for s in topology.services] == [
+        "nsqlookupd", "etcd", "nsqd-1", "nsqd-2", "nsqd-3", "nsqadmin"]
+    etcd = topology.etcd
+    assert etcd is not None and etcd.program == "etcd" and etcd.data_path == tmp_path / "etcd"
+    assert [(p.kind, p.number) for p in etcd.ports] == [("CLIENT", 4179), ("PEER", 4180)]
+    assert flags(etcd)["listen-client-urls"] == "http://127.0.0.1:4179"
+    for nsqd in topology.nsqds:
+        assert flags(nsqd)["etcd-endpoints"] == "http://127.0.0.1:4179"
+        assert flags(nsqd)["default-replicas"] == "3"
+    assert plan().etcd is None and "etcd-endpoints" not in flags(plan().nsqds[0])
+    with pytest.raises(ValueError, match="--replicas 3 needs as many nsqd"):
+        plan(nsqd_count=2, replicas=3)
+    # with --base-port 0, etcd (which cannot be told port 0) gets free ports found now
+    anywhere = plan(nsqd_count=3, replicas=3, base_port=0, data_dir=tmp_path).etcd
+    assert anywhere is not None and all(p.number > 0 for p in anywhere.ports)
+
+
+def test_replicas_without_etcd_installed_is_one_clear_line(capsys, tmp_path, monkeypatch):
+    # etcd is installed here and cannot be uninstalled for a test: the lookup says it is not
+    import nsq_cluster.__main__ as command
+    monkeypatch.setattr(command, "etcd_binary", lambda: None)
+    with pytest.raises(SystemExit) as exited:
+        main(["up", "--replicas", "3", "--base-port", "0", "--data-dir", str(tmp_path / "d")])
+    assert exited.value.code == 1
+    assert capsys.readouterr().err == (
+        "nsq-cluster: --replicas needs etcd, which is not installed (Debian: apt-get install "
+        "etcd-server)\n")
+    assert not (tmp_path / "d").exists()

@@ -15,3 +15,14 @@ def test_every_route_is_described(tmp_path):
     assert set(served) == set(paths)
     for path, methods in served.items():
         assert methods == set(paths[path]) - {"parameters"}, path
+
+
+def test_a_replicated_nsqds_routes_are_described(tmp_path):
+    opts = Options.defaults(data_path=str(tmp_path), etcd_endpoints=("http://127.0.0.1:1",))
+    app = build_app(Broker(opts))
+    served = {route.path for route in app.routes if isinstance(route, Route)}
+    paths = document(replicated=True)["paths"]
+    assert set(served) == set(paths) and "/topic/replicas" in served
+    assert "replicas" in {p["name"] for p in paths["/topic/create"]["post"]["parameters"]}
+    assert "replicas" not in {p["name"] for p in document()["paths"]["/topic/create"]["post"][
+        "parameters"]}

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from .runner import Runner, check_ports
+from .runner import ETCD_MISSING, Runner, check_ports, etcd_binary
 from .topology import DEFAULT_BASE_PORT, DEFAULT_HOST, MAX_NSQD, check_base_port, plan
 
 _DESCRIPTION = """\
@@ -26,6 +26,7 @@ PORT_LAYOUT = """\
   nsqd-N       TCP P+100(N-1) HTTP P+100(N-1)+1
   nsqlookupd   TCP P+10       HTTP P+11         (4160, 4161)
   nsqadmin                    HTTP P+21         (4171)
+  etcd         client P+29    peer P+30         (4179, 4180; with --replicas only)
 """
 
 _EPILOG = f"""\
@@ -33,8 +34,9 @@ ports, from the base port P (default {DEFAULT_BASE_PORT}, NSQ's own defaults):
 {PORT_LAYOUT}Every one of these ports is checked before anything starts; if one is taken, nothing is
 started. --base-port 0 lets the kernel choose them all. The banner shows every port.
 
-example:
+examples:
   nsq-cluster up --nsqd 3 --data-dir /tmp/nsq --nsqd-arg=--mem-queue-size=0
+  nsq-cluster up --replicas 3      an etcd, and 3 nsqd replicating each topic 3 times
 """
 
 
@@ -62,6 +64,10 @@ def _build() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         description=_DESCRIPTION, epilog=_EPILOG)
     up.add_argument("--nsqd", type=int, default=2, metavar="N",
                     help=f"how many nsqd to run, 1 to {MAX_NSQD} (default: 2)")
+    up.add_argument("--replicas", type=int, default=0, metavar="N",
+                    help="replicate topics: start an etcd (Debian's etcd-server) and at least N "
+                         "nsqd with --etcd-endpoints and --default-replicas=N "
+                         "(default: no replication)")
     up.add_argument("--base-port", type=int, default=DEFAULT_BASE_PORT, metavar="P",
                     help=f"first port of the layout below; 0 = any free ports "
                          f"(default: {DEFAULT_BASE_PORT})")
@@ -91,14 +97,20 @@ def _build() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.replicas < 0:
+        parser.error("--replicas must be at least 1")
+    nsqd_count = max(args.nsqd, args.replicas)
     try:
-        check_base_port(args.base_port, args.nsqd)
+        check_base_port(args.base_port, nsqd_count)
     except ValueError as exc:
         parser.error(str(exc))
-    topology = plan(nsqd_count=args.nsqd, base_port=args.base_port, host=args.host,
+    if args.replicas and etcd_binary() is None:
+        sys.stderr.write(f"nsq-cluster: {ETCD_MISSING}\n")
+        raise SystemExit(1)
+    topology = plan(nsqd_count=nsqd_count, base_port=args.base_port, host=args.host,
                     data_dir=args.data_dir, broadcast_address=args.broadcast_address,
                     nsqd_args=tuple(args.nsqd_arg), lookupd_args=tuple(args.lookupd_arg),
-                    admin_args=tuple(args.nsqadmin_arg))
+                    admin_args=tuple(args.nsqadmin_arg), replicas=args.replicas)
     problems = check_ports(topology)
     if problems:
         sys.stderr.write("nsq-cluster: cannot start, nothing was started:\n")

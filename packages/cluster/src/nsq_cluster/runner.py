@@ -18,6 +18,7 @@ import contextlib
 import ctypes
 import errno
 import functools
+import json
 import os
 import re
 import selectors
@@ -35,7 +36,15 @@ from typing import Any, TextIO
 
 from nsq_common import join_host_port
 
-from .topology import LMSTFY, LMSTFY_ADMIN, Service, Topology, local_address, with_lookupd
+from .topology import (
+    ETCD_CLIENT,
+    LMSTFY,
+    LMSTFY_ADMIN,
+    Service,
+    Topology,
+    local_address,
+    with_lookupd,
+)
 
 _LISTEN = re.compile(rb"\b(TCP|HTTP|LMSTFY|LMSTFY_ADMIN): listening on (\S+)")
 _SELF = "nsq-cluster"
@@ -56,12 +65,34 @@ class _StopRequested(Exception):
     """A signal asked the cluster to stop."""
 
 
+ETCD_MISSING = "--replicas needs etcd, which is not installed (Debian: apt-get install etcd-server)"
+
+
+def etcd_binary() -> str | None:
+    """The etcd server's path (on PATH, or Debian's), if installed."""
+    return shutil.which("etcd") or ("/usr/bin/etcd" if os.path.exists("/usr/bin/etcd") else None)
+
+
+def etcd_replicas(topology: Topology) -> int:
+    """The nsqds' ``--default-replicas`` (1 when not given)."""
+    for arg in topology.nsqds[0].args:
+        if arg.startswith("--default-replicas="):
+            return int(arg.partition("=")[2])
+    return 1
+
+
 def find_executable(program: str) -> str:
-    """``program`` next to this Python (the same virtualenv), else on PATH.
+    """``program`` next to this Python (the same virtualenv), else on PATH (etcd: also
+    Debian's).
 
     Raises:
         Failure: it is nowhere.
     """
+    if program == "etcd":
+        found = etcd_binary()
+        if found is None:
+            raise Failure(ETCD_MISSING)
+        return found
     candidate = Path(sys.executable).with_name(program)
     if candidate.exists():
         return str(candidate)
@@ -266,8 +297,25 @@ class Runner:
                          f"{names} did not answer GET /ping")
         return children
 
+    def _healthy(self, child: Child) -> bool:
+        """etcd's readiness: ``GET /health`` says so."""
+        url = f"http://{join_host_port(self.local, child.service.port(ETCD_CLIENT))}/health"
+        try:
+            with self._opener.open(url, timeout=1) as response:
+                return bool(json.load(response).get("health") == "true")
+        except (urllib.error.URLError, OSError, ValueError):
+            return False
+
+    def _start_etcd(self, service: Service) -> None:
+        child = self._start(service)
+        self._wait_until(lambda: self._healthy(child), "etcd did not become healthy")
+        for port in service.ports:  # it prints no "listening on" line: its ports are set
+            child.reported[port.kind] = join_host_port(self.local, port.number)
+
     def _start_all(self) -> None:
         (lookupd,) = self._start_stage([self.topology.lookupd])
+        if self.topology.etcd is not None:
+            self._start_etcd(self.topology.etcd)
         tcp = join_host_port(self.local, lookupd.port("TCP"))
         http = join_host_port(self.local, lookupd.port("HTTP"))
         self._start_stage([with_lookupd(s, tcp, http) for s in self.topology.nsqds])
@@ -277,9 +325,11 @@ class Runner:
 
     def banner(self) -> list[str]:
         """The lines that tell where everything is."""
-        lines = [f"NSQ cluster up: 1 nsqlookupd, {len(self.topology.nsqds)} nsqd, 1 nsqadmin "
-                 "(Ctrl-C stops them all)"]
-        order = [self.children[-1], self.children[0], *self.children[1:-1]]
+        etcd = self.topology.etcd
+        lines = [f"NSQ cluster up: 1 nsqlookupd, {len(self.topology.nsqds)} nsqd, 1 nsqadmin"
+                 f"{', 1 etcd' if etcd is not None else ''} (Ctrl-C stops them all)"]
+        daemons = [c for c in self.children if c.service is not etcd]
+        order = [daemons[-1], daemons[0], *daemons[1:-1]]
         for child in order:
             http = f"http://{join_host_port(self.local, child.port('HTTP'))}/"
             parts = [f"  {child.name:<{self.width}}", f"HTTP {http:<24}"]
@@ -295,7 +345,13 @@ class Runner:
                 admin = f"http://{join_host_port(self.local, child.port(LMSTFY_ADMIN))}/"
                 lines.append(f"  {'lmstfy':<{self.width}} HTTP {jobs:<24} admin {admin:<24} "
                              f"(lmstfy's job API, in {child.name})")
-        nsqd_http = join_host_port(self.local, self.children[1].port("HTTP"))
+        for child in self.children:
+            if child.service is etcd:
+                client = f"http://{join_host_port(self.local, child.port(ETCD_CLIENT))}"
+                lines.append(f"  {child.name:<{self.width}} {client:<29} "
+                             f"pid {child.pid:<8} data {child.service.data_path} (topics "
+                             f"replicated on {etcd_replicas(self.topology)} nsqd by default)")
+        nsqd_http = join_host_port(self.local, daemons[1].port("HTTP"))
         lines.append(f"Dashboard: http://{join_host_port(self.local, self.children[-1].port('HTTP'))}/")
         lines.append(f"Try:       curl -d hello 'http://{nsqd_http}/pub?topic=test'")
         return lines
@@ -340,7 +396,9 @@ class Runner:
         clean = True
         for child in children:
             code = child.process.returncode
-            if child.stopping and code != 0:
+            # etcd ends a clean stop by raising the signal again on itself
+            clean_codes = (0, -signal.SIGTERM) if child.service.program == "etcd" else (0,)
+            if child.stopping and code not in clean_codes:
                 self.say(f"{child.name} exited with status {code}{_signal_note(code)}")
                 clean = False
         return clean
@@ -351,9 +409,11 @@ class Runner:
         self._signals_at_stop = len(self.signals)  # one more from here on: kill, do not wait
         lookupd = [c for c in self.children if c.service is self.topology.lookupd]
         admin = [c for c in self.children if c.service.program == "nsqadmin"]
-        nsqds = [c for c in self.children if c not in lookupd and c not in admin]
+        # etcd last: the nsqds give their leases back on the way out
+        etcd = [c for c in self.children if c.service is self.topology.etcd]
+        nsqds = [c for c in self.children if c not in lookupd + admin + etcd]
         clean = True
-        for group in (admin, nsqds, lookupd):
+        for group in (admin, nsqds, lookupd, etcd):
             if group:
                 clean = self._stop_group(group) and clean
         self._selector.close()

@@ -10,6 +10,7 @@ nsqd-2        P + 100        P + 101
 nsqd-N        P + 100(N-1)   P + 100(N-1)+1
 nsqlookupd    P + 10         P + 11
 nsqadmin                     P + 21
+etcd          P + 30 (peer)  P + 29 (client) with ``--replicas N`` only
 ============  =============  ==============  ===============================
 
 so the defaults are 4150/4151, 4250/4251, ..., nsqlookupd 4160/4161, nsqadmin 4171, and
@@ -19,10 +20,17 @@ reports the one it bound).
 
 The command lines here are the same as the services of ``compose.yaml`` apart from addresses
 and paths; a test compares the two.
+
+With ``replicas`` (``nsq-cluster up --replicas N``) the cluster replicates its topics
+(docs/design/replication.md): a one-member etcd (Debian's ``etcd``, from ``etcd-server``)
+keeps its state under ``<data dir>/etcd``, and every nsqd gets ``--etcd-endpoints`` and
+``--default-replicas=N``. etcd cannot be told port 0: with a base port of 0 its two ports
+are free ones found when planning.
 """
 
 from __future__ import annotations
 
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,9 +42,12 @@ NSQD_PORT_STRIDE = 100
 LOOKUPD_OFFSET = 10
 ADMIN_OFFSET = 21
 LMSTFY_OFFSET = 3627  # 7777 from 4150: lmstfy's data port (and its admin port after it)
+ETCD_OFFSET = 29  # etcd's client port (4179), its peer port after it
+ETCD_CLIENT, ETCD_PEER = "CLIENT", "PEER"  # the kinds of etcd's ports
 MAX_NSQD = 50
 LMSTFY, LMSTFY_ADMIN = "LMSTFY", "LMSTFY_ADMIN"  # the kinds of nsqd-1's lmstfy ports
-_LABELS = {LMSTFY: "lmstfy HTTP", LMSTFY_ADMIN: "lmstfy admin HTTP"}
+_LABELS = {LMSTFY: "lmstfy HTTP", LMSTFY_ADMIN: "lmstfy admin HTTP",
+           ETCD_CLIENT: "client", ETCD_PEER: "peer"}
 
 
 @dataclass(frozen=True)
@@ -70,16 +81,19 @@ class Service:
 
 @dataclass(frozen=True)
 class Topology:
-    """The services in start order: nsqlookupd, the nsqds, then nsqadmin."""
+    """The services in start order: nsqlookupd, etcd (with replicas), the nsqds, then
+    nsqadmin."""
 
     host: str
     lookupd: Service
     nsqds: tuple[Service, ...]
     admin: Service
+    etcd: Service | None = None
 
     @property
     def services(self) -> tuple[Service, ...]:
-        return (self.lookupd, *self.nsqds, self.admin)
+        etcd = (self.etcd,) if self.etcd is not None else ()
+        return (self.lookupd, *etcd, *self.nsqds, self.admin)
 
 
 def is_wildcard(host: str) -> bool:
@@ -110,21 +124,33 @@ def check_base_port(base_port: int, nsqd_count: int) -> None:
 def plan(*, nsqd_count: int = 2, base_port: int = DEFAULT_BASE_PORT, host: str = DEFAULT_HOST,
          data_dir: Path = Path("data"), broadcast_address: str | None = None,
          nsqd_args: tuple[str, ...] = (), lookupd_args: tuple[str, ...] = (),
-         admin_args: tuple[str, ...] = ()) -> Topology:
-    """The services of a cluster of one nsqlookupd, ``nsqd_count`` nsqd and one nsqadmin.
+         admin_args: tuple[str, ...] = (), replicas: int = 0) -> Topology:
+    """The services of a cluster of one nsqlookupd, ``nsqd_count`` nsqd and one nsqadmin;
+    with ``replicas``, an etcd too, and topics replicated on that many nsqd by default.
 
     The nsqd command lines name nsqlookupd's TCP address and nsqadmin's names its HTTP address;
     with ``base_port=0`` those are filled in at start-up (see ``with_lookupd``).
 
     Raises:
-        ValueError: the ports do not fit, or ``nsqd_count`` is out of range.
+        ValueError: the ports do not fit, ``nsqd_count`` is out of range, or ``replicas``
+            is more than ``nsqd_count``.
     """
     check_base_port(base_port, nsqd_count)
+    if replicas > nsqd_count:
+        raise ValueError(f"--replicas {replicas} needs as many nsqd, not {nsqd_count}")
     local = local_address(host)  # where the services reach each other
     broadcast = broadcast_address or local  # what nsqd and nsqlookupd tell others
 
     def port(offset: int) -> int:
         return base_port + offset if base_port else 0
+
+    etcd = None
+    if replicas:
+        client, peer = ((port(ETCD_OFFSET), port(ETCD_OFFSET + 1)) if base_port
+                        else (free_port(host), free_port(host)))
+        etcd = etcd_service(host, local, client, peer, data_dir / "etcd")
+        nsqd_args = (f"--etcd-endpoints=http://{join_host_port(local, client)}",
+                     f"--default-replicas={replicas}", *nsqd_args)
 
     lookupd_tcp, lookupd_http = port(LOOKUPD_OFFSET), port(LOOKUPD_OFFSET + 1)
     lookupd = Service(
@@ -157,7 +183,30 @@ def plan(*, nsqd_count: int = 2, base_port: int = DEFAULT_BASE_PORT, host: str =
         (f"--http-address={join_host_port(host, admin_http)}",
          f"--lookupd-http-address={join_host_port(local, lookupd_http)}", *admin_args),
         (Port("HTTP", admin_http),))
-    return Topology(host, lookupd, tuple(nsqds), admin)
+    return Topology(host, lookupd, tuple(nsqds), admin, etcd)
+
+
+def etcd_service(host: str, local: str, client: int, peer: int, data: Path) -> Service:
+    """A one-member etcd listening on ``host`` (its client and peer ports)."""
+    client_url = f"http://{join_host_port(host, client)}"
+    peer_url = f"http://{join_host_port(host, peer)}"
+    peer_local = f"http://{join_host_port(local, peer)}"
+    return Service(
+        "etcd", "etcd",
+        ("--name=nsq", f"--data-dir={data}", "--logger=zap", "--log-level=warn",
+         f"--listen-client-urls={client_url}",
+         f"--advertise-client-urls=http://{join_host_port(local, client)}",
+         f"--listen-peer-urls={peer_url}", f"--initial-advertise-peer-urls={peer_local}",
+         f"--initial-cluster=nsq={peer_local}"),
+        (Port(ETCD_CLIENT, client), Port(ETCD_PEER, peer)), data)
+
+
+def free_port(host: str) -> int:
+    """A port nothing listens on now, on ``host``."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
 
 
 def with_lookupd(service: Service, tcp_address: str, http_address: str) -> Service:

@@ -34,7 +34,8 @@ read it take a missing key as "not in use".
            "read_offset": 9}],
         "depth": 3, ..., "message_ttl": 60,        (message_ttl only when the topic has one)
         "retention": 86400000000000,               (ns; only while the topic has one)
-        "earliest_offset": 0, "latest_offset": 9}],   include_offsets, or while a retention
+        "earliest_offset": 0, "latest_offset": 9,  include_offsets, or while a retention
+        "replication": {"leader": "h:4150", ...}}],   a replicated topic's (beyond NSQ)
      "memory": {"heap_objects": ..., ...},         left out with include_mem=false
      "producers": [{client, with "pub_counts"}]}   null when there are none
 """
@@ -250,6 +251,9 @@ class TopicStats(_GoStruct):
     # damaged batches found in the topic's log since the start, and their bytes: once any
     damaged_batches: int = attrs.field(default=0, metadata=_OMITEMPTY, kw_only=True)
     damaged_bytes: int = attrs.field(default=0, metadata=_OMITEMPTY, kw_only=True)
+    # a replicated topic's (nsqd with --etcd-endpoints): {"leader", "epoch", "replicas",
+    # "isr", "high_watermark", "lag"}, as it is both ways; only on a topic placed in etcd
+    replication: Any = attrs.field(default=None, metadata=_OMITEMPTY, kw_only=True)
 
 
 @attrs.frozen

@@ -284,6 +284,8 @@ class TopicStats:
     retention_bytes: int = 0
     earliest_offset: int | None = None
     latest_offset: int | None = None
+    # a replicated topic's (nsqd with --etcd-endpoints): its /stats ``replication`` object
+    replication: dict[str, Any] | None = None
 
     @classmethod
     def parse(cls, raw: dict[str, Any], node: str, hostname: str,
@@ -318,6 +320,7 @@ class TopicStats:
                            "retention_bytes": self.retention_bytes}),
             **_in_use({"earliest_offset": self.earliest_offset,
                        "latest_offset": self.latest_offset}, {}),
+            **({"replication": self.replication} if self.replication is not None else {}),
         }
 
 
@@ -342,4 +345,14 @@ def aggregate_topic(topic: str, parts: Sequence[TopicStats]) -> TopicStats:
         message_ttl=max(p.message_ttl for p in parts),
         retention=max(p.retention for p in parts),
         retention_bytes=max(p.retention_bytes for p in parts),
+        replication=_replication(parts),
     )
+
+
+def _replication(parts: Sequence[TopicStats]) -> dict[str, Any] | None:
+    """A replicated topic's ``replication``: the same on every replica but for what the
+    leader alone knows (its followers' lag), so the leader's where it answered."""
+    found = [p.replication for p in parts if p.replication is not None]
+    if not found:
+        return None
+    return max(found, key=lambda r: (len(r.get("lag") or {}), r.get("epoch", 0)))

@@ -229,6 +229,11 @@ async def load_node(request: Request) -> Context:
         "node_name": name, "node": node, "topics": topics, "health": health,
         "total_messages": sum(t.message_count for t in topics),
         "total_clients": sum(len(c.clients or ()) for t in topics for c in t.channels or ()),
+        # replicated topics (nsqd with --etcd-endpoints): those it holds a replica of, leads
+        "replicas_held": [t for t in topics if t.replication
+                          and node.tcp_address in t.replication["replicas"]],
+        "replicas_led": [t for t in topics if t.replication
+                         and t.replication["leader"] == node.tcp_address],
         "warnings": warnings,
     }
 

@@ -186,6 +186,7 @@ def _replication() -> Callable[[Options, Broker], Awaitable[None]]:
 
     from .flags import etcd_endpoints
     from .replication.coordinator import Coordinator
+    from .replication.edge import Edge
     from .replication.keys import NodeInfo
 
     async def coordinate(opts: Options, broker: Broker) -> None:
@@ -194,8 +195,14 @@ def _replication() -> Callable[[Options, Broker], Awaitable[None]]:
         info = NodeInfo(join_host_port(opts.broadcast_address, tcp_port),
                         opts.broadcast_address, tcp_port,
                         opts.broadcast_http_port or broker.http_port, version_string("nsqd"))
-        await Coordinator(etcd_endpoints({"etcd_endpoints": opts.etcd_endpoints}), info,
-                          broker.clock).run()
+        coordinator = Coordinator(etcd_endpoints({"etcd_endpoints": opts.etcd_endpoints}),
+                                  info, broker.clock, local=broker,
+                                  down_timeout=opts.replica_down_timeout)
+        broker.replicated(Edge(coordinator, opts.default_replicas))
+        try:
+            await coordinator.run()
+        finally:
+            broker.replicated(None)
 
     return coordinate
 

@@ -56,6 +56,8 @@ from .topiclog import TopicLog
 if TYPE_CHECKING:
     import httpx
 
+    from .replicas import Replicas
+
 log = logging.getLogger("nsqd")
 
 TOPICS_DIR = "topics"
@@ -78,6 +80,8 @@ class Broker:
         self.http_port = 0
         self.https_port = 0
         self.lmstfy_addresses: tuple[str, ...] = ()  # bound: lmstfy's data and admin APIs
+        # the replication cluster (``app.serve`` sets it with --etcd-endpoints only)
+        self.replication: Replicas | None = None
         self.tls_context = server_context(opts)
         self.tls_required = tls_required(opts)
         self.features = ServerFeatures(
@@ -127,6 +131,10 @@ class Broker:
         self.http_port = http_port
         self.https_port = https_port
         self.lmstfy_addresses = lmstfy_addresses
+
+    def replicated(self, cluster: Replicas | None) -> None:
+        """The replication cluster this node takes part in from now on (None: no more)."""
+        self.replication = cluster
 
     def _new_auth_http(self) -> httpx.AsyncClient:
         import httpx  # deferred: see __init__

@@ -64,6 +64,7 @@ from .http_args import (
     max_attempts,
     message_count,
     read_limited,
+    replicas,
     size,
     still_existing,
     timestamp_ns,
@@ -74,6 +75,7 @@ from .http_jobs import JobApi, configure_channel, message_json
 from .message import QueuedMessage
 from .options import Options, Settings
 from .record import Records, decode_record
+from .replicas import FORWARDED
 from .stats import stats, stats_text
 from .topic import STARTS, Topic
 
@@ -207,17 +209,38 @@ class HttpApi:
 
     async def topic_create(self, request: Request) -> Response:
         """Beyond NSQ: ``message_ttl`` (seconds), ``retention`` (a Go duration: keep what
-        every channel has read that long) and ``retention_bytes``."""
+        every channel has read that long) and ``retention_bytes``; with --etcd-endpoints,
+        ``replicas``: the topic is placed on that many nodes (docs/design/replication.md),
+        and made here only if this node holds one of them (without, it is ignored, as Go's
+        nsqd ignores any parameter it does not know)."""
         q = _query(request)
         name = topic_arg(self.broker, q)
         ttl = ttl_seconds(q, "message_ttl")
         retention = duration_ns(q, "retention", "INVALID_RETENTION")
         retention_bytes = size(q, "retention_bytes", "INVALID_RETENTION_BYTES")
+        cluster = self.broker.replication
+        if (cluster is not None and not name.endswith("#ephemeral")
+                and not await cluster.create(name, replicas(q))):
+            return _empty()  # placed on other nodes only
         topic = self.broker.get_topic(name)
         if topic.configure(message_ttl=ttl if "message_ttl" in q else None,
                            retention_ns=retention, retention_bytes=retention_bytes):
             self.broker.metadata_changed()
             topic.log.poke()
+        return _empty()
+
+    async def topic_replicas(self, request: Request) -> Response:
+        """With --etcd-endpoints: a placed topic's number of replicas changed, by its leader
+        (forwarded to it from any other node: ``nsqd.replication.edge``)."""
+        q = _query(request)
+        name = topic_arg(self.broker, q)
+        count = replicas(q)
+        if count is None:
+            raise ApiError(400, "MISSING_ARG_REPLICAS")
+        cluster = self.broker.replication
+        if cluster is None:  # not started yet, or stopping
+            raise ApiError(503, "ETCD_UNAVAILABLE")
+        await cluster.change(name, count, forwarded=request.headers.get(FORWARDED))
         return _empty()
 
     async def topic_read(self, request: Request) -> Response:
@@ -375,7 +398,7 @@ def build_app(broker: Broker) -> ASGIApp:
     ``--tls-required``'s gate when set."""
     api = HttpApi(broker)
     jobs = JobApi(broker)
-    description = go_json(openapi.document())
+    description = go_json(openapi.document(bool(broker.opts.etcd_endpoints)))
 
     async def openapi_json(request: Request) -> Response:
         return Response(description, media_type="application/json")
@@ -421,6 +444,8 @@ def build_app(broker: Broker) -> ASGIApp:
         ("GET", "/openapi.json", openapi_json),
     ):
         router.add(method, path, handler, logged=False)  # (Go's nsqd logs no API request)
+    if broker.opts.etcd_endpoints:  # a replication cluster's route only (none in Go's nsqd)
+        router.add("POST", "/topic/replicas", api.topic_replicas, logged=False)
     if broker.tls_required == "true":
         return tls_required(router, broker)
     return router

@@ -44,6 +44,16 @@ def max_attempts(q: dict[str, str]) -> int | None:
     return int(text)
 
 
+def replicas(q: dict[str, str]) -> int | None:
+    """``replicas`` (at least 1), or None when absent. Raises 400 INVALID_REPLICAS."""
+    text = q.get("replicas")
+    if text is None:
+        return None
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= 65535:
+        raise ApiError(400, "INVALID_REPLICAS")
+    return int(text)
+
+
 def flag(q: dict[str, str], key: str) -> bool | None:
     """``true``/``1`` or ``false``/``0``, or None when absent. Raises 400 INVALID_<KEY>."""
     text = q.get(key)

@@ -10,6 +10,11 @@ as Prometheus's ``rate()`` expects.
 
 Units are base units: latencies in seconds (``/stats`` has nanoseconds), sizes in bytes,
 depths in messages. A topic's or channel's memory depth is its depth less the part on disk.
+
+With ``--etcd-endpoints``, a replicated topic also has its replication's figures (from its
+``replication`` object of /stats, so the same on every replica, and the ISR changes this
+node made as its leader); a topic that is not replicated has none of them, and an nsqd
+without the flag no such family at all.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from .stats import topic_stats
 
 if TYPE_CHECKING:
     from .broker import Broker
+    from .replicas import Replicas
 
 TOPIC = ["topic"]
 CHANNEL = ["topic", "channel"]
@@ -56,7 +62,51 @@ class NsqdCollector(Collector):
         healthy.add_metric([], 1 if broker.health == "OK" else 0)
         yield from (info, healthy)
         yield from self._topics()
+        if broker.replication is not None:
+            yield from self._replication(broker.replication)
         yield from self._connections()
+
+    def _replication(self, cluster: Replicas) -> Iterator[Metric]:
+        r: dict[str, Any] = {
+            "replicas": _gauge("nsq_topic_replicas", "replicas the topic is placed on", TOPIC),
+            "isr": _gauge("nsq_topic_in_sync_replicas", "replicas in the topic's in-sync set",
+                          TOPIC),
+            "under": _gauge("nsq_topic_under_replicated",
+                            "1 while the in-sync set is smaller than the replicas", TOPIC),
+            "leading": _gauge("nsq_topic_leader", "1 if this node leads the topic", TOPIC),
+            "epoch": _gauge("nsq_topic_leader_epoch", "the topic's leader epoch", TOPIC),
+            "shrinks": _counter("nsq_topic_isr_shrinks",
+                                "replicas this node removed from the in-sync set as leader",
+                                TOPIC),
+            "expansions": _counter("nsq_topic_isr_expansions",
+                                   "replicas this node added to the in-sync set as leader",
+                                   TOPIC),
+            "lag": _gauge("nsq_topic_follower_lag",
+                          "records a follower is behind its leader, as this node knows it",
+                          ["topic", "replica"]),
+        }
+        under = _gauge("nsq_under_replicated_topics",
+                       "topics of this node whose in-sync set is smaller than their replicas")
+        count = 0
+        for name in sorted(self.broker.topics):
+            described = cluster.describe(name)
+            if described is None:
+                continue
+            labels = [name]
+            placed, isr = len(described["replicas"]), len(described["isr"])
+            count += isr < placed
+            r["replicas"].add_metric(labels, placed)
+            r["isr"].add_metric(labels, isr)
+            r["under"].add_metric(labels, int(isr < placed))
+            r["leading"].add_metric(labels, int(described["leader"] == cluster.node))
+            r["epoch"].add_metric(labels, described["epoch"])
+            shrinks, expansions = cluster.isr_changes(name)
+            r["shrinks"].add_metric(labels, shrinks)
+            r["expansions"].add_metric(labels, expansions)
+            for replica, lag in sorted(described["lag"].items()):
+                r["lag"].add_metric([name, replica], lag)
+        under.add_metric([], count)
+        yield from (*r.values(), under)
 
     def _topics(self) -> Iterator[Metric]:
         t: dict[str, Any] = {

@@ -66,8 +66,14 @@ def _get(summary: str, params: list[dict[str, Any]], ok: dict[str, Any] = _JSON
     return {"get": _op(summary, params, ok)}
 
 
-def document() -> dict[str, Any]:
-    """The whole description, as a JSON-ready dict."""
+_REPLICAS = _query("replicas", {"type": "integer", "minimum": 1, "maximum": 65535},
+                   "nodes the topic is placed on (with --etcd-endpoints; default "
+                   "--default-replicas)")
+
+
+def document(replicated: bool = False) -> dict[str, Any]:
+    """The whole description, as a JSON-ready dict; ``replicated``: of an nsqd with
+    --etcd-endpoints (``replicas`` on /topic/create, and /topic/replicas)."""
     topic_channel = [_TOPIC, _CHANNEL]
     paths = {
         "/ping": _get("liveness: OK, or the reason nsqd is unhealthy", [], _OK_TEXT),
@@ -164,6 +170,11 @@ def document() -> dict[str, Any]:
         },
         "/openapi.json": _get("this description", []),
     }
+    if replicated:
+        paths["/topic/create"]["post"]["parameters"].append(_REPLICAS)
+        paths["/topic/replicas"] = _post(
+            "change a replicated topic's number of replicas (by its leader, forwarded to it)",
+            [_TOPIC, {**_REPLICAS, "required": True}])
     for item in paths.values():
         for op in item.values():
             if isinstance(op, dict) and "responses" in op:

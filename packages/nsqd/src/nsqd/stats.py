@@ -18,7 +18,10 @@ a daemon whose users use only NSQ's features answers Go's nsqd 1.3 document key 
   (nsqadmin asks so), never with ``include_offsets=false``, and without the parameter on a
   topic that has a retention (replay is in use there);
 - a topic's ``damaged_batches`` and ``damaged_bytes``: once damage was found in its log
-  (``segment``: kept aside, the rest read on).
+  (``segment``: kept aside, the rest read on);
+- a topic's ``replication``: on an nsqd with ``--etcd-endpoints``, for a topic placed in the
+  cluster (docs/design/replication.md): ``{"leader", "epoch", "replicas", "isr",
+  "high_watermark", "lag"}``, the same on every replica.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from .client import Client
 from .e2e import summary
 
 if TYPE_CHECKING:
+    from .replicas import Replicas
     from .topic import Topic
 
 
@@ -48,6 +52,7 @@ class StatsSource(Protocol):
     clients: dict[int, Client]
     health: str
     start_time: int
+    replication: Replicas | None
 
 
 def _e2e(channels: list[Channel]) -> dict[str, Any]:
@@ -97,8 +102,10 @@ def channel_stats(channel: Channel, include_clients: bool, topic_ttl: int = 0, *
 
 
 def topic_stats(topic: Topic, channel_filter: str | None, include_clients: bool, *,
-                include_offsets: bool | None = False) -> nsqd_stats.TopicStats:
-    """``topic``'s object; ``include_offsets`` None: the offsets while it has a retention."""
+                include_offsets: bool | None = False, replication: Replicas | None = None
+                ) -> nsqd_stats.TopicStats:
+    """``topic``'s object; ``include_offsets`` None: the offsets while it has a retention;
+    ``replication``: the cluster, with --etcd-endpoints."""
     ttl = topic.message_ttl
     log = topic.log
     retention, retention_bytes = log.retention_ns, log.retention_bytes
@@ -116,6 +123,7 @@ def topic_stats(topic: Topic, channel_filter: str | None, include_clients: bool,
         earliest_offset=log.start if offsets else None,
         latest_offset=log.end - 1 if offsets else None,
         damaged_batches=log.damaged_batches, damaged_bytes=log.damaged_bytes,
+        replication=replication.describe(topic.name) if replication is not None else None,
     )
 
 
@@ -145,7 +153,8 @@ def stats(broker: StatsSource, *, topic: str | None = None, channel: str | None 
                     if topic is None or name == topic]
         if channel is not None:
             selected = [t for t in selected if channel in t.channels]
-        topics = tuple(topic_stats(t, channel, include_clients, include_offsets=include_offsets)
+        topics = tuple(topic_stats(t, channel, include_clients, include_offsets=include_offsets,
+                                   replication=broker.replication)
                        for t in selected)
     producers: tuple[nsqd_stats.ClientStats, ...] | None = None
     if include_clients and topics is not None:

@@ -7,19 +7,28 @@ Task tree::
     ├── watch: a range of /nsq/, then its changes; after each, ``reconcile``
     └── after each change of the membership (a new lease, etcd back), ``reconcile``
 
-``reconcile`` acts for the topics placed on this node: a topic without a leader key whose ISR
-holds this node is campaigned for (one transaction; losing is fine, the winner's state comes
-through the watch); a topic this node leads has any ISR member whose node key is gone shrunk
-out. Each role change is logged (``leading topic T at epoch E``, ``following topic T``), and
-``roles`` says what this node is for each of its topics.
+``reconcile`` acts for the topics placed on this node: the local copy of a topic placed
+here is made, and removed when a placement no longer holds this node (``_hold``); a topic
+without a leader key whose ISR holds this node is campaigned for (one transaction; losing is
+fine, the winner's state comes through the watch); a topic this node leads has any ISR member
+whose node key is gone shrunk out. Each role change is logged (``leading topic T at epoch E``,
+``following topic T``), and ``roles`` says what this node is for each of its topics.
 
-The data path (fetching, acknowledgements, the HW) is not here yet: it will read ``roles``.
+The leader also changes where its topics live (``nsqd.replication.replace``): ``resize`` for
+``/topic/replicas``, and once a second a replica whose node key has been gone for
+``down_timeout`` (as this node saw it go) is placed on another live node.
+
+``describe`` is a topic's ``replication`` object of ``/stats``; ``isr_changes`` counts the
+ISR changes this node made, for ``/metrics``. The data path (fetching, acknowledgements,
+the HW) is not here yet: it will read ``roles`` and fill ``progress``.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 import attrs
 import trio
@@ -29,8 +38,9 @@ from .election import StaleEpoch, campaign, change_isr
 from .etcd import EtcdClient, EtcdError
 from .keys import ROOT, NodeInfo, TopicState
 from .membership import RETRY, Membership
-from .placement import place
-from .view import ClusterView
+from .placement import PlacementError, place
+from .replace import re_place, replaced, resized
+from .view import ClusterView, TopicView
 
 log = logging.getLogger("nsqd")
 
@@ -45,6 +55,22 @@ class Role:
     epoch: int
 
 
+class LocalTopics(Protocol):
+    """The node's own topics (``nsqd.broker.Broker`` is one): what a placement makes and
+    removes."""
+
+    @property
+    def topics(self) -> Mapping[str, object]: ...
+
+    def get_topic(self, name: str) -> object: ...
+
+    def delete_topic(self, name: str) -> bool: ...
+
+
+#: seconds between the leader's looks for replicas gone past ``down_timeout``
+REPLACE_CHECK = 1.0
+
+
 @attrs.define(eq=False)
 class Coordinator:
     endpoints: Sequence[str]
@@ -54,6 +80,15 @@ class Coordinator:
     may_lead: Callable[[str], bool] = lambda topic: True
     view: ClusterView = attrs.field(factory=ClusterView)
     roles: dict[str, Role] = attrs.field(factory=dict)
+    #: the topics of this node, made and removed as placements say (None: left alone)
+    local: LocalTopics | None = None
+    #: seconds a replica's node may be gone before the leader places it elsewhere
+    down_timeout: float = 300.0
+    #: ISR changes this node made as leader, per topic: removals and additions
+    isr_shrinks: Counter[str] = attrs.field(factory=Counter)
+    isr_expansions: Counter[str] = attrs.field(factory=Counter)
+    #: nodes of placements this node leads whose key is gone: since when (the clock's now)
+    _gone_since: dict[str, float] = attrs.field(init=False, factory=dict)
     client: EtcdClient = attrs.field(init=False)
     membership: Membership = attrs.field(init=False)
     _reconciling: trio.Lock = attrs.field(init=False, factory=trio.Lock)
@@ -75,6 +110,7 @@ class Coordinator:
                 await nursery.start(self.membership.run)
                 await nursery.start(self._watch)
                 nursery.start_soon(self._on_membership)
+                nursery.start_soon(self._replace_lost)
                 task_status.started(self)
         finally:
             with trio.move_on_after(2) as scope:
@@ -90,6 +126,42 @@ class Coordinator:
         """Place ``topic`` on ``replicas`` live nodes, this one as its leader when possible."""
         _, state = await place(self.client, topic, replicas, prefer=self.node)
         return state
+
+    async def resize(self, topic: str, replicas: int) -> None:
+        """As ``topic``'s leader, give it ``replicas`` replicas (transaction 5).
+
+        Raises:
+            StaleEpoch: this node does not lead the topic (any more).
+            PlacementError: a bad count, or more than the live nodes.
+            EtcdError, EtcdUnavailable.
+        """
+        role = self.roles.get(topic)
+        if role is None or not role.leading:
+            raise StaleEpoch(topic, role.epoch if role else 0, None)
+        await re_place(self.client, topic, resized(replicas), leader=self.node,
+                       lease=self.membership.lease, epoch=role.epoch)
+
+    def progress(self, topic: str) -> tuple[int | None, dict[str, int]]:
+        """The topic's high watermark and each follower's lag in records, as this node
+        knows them; the data path fills it (until then: none known)."""
+        return None, {}
+
+    def describe(self, topic: str) -> dict[str, Any] | None:
+        """``topic``'s ``replication`` object of /stats (None: not placed), from the view, so
+        the same on every replica: the leader (null while it has none), its epoch, the
+        replicas, the ISR, and ``progress``'s HW and lag."""
+        view = self.view.topics.get(topic)
+        if view is None or view.placement is None or view.state is None:
+            return None
+        hw, lag = self.progress(topic)
+        leader = view.leader[1].node if view.leader is not None else None
+        return {"leader": leader, "epoch": view.state.epoch,
+                "replicas": list(view.placement.nodes), "isr": list(view.state.isr),
+                "high_watermark": hw, "lag": lag}
+
+    def isr_changes(self, topic: str) -> tuple[int, int]:
+        """Removals from and additions to ``topic``'s ISR this node made as its leader."""
+        return self.isr_shrinks[topic], self.isr_expansions[topic]
 
     async def _watch(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
                      ) -> None:
@@ -122,7 +194,11 @@ class Coordinator:
             await self._reconcile()
 
     async def _reconcile(self) -> None:
+        for topic in [t for t in self.roles if t not in self.view.topics]:  # keys deleted
+            self._hold(topic, None)
+            self._set_role(topic, None)
         for topic, view in list(self.view.topics.items()):
+            self._hold(topic, view)
             if view.placement is None or self.node not in view.placement.nodes:
                 self._set_role(topic, None)
                 continue
@@ -145,16 +221,81 @@ class Coordinator:
             if leading:
                 gone = [n for n in state.isr if n != self.node and n not in self.view.nodes]
                 if gone:
-                    await self._shrink(topic, state, gone)
+                    await self.change_isr(topic, state, remove=gone)
+        self._note_gone()
 
-    async def _shrink(self, topic: str, state: TopicState, gone: list[str]) -> None:
+    def _hold(self, topic: str, view: TopicView | None) -> None:
+        """The local copy of ``topic`` as its placement says: made when this node holds a
+        replica; removed when a placement without this node is seen, or the topic's keys
+        are gone after this node held it (a node back after its replica was placed
+        elsewhere removes its copy)."""
+        local = self.local
+        if local is None:
+            return
+        placement = view.placement if view is not None else None
+        if placement is not None and self.node in placement.nodes:
+            if topic not in local.topics:
+                local.get_topic(topic)
+        elif topic in local.topics and (placement is not None or topic in self.roles):
+            log.info("replication: topic %s is not placed on this node: deleting its local "
+                     "copy", topic)
+            local.delete_topic(topic)
+
+    async def change_isr(self, topic: str, state: TopicState, *, add: Sequence[str] = (),
+                         remove: Sequence[str] = ()) -> TopicState | None:
+        """As ``topic``'s leader at ``state``, add and remove in-sync replicas (transaction
+        4), counted for /metrics; the state written, None when refused (logged)."""
         try:
-            await change_isr(self.client, topic, leader=self.node, lease=self.membership.lease,
-                             epoch=state.epoch, remove=gone)
+            changed = await change_isr(self.client, topic, leader=self.node,
+                                       lease=self.membership.lease, epoch=state.epoch,
+                                       add=add, remove=remove)
         except StaleEpoch as exc:
             log.warning("replication: %s", exc)
+            return None
         except EtcdError as exc:
             log.warning("replication: topic %s: in-sync set not changed: %s", topic, exc)
+            return None
+        self.isr_shrinks[topic] += len(set(state.isr) - set(changed.isr))
+        self.isr_expansions[topic] += len(set(changed.isr) - set(state.isr))
+        return changed
+
+    def _note_gone(self) -> None:
+        """Since when each node of a placement this node leads has had no node key."""
+        now = self.clock.now()
+        gone = {n for topic, role in self.roles.items() if role.leading
+                for n in self._placed(topic) if n not in self.view.nodes}
+        for node in list(self._gone_since):
+            if node not in gone:
+                del self._gone_since[node]
+        for node in gone:
+            self._gone_since.setdefault(node, now)
+
+    def _placed(self, topic: str) -> tuple[str, ...]:
+        view = self.view.topics.get(topic)
+        return view.placement.nodes if view is not None and view.placement is not None else ()
+
+    async def _replace_lost(self) -> None:
+        """Once a second: the replicas of topics this node leads whose node has been gone
+        for ``down_timeout`` placed on other live nodes (when there are any)."""
+        while True:
+            await trio.sleep(REPLACE_CHECK)
+            async with self._reconciling:
+                now = self.clock.now()
+                lost = {n for n, since in self._gone_since.items()
+                        if now - since >= self.down_timeout}
+                for topic, role in list(self.roles.items()):
+                    if role.leading and lost & set(self._placed(topic)):
+                        await self._re_place(topic, role, lost)
+
+    async def _re_place(self, topic: str, role: Role, lost: set[str]) -> None:
+        try:
+            await re_place(self.client, topic, replaced(lost), leader=self.node,
+                           lease=self.membership.lease, epoch=role.epoch)
+        except StaleEpoch as exc:
+            log.warning("replication: %s", exc)
+        except (PlacementError, EtcdError) as exc:
+            log.warning("replication: topic %s: lost replicas not placed again: %s", topic,
+                        exc)
 
     def _set_role(self, topic: str, role: Role | None) -> None:
         if self.roles.get(topic) == role:

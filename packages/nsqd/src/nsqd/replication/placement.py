@@ -63,7 +63,7 @@ async def place(client: EtcdClient, topic: str, replicas: int, *,
         existing = _existing(topics, topic)
         if existing is not None:
             return existing
-        chosen = choose(live, _load(topics), replicas, prefer)
+        chosen = choose(live, replica_counts(topics), replicas, prefer)
         leader = chosen[0]
         where = Placement(replicas, tuple(chosen))
         state = TopicState(leader, 1, tuple(chosen))
@@ -91,7 +91,7 @@ def _existing(topics: list[KeyValue], topic: str) -> tuple[Placement, TopicState
     return Placement.decode(found["placement"]), TopicState.decode(found["state"])
 
 
-def _load(topics: list[KeyValue]) -> Counter[str]:
+def replica_counts(topics: list[KeyValue]) -> Counter[str]:
     """How many replicas each node holds."""
     load: Counter[str] = Counter()
     for kv in topics:
