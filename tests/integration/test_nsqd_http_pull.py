@@ -227,3 +227,23 @@ def _has_client(http):
     async def check():
         return (await channel_stats(http, "pull_mix"))["clients"]
     return check
+
+
+async def test_peek_after_a_restart_reads_the_disk(run_daemon, tmp_path):
+    # after a restart every message is on disk only: the first peek reads them, as a
+    # consume would, rather than answering with what happens to be in memory
+    data = tmp_path / "peek_data"
+    data.mkdir()
+    nsqd = run_daemon("nsqd", f"--data-path={data}")
+    async with httpx.AsyncClient(base_url=f"http://{nsqd.http_address}",
+                                 timeout=DEADLINE) as http:
+        await make_channel(http, "pull_peek")
+        await http.post("/mpub", params={"topic": "pull_peek"},
+                        content=b"\n".join(b"m%d" % i for i in range(5)))
+    nsqd.stop()
+    nsqd = run_daemon("nsqd", f"--data-path={data}")
+    async with httpx.AsyncClient(base_url=f"http://{nsqd.http_address}",
+                                 timeout=DEADLINE) as http:
+        r = await http.get("/channel/peek", params={"topic": "pull_peek", "channel": "c",
+                                                    "n": 5})
+        assert [m["text"] for m in r.json()["messages"]] == [f"m{i}" for i in range(5)]

@@ -329,10 +329,16 @@ class MessageStates:
     def _requeue(self, msgs: list[QueuedMessage]) -> None:
         """WAITING again, held apart: REQ, a timeout, a consumer gone, a deferral due."""
         msgs = self.reader.coming_back(msgs)  # (after a rewind the log delivers some again)
-        end = self.topic.visible_end
-        self.requeued.add(msgs, end if self.limits.requeue_behind
-                          else min(end, self.cursor.read + self.mem_queue_size))
+        self.requeued.add(msgs, self.requeue_turn())
         self.host.changed()
+
+    def requeue_turn(self) -> int:
+        """The turn a message coming back now waits for: behind what the memory queue holds
+        (up to --mem-queue-size), or on lmstfy's queues behind every message waiting."""
+        end = self.topic.visible_end
+        if self.limits.requeue_behind:
+            return end
+        return min(end, self.cursor.read + self.mem_queue_size)
 
     # -- publish -----------------------------------------------------------------------------
     def published_deferred(self, msgs: Sequence[QueuedMessage]) -> None:
