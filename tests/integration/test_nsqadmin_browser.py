@@ -4,42 +4,13 @@ watches a table refresh in place, runs the same action with JavaScript off, and 
 screenshot of every page to artifacts/screenshots/ (git-ignored)."""
 
 import socket
-from pathlib import Path
 
 import httpx
-import pytest
 from nsq_common import MAGIC_V2, commands
 from nsq_testing import DEADLINE, free_port, wait_until
 from nsq_testing.lmstfy import Lmstfy
 
-sync_api = pytest.importorskip("playwright.sync_api")
-
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "artifacts" / "screenshots"
-
-
-@pytest.fixture
-def browser():
-    if not CHROMIUM.exists():
-        pytest.skip("Chromium is not installed (apt-get install chromium)")
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True,
-                                             args=ARGS)
-        sync_api.expect.set_options(timeout=DEADLINE * 1000)  # (5 s by default)
-        try:
-            yield browser
-        finally:
-            sync_api.expect.set_options(timeout=5_000)
-            browser.close()
-
-
-def shoot(page, name: str) -> None:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    path = SCREENSHOTS / f"nsqadmin-{name}.png"
-    page.screenshot(path=str(path), full_page=True)
-    assert path.stat().st_size > 0
+from ._browser import shoot, sync_api
 
 
 def channel_stats(daemon, topic: str, channel: str) -> dict:
