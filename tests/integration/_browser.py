@@ -28,3 +28,10 @@ def new_page(browser, width=1280, height=900):
     page = browser.new_page(viewport={"width": width, "height": height})
     page.set_default_timeout(DEADLINE * 1000)  # a busy machine renders slowly
     return page
+
+
+def nsqadmin_for(run_daemon, nsqd, *flags: str) -> str:
+    """An nsqadmin process watching ``nsqd`` (``flags`` beside); its base URL."""
+    admin = run_daemon("nsqadmin", f"--nsqd-http-address={nsqd.http_address}",
+                       "--http-address=127.0.0.1:0", *flags, expect=("HTTP",))
+    return f"http://{admin.http_address}"

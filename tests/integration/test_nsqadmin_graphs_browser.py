@@ -8,7 +8,7 @@ import re
 import httpx
 from nsq_testing import DEADLINE
 
-from ._browser import shoot, sync_api
+from ._browser import nsqadmin_for, shoot, sync_api
 
 PUBLISHED = 37
 
@@ -32,9 +32,7 @@ def test_channel_graph_shows_what_stats_says(run_daemon, browser):
     httpx.post(f"{base_nsqd}/channel/create",
                params={"topic": "orders", "channel": "billing"}).raise_for_status()
     publish(nsqd, "orders", PUBLISHED)
-    admin = run_daemon("nsqadmin", f"--nsqd-http-address={nsqd.http_address}",
-                       "--refresh-interval=1s", expect=("HTTP",))
-    base = f"http://{admin.http_address}"
+    base = nsqadmin_for(run_daemon, nsqd, "--refresh-interval=1s")
     expect = sync_api.expect
 
     page = browser.new_page(viewport={"width": 1280, "height": 900})
@@ -128,11 +126,10 @@ def test_the_graphs_are_fetched_once_per_refresh_of_the_tables(run_daemon, brows
                timeout=DEADLINE).raise_for_status()
     httpx.post(f"{base_nsqd}/channel/create", params={"topic": "orders", "channel": "billing"},
                timeout=DEADLINE).raise_for_status()
-    admin = run_daemon("nsqadmin", f"--nsqd-http-address={nsqd.http_address}",
-                       "--refresh-interval=1s", expect=("HTTP",))
+    base = nsqadmin_for(run_daemon, nsqd, "--refresh-interval=1s")
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     page.set_default_timeout(DEADLINE * 1000)
-    page.goto(f"http://{admin.http_address}/topics/orders/billing")
+    page.goto(f"{base}/topics/orders/billing")
     page.evaluate("() => performance.setResourceTimingBufferSize(100000)")
     page.wait_for_function(f"() => ({FETCHES})('/graphs/topics/orders/billing') >= 3")
     tables = page.evaluate(FETCHES, "/topics/orders/billing")

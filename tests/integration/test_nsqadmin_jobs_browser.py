@@ -10,7 +10,7 @@ import httpx
 from nsq_testing import DEADLINE, free_port, wait_until
 from nsq_testing.lmstfy import Lmstfy
 
-from ._browser import new_page, shoot, sync_api
+from ._browser import new_page, nsqadmin_for, shoot, sync_api
 
 
 def cell(row, n: int):
@@ -31,9 +31,7 @@ def test_jobs_pages_match_lmstfy_and_a_respawned_job_is_consumed(run_daemon, bro
     ready = [service.publish("emails", b"welcome mail for %d" % n, tries=str(3 - n))
              for n in range(2)]
     service.publish("sms", b"code 1234", tries="2")
-    admin = run_daemon("nsqadmin", f"--nsqd-http-address={service.nsqd.http_address}",
-                       "--refresh-interval=1s", "--http-address=127.0.0.1:0", expect=("HTTP",))
-    base = f"http://{admin.http_address}"
+    base = nsqadmin_for(run_daemon, service.nsqd, "--refresh-interval=1s")
     expect = sync_api.expect
     lmstfy = {"size": service.api("GET", "/emails/size").json()["size"],
               "dead": service.api("GET", "/emails/deadletter").json(),
@@ -129,9 +127,7 @@ def test_jobs_pages_match_lmstfy_and_a_respawned_job_is_consumed(run_daemon, bro
 
 def test_create_a_channel_with_max_attempts_from_the_form(run_daemon, browser):
     nsqd = run_daemon("nsqd", "--broadcast-address=127.0.0.1")
-    admin = run_daemon("nsqadmin", f"--nsqd-http-address={nsqd.http_address}",
-                       "--refresh-interval=1s", "--http-address=127.0.0.1:0", expect=("HTTP",))
-    base = f"http://{admin.http_address}"
+    base = nsqadmin_for(run_daemon, nsqd, "--refresh-interval=1s")
     expect = sync_api.expect
     page = new_page(browser)
     page.goto(base + "/")

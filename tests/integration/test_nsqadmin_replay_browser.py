@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 import httpx
 from nsq_testing import DEADLINE
 
-from ._browser import new_page, shoot, sync_api
+from ._browser import new_page, nsqadmin_for, shoot, sync_api
 
 
 def consume(nsqd, topic: str, channel: str, n: int) -> list[bytes]:
@@ -40,9 +40,7 @@ def channel_stats(nsqd, topic: str, channel: str) -> dict:
 
 def test_rewind_a_channel_from_its_page_and_get_its_messages_again(run_daemon, browser):
     nsqd = run_daemon("nsqd", "--broadcast-address=127.0.0.1")
-    admin = run_daemon("nsqadmin", f"--nsqd-http-address={nsqd.http_address}",
-                       "--refresh-interval=1s", "--http-address=127.0.0.1:0", expect=("HTTP",))
-    base = f"http://{admin.http_address}"
+    base = nsqadmin_for(run_daemon, nsqd, "--refresh-interval=1s")
     expect = sync_api.expect
     page = new_page(browser)
 
@@ -112,12 +110,10 @@ def test_after_a_rewind_the_graphs_say_what_the_table_says(run_daemon, browser):
     httpx.post(f"{base_nsqd}/mpub", params={"topic": "clicks"}, timeout=DEADLINE,
                content=b"\n".join(b"click %d" % n for n in range(50))).raise_for_status()
     # a refresh far beyond the test's deadlines: whatever changes, the action changed it
-    admin = run_daemon("nsqadmin", f"--nsqd-http-address={nsqd.http_address}",
-                       f"--refresh-interval={int(DEADLINE * 10)}s",
-                       "--http-address=127.0.0.1:0", expect=("HTTP",))
+    base = nsqadmin_for(run_daemon, nsqd, f"--refresh-interval={int(DEADLINE * 10)}s")
     expect = sync_api.expect
     page = new_page(browser)
-    page.goto(f"http://{admin.http_address}/topics/clicks/archive")
+    page.goto(f"{base}/topics/clicks/archive")
     page.wait_for_function("() => window.htmx !== undefined")
     legend = page.locator('#graphs svg.chart .legend-item[data-label="Depth"]').first
     depth_cell = page.locator("#live table").first.locator("tbody tr").first.locator("td").first
