@@ -1,6 +1,6 @@
 """What nsqadmin's browser tests share (their ``browser`` fixture is conftest's): Playwright
-(the tests are skipped where it is missing), a page with the deadlines of a busy machine, and
-screenshots into artifacts/screenshots/."""
+(the tests are skipped where it is missing), an nsqadmin process to point it at, a page with
+the deadlines of a busy machine, and screenshots into artifacts/screenshots/."""
 
 from __future__ import annotations
 
