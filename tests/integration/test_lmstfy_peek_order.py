@@ -65,3 +65,15 @@ def test_a_respawned_job_is_peeked_when_consumed(lmstfy):
         r = lmstfy.consume("r")
         assert r.json()["job_id"] == expected
     assert later in listed
+
+
+def test_a_count_peeks_past_a_delayed_job_at_the_read_position(lmstfy):
+    # the delayed job is the next record the queue would read: peeking 3 still shows the
+    # 3 ready jobs behind it, as 3 consumes would take them
+    lmstfy.publish("d", b"later", delay="600")
+    ready = [lmstfy.publish("d", f"r{i}".encode()) for i in range(4)]
+    assert admin_ready(lmstfy, "d")[:3] == ready[:3]
+    r = lmstfy.admin("GET", "/peek/ns/d", params={"count": "3"})
+    assert [job["job_id"] for job in r.json()["ready"]] == ready[:3]
+    r = lmstfy.consume("d", count="3")
+    assert [job["job_id"] for job in r.json()] == ready[:3]

@@ -16,6 +16,8 @@ from nsq_testing.html import Rows
 from nsqadmin import Options, create_app
 from nsqadmin.history import History
 
+from ._admin import InProcessAdmins
+
 HTMX = {"HX-Request": "true"}
 
 
@@ -38,32 +40,17 @@ def nsqds(tmp_path_factory):
 async def make_admin(nsqds):
     """A factory for in-process nsqadmin apps; each runs its lifespan until the test ends."""
     async with trio.open_nursery() as nursery:
+        admins = InProcessAdmins(nursery)
+
         async def make(extra_nsqd=(), history=None, **overrides):
             addresses = [d.http_address for d in nsqds] + list(extra_nsqd)
             options = Options(nsqd_http_addresses=addresses, **overrides)
             options.validate()
             history = History(min_spacing=0.0) if history is None else history
-            app = create_app(options, history=history, sampling=False)
-            ready = trio.Event()
-            done = trio.Event()
+            return await admins.start(options, history=history)
 
-            async def lifespan():
-                async with app.router.lifespan_context(app):
-                    ready.set()
-                    await done.wait()
-
-            nursery.start_soon(lifespan)
-            await ready.wait()
-            transport = httpx.ASGITransport(app=app, client=("127.0.0.1", 40000))
-            client = httpx.AsyncClient(transport=transport, base_url="http://admin.test")
-            clients.append((client, done))
-            return client
-
-        clients: list = []
         yield make
-        for client, done in clients:
-            await client.aclose()
-            done.set()
+        await admins.close()
 
 
 @pytest.fixture

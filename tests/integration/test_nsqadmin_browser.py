@@ -4,42 +4,13 @@ watches a table refresh in place, runs the same action with JavaScript off, and 
 screenshot of every page to artifacts/screenshots/ (git-ignored)."""
 
 import socket
-from pathlib import Path
 
 import httpx
-import pytest
 from nsq_common import MAGIC_V2, commands
 from nsq_testing import DEADLINE, free_port, wait_until
 from nsq_testing.lmstfy import Lmstfy
 
-sync_api = pytest.importorskip("playwright.sync_api")
-
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "artifacts" / "screenshots"
-
-
-@pytest.fixture
-def browser():
-    if not CHROMIUM.exists():
-        pytest.skip("Chromium is not installed (apt-get install chromium)")
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True,
-                                             args=ARGS)
-        sync_api.expect.set_options(timeout=DEADLINE * 1000)  # (5 s by default)
-        try:
-            yield browser
-        finally:
-            sync_api.expect.set_options(timeout=5_000)
-            browser.close()
-
-
-def shoot(page, name: str) -> None:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    path = SCREENSHOTS / f"nsqadmin-{name}.png"
-    page.screenshot(path=str(path), full_page=True)
-    assert path.stat().st_size > 0
+from ._browser import nsqadmin_for, shoot, sync_api
 
 
 def channel_stats(daemon, topic: str, channel: str) -> dict:
@@ -72,11 +43,8 @@ def test_pause_a_channel_by_clicking(run_daemon, browser):
     for n in range(12):
         httpx.post(f"http://{(a, b)[n % 2].http_address}/pub", params={"topic": "orders"},
                    content=b"order %d" % n)
-    admin = run_daemon("nsqadmin", f"--nsqd-http-address={a.http_address}",
-                       f"--nsqd-http-address={b.http_address}", "--refresh-interval=1s",
-                       "--http-address=127.0.0.1:0",
-                       expect=("HTTP",))
-    base = f"http://{admin.http_address}"
+    base = nsqadmin_for(run_daemon, a, f"--nsqd-http-address={b.http_address}",
+                        "--refresh-interval=1s")
     expect = sync_api.expect
     worker = consumer(a, "orders", "billing")
     try:
@@ -184,9 +152,7 @@ def test_dead_letters_and_peek_by_clicking(run_daemon, browser):
     taken = httpx.post(f"{api}/channel/consume", params={**params, "n": "2"}).json()
     for msg in taken["messages"]:
         httpx.post(f"{api}/message/deadletter", params={**params, "id": msg["id"]})
-    admin = run_daemon("nsqadmin", f"--nsqd-http-address={nsqd.http_address}",
-                       "--http-address=127.0.0.1:0", expect=("HTTP",))
-    base = f"http://{admin.http_address}"
+    base = nsqadmin_for(run_daemon, nsqd)
     expect = sync_api.expect
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     page.set_default_timeout(DEADLINE * 1000)
@@ -234,12 +200,11 @@ def test_a_job_queue_in_nsqadmin(run_daemon, browser):
     assert service.consume("emails", ttr="0").json()["job_id"] == job_id
     wait_until(lambda: service.api("GET", "/emails/deadletter/size").json()["size"] == 1,
                what="the job to become a dead letter")
-    admin = run_daemon("nsqadmin", f"--nsqd-http-address={service.nsqd.http_address}",
-                       "--http-address=127.0.0.1:0", expect=("HTTP",))
+    base = nsqadmin_for(run_daemon, service.nsqd)
     expect = sync_api.expect
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     page.set_default_timeout(DEADLINE * 1000)
-    page.goto(f"http://{admin.http_address}/")
+    page.goto(f"{base}/")
     page.get_by_role("link", name="lmstfy.ns.emails", exact=True).click()
     expect(page.get_by_role("heading", name="Topic lmstfy.ns.emails")).to_be_visible()
     page.get_by_role("link", name="jobs", exact=True).click()

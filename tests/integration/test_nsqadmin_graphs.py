@@ -16,6 +16,8 @@ from nsq_testing import DEADLINE, start_daemon, until, wait_until
 from nsqadmin import Options, create_app
 from nsqadmin.history import History
 
+from ._admin import InProcessAdmins
+
 HTMX = {"HX-Request": "true"}
 
 
@@ -38,21 +40,10 @@ def history():
 @pytest.fixture
 async def admin(nsqd, nursery, history):
     """An in-process nsqadmin (no background sampling: pages sample when they load)."""
-    options = Options(nsqd_http_addresses=[nsqd.http_address], refresh_interval=2.0)
-    app = create_app(options, history=history, sampling=False)
-    ready, done = trio.Event(), trio.Event()
-
-    async def lifespan():
-        async with app.router.lifespan_context(app):
-            ready.set()
-            await done.wait()
-
-    nursery.start_soon(lifespan)
-    await ready.wait()
-    transport = httpx.ASGITransport(app=app, client=("127.0.0.1", 40000))
-    async with httpx.AsyncClient(transport=transport, base_url="http://admin.test") as client:
-        yield client
-    done.set()
+    admins = InProcessAdmins(nursery)
+    yield await admins.start(
+        Options(nsqd_http_addresses=[nsqd.http_address], refresh_interval=2.0), history=history)
+    await admins.close()
 
 
 async def publish(nsqd, topic, count, channel="work"):

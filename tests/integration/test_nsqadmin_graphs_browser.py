@@ -4,42 +4,13 @@ graph must come to show exactly /stats' depth, with value and time axes labelled
 in place, changes window, shows hover values; screenshots go to artifacts/screenshots/."""
 
 import re
-from pathlib import Path
 
 import httpx
-import pytest
 from nsq_testing import DEADLINE
 
-sync_api = pytest.importorskip("playwright.sync_api")
+from ._browser import nsqadmin_for, shoot, sync_api
 
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "artifacts" / "screenshots"
 PUBLISHED = 37
-
-
-@pytest.fixture
-def browser():
-    if not CHROMIUM.exists():
-        pytest.skip("Chromium is not installed (apt-get install chromium)")
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True,
-                                             args=ARGS)
-        sync_api.expect.set_options(timeout=DEADLINE * 1000)
-        try:
-            yield browser
-        finally:
-            sync_api.expect.set_options(timeout=5_000)
-            browser.close()
-
-
-def shoot(target, name: str, **options) -> Path:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    path = SCREENSHOTS / f"nsqadmin-{name}.png"
-    target.screenshot(path=str(path), **options)
-    assert path.stat().st_size > 0
-    return path
 
 
 def depth_in_stats(nsqd, topic: str, channel: str) -> int:
@@ -61,9 +32,7 @@ def test_channel_graph_shows_what_stats_says(run_daemon, browser):
     httpx.post(f"{base_nsqd}/channel/create",
                params={"topic": "orders", "channel": "billing"}).raise_for_status()
     publish(nsqd, "orders", PUBLISHED)
-    admin = run_daemon("nsqadmin", f"--nsqd-http-address={nsqd.http_address}",
-                       "--refresh-interval=1s", expect=("HTTP",))
-    base = f"http://{admin.http_address}"
+    base = nsqadmin_for(run_daemon, nsqd, "--refresh-interval=1s")
     expect = sync_api.expect
 
     page = browser.new_page(viewport={"width": 1280, "height": 900})
@@ -91,7 +60,7 @@ def test_channel_graph_shows_what_stats_says(run_daemon, browser):
         assert units[0] == unit and units[1].startswith("time ("), units
     top = float(depth_chart.locator("text.ytick").last.get_attribute("data-value"))
     assert top >= PUBLISHED
-    shoot(page, "graphs-channel", full_page=True)
+    shoot(page, "graphs-channel")
 
     # the graphs refresh in place: more messages show up, and the rate chart draws them
     publish(nsqd, "orders", 13, first=PUBLISHED)
@@ -116,7 +85,7 @@ def test_channel_graph_shows_what_stats_says(run_daemon, browser):
     assert float(shade) > 0
     tooltip = strip.locator("title").text_content()
     assert re.fullmatch(rf"\d\d:\d\d:\d\d · Depth {PUBLISHED + 13} · In flight 0", tooltip)
-    shoot(graphs, "graphs-channel-hover")
+    shoot(graphs, "graphs-channel-hover", full_page=False)
 
     # another window: the region is swapped, the address bar keeps the choice
     graphs.get_by_role("link", name="6 hours").click()
@@ -134,12 +103,12 @@ def test_channel_graph_shows_what_stats_says(run_daemon, browser):
     page.goto(f"{base}/nodes/{nsqd.http_address}")
     node_depth = page.locator('#graphs .legend-item[data-label="Depth"]')
     expect(node_depth).to_have_attribute("data-latest", str(PUBLISHED + 13))
-    shoot(page, "graphs-node", full_page=True)
+    shoot(page, "graphs-node")
 
     phone = browser.new_page(viewport={"width": 390, "height": 844})
     phone.goto(base + "/topics/orders/billing")
     expect(phone.locator("#graphs svg.chart").first).to_be_visible()
-    shoot(phone, "graphs-channel-phone", full_page=True)
+    shoot(phone, "graphs-channel-phone")
 
 
 FETCHES = """path => performance.getEntriesByType('resource')
@@ -157,11 +126,10 @@ def test_the_graphs_are_fetched_once_per_refresh_of_the_tables(run_daemon, brows
                timeout=DEADLINE).raise_for_status()
     httpx.post(f"{base_nsqd}/channel/create", params={"topic": "orders", "channel": "billing"},
                timeout=DEADLINE).raise_for_status()
-    admin = run_daemon("nsqadmin", f"--nsqd-http-address={nsqd.http_address}",
-                       "--refresh-interval=1s", expect=("HTTP",))
+    base = nsqadmin_for(run_daemon, nsqd, "--refresh-interval=1s")
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     page.set_default_timeout(DEADLINE * 1000)
-    page.goto(f"http://{admin.http_address}/topics/orders/billing")
+    page.goto(f"{base}/topics/orders/billing")
     page.evaluate("() => performance.setResourceTimingBufferSize(100000)")
     page.wait_for_function(f"() => ({FETCHES})('/graphs/topics/orders/billing') >= 3")
     tables = page.evaluate(FETCHES, "/topics/orders/billing")

@@ -7,13 +7,14 @@ import socket
 
 import httpx
 import pytest
-import trio
 from nsq_testing import DEADLINE, free_port, wait_until
 from nsq_testing.html import Rows
 from nsq_testing.lmstfy import Lmstfy
-from nsqadmin import Options, create_app
+from nsqadmin import Options
 from nsqadmin.formatting import human_duration
 from nsqadmin.lmstfy import token_ref
+
+from ._admin import InProcessAdmins
 
 HTMX = {"HX-Request": "true"}
 
@@ -27,28 +28,16 @@ def lmstfy_service(run_daemon, *args, **kwargs):
 
 @pytest.fixture
 async def make_admin(nursery):
+    admins = InProcessAdmins(nursery)
+
     async def make(*services, **overrides):
         options = Options(nsqd_http_addresses=[s.nsqd.http_address for s in services],
                           **overrides)
         options.validate()
-        app = create_app(options, sampling=False)
-        ready, done = trio.Event(), trio.Event()
+        return await admins.start(options)
 
-        async def lifespan():
-            async with app.router.lifespan_context(app):
-                ready.set()
-                await done.wait()
-
-        nursery.start_soon(lifespan)
-        await ready.wait()
-        transport = httpx.ASGITransport(app=app, client=("127.0.0.1", 40000))
-        closing.append(done)
-        return httpx.AsyncClient(transport=transport, base_url="http://admin.test")
-
-    closing: list[trio.Event] = []
     yield make
-    for done in closing:
-        done.set()
+    await admins.close()
 
 
 def dead_size(service, queue):

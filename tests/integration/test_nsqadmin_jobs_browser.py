@@ -5,47 +5,12 @@ against lmstfy's own answers, a dead letter respawned from the page and then con
 created with max_attempts from the create form, read back from /stats and the page.
 Screenshots go to artifacts/screenshots/ (git-ignored)."""
 
-from pathlib import Path
 
 import httpx
-import pytest
 from nsq_testing import DEADLINE, free_port, wait_until
 from nsq_testing.lmstfy import Lmstfy
 
-sync_api = pytest.importorskip("playwright.sync_api")
-
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "artifacts" / "screenshots"
-
-
-@pytest.fixture
-def browser():
-    if not CHROMIUM.exists():
-        pytest.skip("Chromium is not installed (apt-get install chromium)")
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True,
-                                             args=ARGS)
-        sync_api.expect.set_options(timeout=DEADLINE * 1000)
-        try:
-            yield browser
-        finally:
-            sync_api.expect.set_options(timeout=5_000)
-            browser.close()
-
-
-def shoot(page, name: str) -> None:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    path = SCREENSHOTS / f"nsqadmin-{name}.png"
-    page.screenshot(path=str(path), full_page=True)
-    assert path.stat().st_size > 0
-
-
-def new_page(browser, width=1280, height=900):
-    page = browser.new_page(viewport={"width": width, "height": height})
-    page.set_default_timeout(DEADLINE * 1000)  # a busy machine renders slowly
-    return page
+from ._browser import new_page, nsqadmin_for, shoot, sync_api
 
 
 def cell(row, n: int):
@@ -66,9 +31,7 @@ def test_jobs_pages_match_lmstfy_and_a_respawned_job_is_consumed(run_daemon, bro
     ready = [service.publish("emails", b"welcome mail for %d" % n, tries=str(3 - n))
              for n in range(2)]
     service.publish("sms", b"code 1234", tries="2")
-    admin = run_daemon("nsqadmin", f"--nsqd-http-address={service.nsqd.http_address}",
-                       "--refresh-interval=1s", "--http-address=127.0.0.1:0", expect=("HTTP",))
-    base = f"http://{admin.http_address}"
+    base = nsqadmin_for(run_daemon, service.nsqd, "--refresh-interval=1s")
     expect = sync_api.expect
     lmstfy = {"size": service.api("GET", "/emails/size").json()["size"],
               "dead": service.api("GET", "/emails/deadletter").json(),
@@ -164,9 +127,7 @@ def test_jobs_pages_match_lmstfy_and_a_respawned_job_is_consumed(run_daemon, bro
 
 def test_create_a_channel_with_max_attempts_from_the_form(run_daemon, browser):
     nsqd = run_daemon("nsqd", "--broadcast-address=127.0.0.1")
-    admin = run_daemon("nsqadmin", f"--nsqd-http-address={nsqd.http_address}",
-                       "--refresh-interval=1s", "--http-address=127.0.0.1:0", expect=("HTTP",))
-    base = f"http://{admin.http_address}"
+    base = nsqadmin_for(run_daemon, nsqd, "--refresh-interval=1s")
     expect = sync_api.expect
     page = new_page(browser)
     page.goto(base + "/")

@@ -9,10 +9,11 @@ import time
 
 import httpx
 import pytest
-import trio
 from nsq_testing import DEADLINE
 from nsq_testing.html import Rows
-from nsqadmin import Options, create_app
+from nsqadmin import Options
+
+from ._admin import InProcessAdmins
 
 HTMX = {"HX-Request": "true"}
 
@@ -24,32 +25,15 @@ def nsqds(run_daemon):
 
 @pytest.fixture
 async def make_admin(nursery, nsqds):
+    admins = InProcessAdmins(nursery)
+
     async def make(**overrides):
         options = Options(nsqd_http_addresses=[d.http_address for d in nsqds], **overrides)
         options.validate()
-        app = create_app(options, sampling=False)
-        ready, done = trio.Event(), trio.Event()
+        return await admins.start(options)
 
-        async def lifespan():
-            async with app.router.lifespan_context(app):
-                ready.set()
-                await done.wait()
-
-        nursery.start_soon(lifespan)
-        await ready.wait()
-        closing.append(done)
-        transport = httpx.ASGITransport(app=app, client=("127.0.0.1", 40000))
-        client = httpx.AsyncClient(transport=transport, base_url="http://admin.test")
-        clients.append(client)
-        return client
-
-    closing: list[trio.Event] = []
-    clients: list[httpx.AsyncClient] = []
     yield make
-    for client in clients:
-        await client.aclose()
-    for done in closing:
-        done.set()
+    await admins.close()
 
 
 @pytest.fixture

@@ -8,46 +8,11 @@ import subprocess
 import sys
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 
 import httpx
-import pytest
 from nsq_testing import DEADLINE
 
-sync_api = pytest.importorskip("playwright.sync_api")
-
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "artifacts" / "screenshots"
-
-
-@pytest.fixture
-def browser():
-    if not CHROMIUM.exists():
-        pytest.skip("Chromium is not installed (apt-get install chromium)")
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True,
-                                             args=ARGS)
-        sync_api.expect.set_options(timeout=DEADLINE * 1000)
-        try:
-            yield browser
-        finally:
-            sync_api.expect.set_options(timeout=5_000)
-            browser.close()
-
-
-def shoot(page, name: str) -> None:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    path = SCREENSHOTS / f"nsqadmin-{name}.png"
-    page.screenshot(path=str(path), full_page=True)
-    assert path.stat().st_size > 0
-
-
-def new_page(browser, width=1280, height=900):
-    page = browser.new_page(viewport={"width": width, "height": height})
-    page.set_default_timeout(DEADLINE * 1000)  # a busy machine renders slowly
-    return page
+from ._browser import new_page, nsqadmin_for, shoot, sync_api
 
 
 def consume(nsqd, topic: str, channel: str, n: int) -> list[bytes]:
@@ -75,9 +40,7 @@ def channel_stats(nsqd, topic: str, channel: str) -> dict:
 
 def test_rewind_a_channel_from_its_page_and_get_its_messages_again(run_daemon, browser):
     nsqd = run_daemon("nsqd", "--broadcast-address=127.0.0.1")
-    admin = run_daemon("nsqadmin", f"--nsqd-http-address={nsqd.http_address}",
-                       "--refresh-interval=1s", "--http-address=127.0.0.1:0", expect=("HTTP",))
-    base = f"http://{admin.http_address}"
+    base = nsqadmin_for(run_daemon, nsqd, "--refresh-interval=1s")
     expect = sync_api.expect
     page = new_page(browser)
 
@@ -147,12 +110,10 @@ def test_after_a_rewind_the_graphs_say_what_the_table_says(run_daemon, browser):
     httpx.post(f"{base_nsqd}/mpub", params={"topic": "clicks"}, timeout=DEADLINE,
                content=b"\n".join(b"click %d" % n for n in range(50))).raise_for_status()
     # a refresh far beyond the test's deadlines: whatever changes, the action changed it
-    admin = run_daemon("nsqadmin", f"--nsqd-http-address={nsqd.http_address}",
-                       f"--refresh-interval={int(DEADLINE * 10)}s",
-                       "--http-address=127.0.0.1:0", expect=("HTTP",))
+    base = nsqadmin_for(run_daemon, nsqd, f"--refresh-interval={int(DEADLINE * 10)}s")
     expect = sync_api.expect
     page = new_page(browser)
-    page.goto(f"http://{admin.http_address}/topics/clicks/archive")
+    page.goto(f"{base}/topics/clicks/archive")
     page.wait_for_function("() => window.htmx !== undefined")
     legend = page.locator('#graphs svg.chart .legend-item[data-label="Depth"]').first
     depth_cell = page.locator("#live table").first.locator("tbody tr").first.locator("td").first

@@ -10,23 +10,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
-import trustme
 from nsq_testing import wait_until
 from nsqadmin.auth import hash_password
+
+from ._pki import write_pki
 
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory):
-    ca = trustme.CA()
-    server = ca.issue_cert("127.0.0.1", "localhost")
-    client = ca.issue_cert("nsqadmin.test")
-    d = tmp_path_factory.mktemp("pki")
-    ca.cert_pem.write_to_path(d / "ca.pem")
-    server.private_key_pem.write_to_path(d / "server.key")
-    server.cert_chain_pems[0].write_to_path(d / "server.pem")
-    client.private_key_pem.write_to_path(d / "client.key")
-    client.cert_chain_pems[0].write_to_path(d / "client.pem")
-    return d
+    return write_pki(tmp_path_factory.mktemp("pki"), "nsqadmin.test")
 
 
 def basic(user: str, password: str) -> dict[str, str]:

@@ -7,57 +7,12 @@ import subprocess
 import sys
 import textwrap
 
-import httpx
 import trio
 from nsq_common import commands
 from nsq_testing import DEADLINE, WireClient, free_port, until
 from nsqd import cursorfile
 
-
-async def publish(daemon, topic, bodies, batch=200):
-    async with await WireClient.connect(daemon.tcp_address) as client:
-        for i in range(0, len(bodies), batch):
-            await client.send(commands.mpub(topic, bodies[i:i + batch]))
-            assert await client.response() == b"OK"
-
-
-async def drain(daemon, topic, channel, *, rdy=1000, timeout=120):
-    """Consume and FIN until /stats shows the channel empty (nothing queued, deferred or in
-    flight); returns every message received."""
-    got = []
-    async with await WireClient.connect(daemon.tcp_address) as client:
-        await client.subscribe(topic, channel, rdy)
-        with trio.fail_after(timeout):
-            while True:
-                try:
-                    msg = await client.message(timeout=0.2)
-                except trio.TooSlowError:  # a pause: is that everything?
-                    if channel_empty(daemon, topic, channel):
-                        return got
-                    continue
-                got.append(msg)
-                await client.send(commands.fin(msg.id))
-
-
-def channel_empty(daemon, topic, channel):
-    for t in stats(daemon, topic)["topics"] or []:
-        for c in t["channels"]:
-            if c["channel_name"] == channel:
-                return c["depth"] == c["in_flight_count"] == c["deferred_count"] == 0
-    return False
-
-
-def stats(daemon, topic=None):
-    params = {"format": "json"} | ({"topic": topic} if topic else {})
-    return get(f"http://{daemon.http_address}/stats", params=params).json()
-
-
-def get(url, **kwargs):
-    return httpx.get(url, timeout=DEADLINE, **kwargs)
-
-
-def post(url, **kwargs):
-    return httpx.post(url, timeout=DEADLINE, **kwargs)
+from ._storage_client import drain_messages, get, post, publish, stats
 
 
 def persisted_mark_delete(data, topic, channel):
@@ -100,7 +55,7 @@ async def test_100k_messages_through_two_restarts_consumed_by_pynsq(run_daemon, 
     daemon = run_daemon("nsqd", *args)
     async with await WireClient.connect(daemon.tcp_address) as consumer:
         await consumer.subscribe("dur", "c", rdy=500)
-        await publish(daemon, "dur", bodies[:40_000])
+        await publish(daemon, "dur", bodies[:40_000], batch=200)
         # take 5,000: FIN 4,500, leave 500 in flight across the restart
         for i in range(5_000):
             msg = await consumer.message()
@@ -113,11 +68,11 @@ async def test_100k_messages_through_two_restarts_consumed_by_pynsq(run_daemon, 
     daemon = run_daemon("nsqd", *args)
     doc = stats(daemon, "dur")
     assert doc["topics"][0]["channels"][0]["depth"] == 35_500
-    await publish(daemon, "dur", bodies[40_000:70_000])
+    await publish(daemon, "dur", bodies[40_000:70_000], batch=200)
     assert daemon.stop() == 0
 
     daemon = run_daemon("nsqd", *args)
-    await publish(daemon, "dur", bodies[70_000:])
+    await publish(daemon, "dur", bodies[70_000:], batch=200)
     missing = 100_000 - len(delivered)
     out = await trio.to_thread.run_sync(lambda: subprocess.run(
         [sys.executable, "-c", PYNSQ_READER, daemon.tcp_address, "dur", str(missing)],
@@ -143,7 +98,7 @@ async def test_kill_9_with_sync_every_1_loses_nothing_acknowledged(run_daemon, t
     assert len(acknowledged) > 100
 
     daemon = run_daemon("nsqd", *args)
-    got = {m.body for m in await drain(daemon, "crash", "c")}
+    got = {m.body for m in await drain_messages(daemon, "crash", "c", rdy=1000)}
     missing = set(acknowledged) - got
     assert not missing, f"{len(missing)} acknowledged messages lost, e.g. {sorted(missing)[:5]}"
 
@@ -196,7 +151,7 @@ async def test_damaged_segments_are_set_aside_and_the_rest_delivered(run_daemon,
     last.write_bytes(last.read_bytes()[:-50])
 
     daemon = run_daemon("nsqd", *args)
-    got = [m.body for m in await drain(daemon, "dmg", "c")]
+    got = [m.body for m in await drain_messages(daemon, "dmg", "c", rdy=1000)]
     assert len(set(got)) == len(got)
     first_of_second = int(second.name[:20])
     lost = set(bodies) - set(got)
@@ -209,7 +164,7 @@ async def test_damaged_segments_are_set_aside_and_the_rest_delivered(run_daemon,
     assert "damaged" in daemon.output() or "bad crc" in daemon.output()
     # and the topic keeps working
     await publish(daemon, "dmg", [b"after"])
-    assert [m.body for m in await drain(daemon, "dmg", "c")] == [b"after"]
+    assert [m.body for m in await drain_messages(daemon, "dmg", "c", rdy=1000)] == [b"after"]
 
 
 async def test_disk_write_error_fails_the_publish_and_turns_unhealthy(run_daemon, tmp_path):
@@ -306,6 +261,6 @@ async def test_kill_9_with_sync_every_1_keeps_in_flight_messages(run_daemon, tmp
         daemon.process.wait(DEADLINE)
 
     daemon = run_daemon("nsqd", *args)
-    again = {m.body for m in await drain(daemon, "inflight", "c")}
+    again = {m.body for m in await drain_messages(daemon, "inflight", "c", rdy=1000)}
     assert {m.body for m in msgs[25:]} <= again  # every unfinished message comes back
     assert not (again & finished)  # and no finished one does

@@ -99,11 +99,8 @@ async def test_req_and_touch(http):
 @pytest.mark.parametrize("mem_queue_size", ["10000", "0"], ids=["memory", "disk"])
 async def test_peek_then_consume_gives_the_same_messages(run_daemon, mem_queue_size):
     nsqd = run_daemon("nsqd", f"--mem-queue-size={mem_queue_size}")
-    async with httpx.AsyncClient(base_url=f"http://{nsqd.http_address}",
-                                 timeout=DEADLINE) as http:
-        await make_channel(http, "pull_peek")
-        await http.post("/mpub", params={"topic": "pull_peek"},
-                        content=b"\n".join(b"m%d" % i for i in range(5)))
+    async with http_of(nsqd) as http:
+        await five_to_peek(http)
         await until(lambda: _peek(http, 5), what="all five messages to peek")
         seen = await _peek(http, 3)
         assert [m["text"] for m in seen] == ["m0", "m1", "m2"]
@@ -112,6 +109,18 @@ async def test_peek_then_consume_gives_the_same_messages(run_daemon, mem_queue_s
         assert (stats["depth"], stats["in_flight_count"]) == (5, 0)
         taken = await consume(http, "pull_peek", n=3)
         assert [m["id"] for m in taken] == [m["id"] for m in seen]
+
+
+def http_of(nsqd) -> httpx.AsyncClient:
+    return httpx.AsyncClient(base_url=f"http://{nsqd.http_address}", timeout=DEADLINE)
+
+
+async def five_to_peek(http) -> None:
+    """Topic pull_peek, channel c, and messages m0 to m4 published."""
+    await make_channel(http, "pull_peek")
+    r = await http.post("/mpub", params={"topic": "pull_peek"},
+                        content=b"\n".join(b"m%d" % i for i in range(5)))
+    assert r.status_code == 200, r.text
 
 
 async def _peek(http, n):
@@ -227,3 +236,19 @@ def _has_client(http):
     async def check():
         return (await channel_stats(http, "pull_mix"))["clients"]
     return check
+
+
+async def test_peek_after_a_restart_reads_the_disk(run_daemon, tmp_path):
+    # after a restart every message is on disk only: the first peek reads them, as a
+    # consume would, rather than answering with what happens to be in memory
+    data = tmp_path / "peek_data"
+    data.mkdir()
+    nsqd = run_daemon("nsqd", f"--data-path={data}")
+    async with http_of(nsqd) as http:
+        await five_to_peek(http)
+    nsqd.stop()
+    nsqd = run_daemon("nsqd", f"--data-path={data}")
+    async with http_of(nsqd) as http:
+        r = await http.get("/channel/peek", params={"topic": "pull_peek", "channel": "c",
+                                                    "n": 5})
+        assert [m["text"] for m in r.json()["messages"]] == [f"m{i}" for i in range(5)]

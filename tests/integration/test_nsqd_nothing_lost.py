@@ -12,10 +12,10 @@ import signal
 
 import httpx
 import pytest
-import trio
-from nsq_common import commands
 from nsq_testing import DEADLINE, WireClient
 from nsqd import cursorfile
+
+from ._storage_client import channel_stats, create_channel, drain, publish, topic_stats
 
 #: The storage modes: memory queue first (NSQ's default), every message written before its OK,
 #: every message fsynced before its OK.
@@ -27,55 +27,6 @@ WRITTEN_MODES = ("mem0", "sync1")
 
 def post(daemon, path: str, **params: object) -> httpx.Response:
     return httpx.post(f"http://{daemon.http_address}{path}", params=params, timeout=DEADLINE)
-
-
-def create_channel(daemon, topic: str, channel: str, **params: object) -> None:
-    """The topic (if new) and the channel, as nsqadmin would make them."""
-    assert post(daemon, "/topic/create", topic=topic).status_code == 200
-    answer = post(daemon, "/channel/create", topic=topic, channel=channel, **params)
-    assert answer.status_code == 200, answer.text
-
-
-def topic_stats(daemon, topic: str) -> dict:
-    doc = httpx.get(f"http://{daemon.http_address}/stats", timeout=DEADLINE,
-                    params={"format": "json", "topic": topic}).json()
-    return (doc["topics"] or [None])[0]
-
-
-def channel_stats(daemon, topic: str, channel: str) -> dict | None:
-    for c in (topic_stats(daemon, topic) or {"channels": []})["channels"]:
-        if c["channel_name"] == channel:
-            return c
-    return None
-
-
-def channel_empty(daemon, topic: str, channel: str) -> bool:
-    c = channel_stats(daemon, topic, channel)
-    return c is not None and c["depth"] == c["in_flight_count"] == c["deferred_count"] == 0
-
-
-async def publish(daemon, topic: str, bodies: list[bytes]) -> None:
-    async with await WireClient.connect(daemon.tcp_address) as client:
-        for i in range(0, len(bodies), 100):
-            await client.send(commands.mpub(topic, bodies[i:i + 100]))
-            assert await client.response() == b"OK"
-
-
-async def drain(daemon, topic: str, channel: str) -> list[bytes]:
-    """Consume and FIN until /stats shows the channel empty; every body received."""
-    got: list[bytes] = []
-    async with await WireClient.connect(daemon.tcp_address) as client:
-        await client.subscribe(topic, channel, 500)
-        with trio.fail_after(120):
-            while True:
-                try:
-                    msg = await client.message(timeout=0.3)
-                except trio.TooSlowError:  # a pause: is that everything?
-                    if channel_empty(daemon, topic, channel):
-                        return got
-                    continue
-                got.append(msg.body)
-                await client.send(commands.fin(msg.id))
 
 
 def bodies(prefix: str, n: int) -> list[bytes]:

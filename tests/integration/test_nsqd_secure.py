@@ -10,23 +10,15 @@ import textwrap
 
 import pytest
 import trio
-import trustme
 from nsq_common import OK_FRAME, commands
 from nsq_testing import WireClient
+
+from ._pki import write_pki
 
 
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory):
-    ca = trustme.CA()
-    server = ca.issue_cert("127.0.0.1", "localhost")
-    client = ca.issue_cert("client@example.com")
-    d = tmp_path_factory.mktemp("certs")
-    ca.cert_pem.write_to_path(d / "ca.pem")
-    server.private_key_pem.write_to_path(d / "server.key")
-    server.cert_chain_pems[0].write_to_path(d / "server.pem")
-    client.private_key_pem.write_to_path(d / "client.key")
-    client.cert_chain_pems[0].write_to_path(d / "client.pem")
-    return d
+    return write_pki(tmp_path_factory.mktemp("certs"), "client@example.com")
 
 
 @pytest.fixture

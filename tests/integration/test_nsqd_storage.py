@@ -21,52 +21,21 @@ from nsqd import cursorfile
 from nsqd.record import decode_record
 from nsqd.segment import Segment
 
+from ._storage_client import (
+    channel_empty,
+    channel_stats,
+    create_channel,
+    drain,
+    get,
+    post,
+    publish,
+)
+
 # -- helpers ---------------------------------------------------------------------------------
-
-
-def get(url: str, **kwargs: object) -> httpx.Response:
-    return httpx.get(url, timeout=DEADLINE, **kwargs)  # type: ignore[arg-type]
-
-
-def post(url: str, **kwargs: object) -> httpx.Response:
-    return httpx.post(url, timeout=DEADLINE, **kwargs)  # type: ignore[arg-type]
-
-
-def stats(daemon, topic):
-    return get(f"http://{daemon.http_address}/stats",
-               params={"format": "json", "topic": topic}).json()
-
-
-def channel_stats(daemon, topic, channel):
-    for t in stats(daemon, topic)["topics"] or []:
-        for c in t["channels"]:
-            if c["channel_name"] == channel:
-                return c
-    return None
-
-
-def channel_empty(daemon, topic, channel):
-    c = channel_stats(daemon, topic, channel)
-    return c is not None and c["depth"] == c["in_flight_count"] == c["deferred_count"] == 0
 
 
 def ping(daemon) -> httpx.Response:
     return get(f"http://{daemon.http_address}/ping")
-
-
-def create_channel(daemon, topic, channel, **params):
-    """The topic (if new) and the channel, as nsqadmin would make them."""
-    http = f"http://{daemon.http_address}"
-    assert post(f"{http}/topic/create", params={"topic": topic}).status_code == 200
-    answer = post(f"{http}/channel/create", params={"topic": topic, "channel": channel, **params})
-    assert answer.status_code == 200, answer.text
-
-
-async def publish(daemon, topic, bodies, batch=100):
-    async with await WireClient.connect(daemon.tcp_address) as client:
-        for i in range(0, len(bodies), batch):
-            await client.send(commands.mpub(topic, bodies[i:i + batch]))
-            assert await client.response() == b"OK"
 
 
 async def pub_until_refused(daemon, topic, prefix, size, window=32):
@@ -88,23 +57,6 @@ async def pub_until_refused(daemon, topic, prefix, size, window=32):
                     return acknowledged, data
                 assert (frame_type, data) == (FrameType.RESPONSE, b"OK")
                 acknowledged.append(body)
-
-
-async def drain(daemon, topic, channel, *, rdy=500, timeout=120.0):
-    """Consume and FIN until /stats shows the channel empty; every body received, in order."""
-    got: list[bytes] = []
-    async with await WireClient.connect(daemon.tcp_address) as client:
-        await client.subscribe(topic, channel, rdy)
-        with trio.fail_after(timeout):
-            while True:
-                try:
-                    msg = await client.message(timeout=0.3)
-                except trio.TooSlowError:  # a pause: is that everything?
-                    if channel_empty(daemon, topic, channel):
-                        return got
-                    continue
-                got.append(msg.body)
-                await client.send(commands.fin(msg.id))
 
 
 def free_bytes(path: Path) -> int:

@@ -14,6 +14,7 @@ import socket
 import struct
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -96,6 +97,26 @@ def received(tcp_address: str, count: int) -> list[bytes]:
     return bodies
 
 
+def signalled_at(args: list[str], log_path: Path, moment: Callable[[int], bool],
+                 signum: int, what: str) -> tuple[int, str]:
+    """Start ``args`` (its output to ``log_path``), send it ``signum`` at ``moment(pid)`` (or
+    once it has exited), and wait for it: its exit status and output (killed, by its pid, if
+    it does not exit in time)."""
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log,
+                                   stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: process.poll() is not None or moment(process.pid),
+                   interval=0.001, what=what)
+        process.send_signal(signum)
+        status = process.wait(DEADLINE)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    return status, log_path.read_text()
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 @pytest.mark.parametrize("moment", list(MOMENTS))
 def test_a_signal_during_start_up_stops_nsqd_cleanly(run_daemon, tmp_path, moment, signum):
@@ -103,22 +124,10 @@ def test_a_signal_during_start_up_stops_nsqd_cleanly(run_daemon, tmp_path, momen
     data.mkdir()
     bodies = fill(run_daemon, data)
     tcp_port, http_port = free_port(), free_port()
-    with (tmp_path / "start.log").open("wb") as log:
-        process = subprocess.Popen(
-            [str(BIN / "nsqd"), f"--data-path={data}", f"--tcp-address=127.0.0.1:{tcp_port}",
-             f"--http-address=127.0.0.1:{http_port}"],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        wait_until(lambda: process.poll() is not None
-                   or MOMENTS[moment](process.pid, tcp_port, http_port),
-                   interval=0.001, what=moment)
-        process.send_signal(signum)
-        status = process.wait(DEADLINE)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    output = (tmp_path / "start.log").read_text()
+    status, output = signalled_at(
+        [str(BIN / "nsqd"), f"--data-path={data}", f"--tcp-address=127.0.0.1:{tcp_port}",
+         f"--http-address=127.0.0.1:{http_port}"], tmp_path / "start.log",
+        lambda pid: MOMENTS[moment](pid, tcp_port, http_port), signum, moment)
     assert status == 0, output
     assert output.splitlines()[-1].endswith("INFO: exiting"), output
     assert "FATAL" not in output and "ERROR" not in output, output
@@ -137,19 +146,9 @@ def test_a_sigterm_during_start_up_stops_the_others_cleanly(tmp_path, daemon):
     args = [f"--http-address=127.0.0.1:{http_port}"]
     args += (["--tcp-address=127.0.0.1:0"] if daemon == "nsqlookupd"
              else ["--lookupd-http-address=127.0.0.1:1"])
-    with (tmp_path / "start.log").open("wb") as log:
-        process = subprocess.Popen([str(BIN / daemon), *args], stdin=subprocess.DEVNULL,
-                                   stdout=log, stderr=subprocess.STDOUT)
-    try:
-        wait_until(lambda: process.poll() is not None or answers_ping(http_port),
-                   interval=0.001, what="the first /ping answered")
-        process.send_signal(signal.SIGTERM)
-        status = process.wait(DEADLINE)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    output = (tmp_path / "start.log").read_text()
+    status, output = signalled_at([str(BIN / daemon), *args], tmp_path / "start.log",
+                                  lambda pid: answers_ping(http_port), signal.SIGTERM,
+                                  "the first /ping answered")
     assert status == 0, output
     assert "Traceback" not in output and "FATAL" not in output, output
 

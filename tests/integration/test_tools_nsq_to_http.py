@@ -3,7 +3,6 @@ and fan-out, headers, and a failing endpoint whose messages are retried."""
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import sys
 import threading
@@ -14,7 +13,9 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
-from nsq_testing import DEADLINE, Daemon, wait_exit, wait_until
+from nsq_testing import DEADLINE, Daemon
+
+from ._tools import run_tool_until
 
 
 class Recorder(ThreadingHTTPServer):
@@ -79,16 +80,7 @@ def publish(nsqd: Daemon, topic: str, bodies: list[bytes]) -> None:
 
 
 def run_until(log: Path, args: list[str], done: Callable[[], bool]) -> bytes:
-    with log.open("wb") as sink:
-        proc = subprocess.Popen([sys.executable, "-m", "nsq_client.tools.nsq_to_http", *args],
-                                stdout=subprocess.DEVNULL, stderr=sink)
-    try:
-        wait_until(done, what=log.read_text)
-    finally:
-        proc.send_signal(signal.SIGINT)
-        wait_exit(proc)
-    assert proc.returncode == 0, log.read_text()
-    return log.read_bytes()
+    return run_tool_until("nsq_to_http", log, args, done)
 
 
 def test_post_round_robin_with_headers(run_daemon: Callable[..., Daemon], servers: Callable[..., Recorder],

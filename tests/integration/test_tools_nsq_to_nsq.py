@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import httpx
-from nsq_testing import DEADLINE, Daemon, wait_exit, wait_until
+from nsq_testing import DEADLINE, Daemon
+
+from ._tools import run_tool_until
 
 
 def publish(nsqd: Daemon, topic: str, bodies: list[bytes]) -> None:
@@ -50,16 +51,7 @@ def read_all(nsqd: Daemon, topic: str, count: int) -> list[bytes]:
 
 
 def copy_until(log: Path, args: list[str], done: Callable[[], bool]) -> bytes:
-    with log.open("wb") as sink:
-        proc = subprocess.Popen([sys.executable, "-m", "nsq_client.tools.nsq_to_nsq", *args],
-                                stdout=subprocess.DEVNULL, stderr=sink)
-    try:
-        wait_until(done, what=log.read_text)
-    finally:
-        proc.send_signal(signal.SIGINT)
-        wait_exit(proc)
-    assert proc.returncode == 0, log.read_text()
-    return log.read_bytes()
+    return run_tool_until("nsq_to_nsq", log, args, done)
 
 
 def test_copies_a_topic_to_another_cluster(run_daemon: Callable[..., Daemon], tmp_path: Path) -> None:

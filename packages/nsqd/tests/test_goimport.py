@@ -5,17 +5,15 @@ leaves its files for the next start."""
 
 from __future__ import annotations
 
-import inspect
 import logging
 import os
 import shutil
-import signal
-import traceback
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
+from nsq_testing.killsteps import run_in_child
 from nsqd import cursorfile, goexport, gofiles, goimport, metadata
 from nsqd.clock import SystemClock
 from nsqd.options import Options
@@ -42,48 +40,9 @@ def options(data: Path, **overrides: Any) -> Options:
 def import_in_child(data: Path, kill_at: int | None, **overrides: Any) -> int:
     """Run the import in a forked child, killed with SIGKILL before its ``kill_at``-th file
     operation; the number of operations it made when it is not killed."""
-    counted = data.parent / f"{data.name}.steps"
-    counted.unlink(missing_ok=True)
-    pid = os.fork()
-    if pid == 0:  # the child: never returns
-        status = 3
-        try:
-            calls = [0]
-            for owner, name in STEPS:
-                _count_calls(owner, name, calls, kill_at)
-            trio.run(goimport.bring_in, options(data, **overrides), QUIET, SystemClock())
-            counted.write_text(str(calls[0]))
-            status = 0
-        except BaseException:
-            traceback.print_exc()
-        finally:
-            os._exit(status)
-    _, status = os.waitpid(pid, 0)
-    if kill_at is not None and os.WIFSIGNALED(status):
-        assert os.WTERMSIG(status) == signal.SIGKILL
-        return -1
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"the import failed: {status}"
-    return int(counted.read_text())
-
-
-def _count_calls(owner: Any, name: str, calls: list[int], kill_at: int | None) -> None:
-    real = getattr(owner, name)
-
-    def before() -> None:
-        calls[0] += 1
-        if calls[0] == kill_at:
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    if inspect.iscoroutinefunction(real):
-        async def counted_async(*args: Any, **kwargs: Any) -> Any:
-            before()
-            return await real(*args, **kwargs)
-        setattr(owner, name, counted_async)
-    else:
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            before()
-            return real(*args, **kwargs)
-        setattr(owner, name, counted)
+    return run_in_child(
+        lambda: trio.run(goimport.bring_in, options(data, **overrides), QUIET, SystemClock()),
+        STEPS, kill_at, data.parent / f"{data.name}.steps")
 
 
 def copy_fixture(name: str, tmp_path: Path, as_name: str) -> Path:

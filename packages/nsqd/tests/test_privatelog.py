@@ -9,7 +9,7 @@ from pathlib import Path
 import trio
 import trio.testing
 from nsqd.clock import SystemClock
-from nsqd.privatelog import PrivateLog
+from nsqd.privatelog import CACHE_BYTES, PrivateLog
 
 
 def record(i: int) -> bytes:
@@ -67,4 +67,35 @@ async def test_a_wait_for_nothing_left_returns(tmp_path: Path) -> None:
     with trio.fail_after(30):
         await private.wait_readable()
     assert private.depth() == 0
+    await private.close()
+
+
+async def test_memory_held_is_bounded_per_log(tmp_path: Path) -> None:
+    # thousands of channels have two of these each: dead letters piling up, or read from
+    # disk by a peek, are kept in memory only up to CACHE_BYTES (written, and read) at the
+    # log's tick, and every record is still taken, in order, from disk
+    body = b"x" * 4000
+    count = 1024  # 4 MiB
+    private = opened(tmp_path / "c#dead")
+    await private.put([record(i) + body for i in range(count)])
+    await private.log.tidy()
+    assert private.log.memory_bytes <= CACHE_BYTES
+    await private.close()
+
+    private = opened(tmp_path / "c#dead")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(private.run)
+        taken = []
+        with trio.fail_after(60):
+            while len(taken) < count:
+                await private.wait_readable()
+                for rec, offset in private.pop(count):
+                    taken.append(rec)
+                    if offset % 2:  # half of them stay dead letters
+                        private.ack(offset)
+        assert taken == [record(i) + body for i in range(count)]
+        await private.log.tidy()
+        await private.log.tidy()  # (one tick keeps the last read for its readers)
+        assert private.log.memory_bytes <= CACHE_BYTES
+        nursery.cancel_scope.cancel()
     await private.close()

@@ -5,18 +5,17 @@ messages once in its channel's log, no old file, no staging directory left."""
 
 from __future__ import annotations
 
-import inspect
 import logging
 import os
 import shutil
-import signal
 from pathlib import Path
-from typing import Any
 
 import pytest
 import trio
+from nsq_testing.killsteps import run_in_child
 from nsqd import gofiles, privatemigration
 from nsqd.clock import SystemClock
+from nsqd.options import Options
 from nsqd.privatelog import DEAD, OWN, directory_name, each_unread
 from nsqd.record import decode_record
 from nsqd.topiclog import TopicLog
@@ -34,49 +33,10 @@ STEPS = [(TopicLog, "append"), (TopicLog, "close"), (os, "rename"), (Path, "unli
 def migrate_in_child(data: Path, kill_at: int | None) -> int:
     """The move in a forked child, killed with SIGKILL before its ``kill_at``-th file
     operation; how many it made when it is not killed (-1 when killed)."""
-    counted = data.parent / "steps"
-    counted.unlink(missing_ok=True)
-    pid = os.fork()
-    if pid == 0:
-        status = 3
-        try:
-            calls = [0]
-            for owner, name in STEPS:
-                _count_calls(owner, name, calls, kill_at)
-            from nsqd.options import Options
-
-            trio.run(privatemigration.migrate, Options.defaults(data_path=str(data)), QUIET,
-                     SystemClock())
-            counted.write_text(str(calls[0]))
-            status = 0
-        finally:
-            os._exit(status)
-    _, status = os.waitpid(pid, 0)
-    if os.WIFSIGNALED(status):
-        assert os.WTERMSIG(status) == signal.SIGKILL
-        return -1
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
-    return int(counted.read_text())
-
-
-def _count_calls(owner: Any, name: str, calls: list[int], kill_at: int | None) -> None:
-    real = getattr(owner, name)
-
-    def before() -> None:
-        calls[0] += 1
-        if calls[0] == kill_at:
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    if inspect.iscoroutinefunction(real):
-        async def counted_async(*args: Any, **kwargs: Any) -> Any:
-            before()
-            return await real(*args, **kwargs)
-        setattr(owner, name, counted_async)
-    else:
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            before()
-            return real(*args, **kwargs)
-        setattr(owner, name, counted)
+    return run_in_child(
+        lambda: trio.run(privatemigration.migrate, Options.defaults(data_path=str(data)),
+                         QUIET, SystemClock()),
+        STEPS, kill_at, data.parent / "steps")
 
 
 def moved(data: Path) -> dict[str, list[tuple[bytes, bytes, int]]]:

@@ -96,3 +96,18 @@ async def test_peek_shows_what_would_be_delivered_and_takes_nothing(world):
     assert [m.body for m in ch.peek(1, now=10.0)] == [b"body1"]
     assert (ch.depth, len(ch.in_flight), len(ch.deferred)) == (2, 0, 1)
     assert [m.body for m in ch.pull(2, 5.0, now=10.0)] == [b"body1", b"body2"]
+
+
+async def test_peek_places_a_deferral_come_due_where_it_comes_back(world):
+    # a deferred message whose time has come but that the scan has not met yet is shown
+    # where it will wait: behind what the memory queue holds (--mem-queue-size=1 here), not
+    # after everything; peek and the pull after the scan agree
+    topic = world.topic()
+    ch = world.channel(topic, mem_queue_size=1)
+    await topic.put(messages(4))
+    (first,) = ch.pull(1, ttr=5.0, now=0.0)
+    assert ch.requeue_pulled(first.id, 10.0, now=0.0)
+    peeked = [m.body for m in ch.peek(4, now=10.0)]
+    assert peeked == [b"body1", b"body0", b"body2", b"body3"]
+    assert ch.scan(10.0) is not None
+    assert [m.body for m in ch.pull(4, 5.0, now=10.0)] == peeked

@@ -17,7 +17,7 @@ from .lifecycle import Event
 from .record import decode_record, record_id
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterable, Iterator
 
     from .channel_state import MessageStates
     from .message import QueuedMessage
@@ -113,21 +113,21 @@ class PullDoor:
 
     # -- looking without taking ----------------------------------------------------------------
     def peek(self, n: int, now: float) -> list[QueuedMessage]:
-        """The next ``n`` messages the channel would deliver (requeued, own, then the log as
-        far as it is in memory, then deferred ones already due), taking nothing."""
+        """The next ``n`` messages the channel would deliver, in the order consumes would
+        take them (requeued, own, then the log as far as it is in memory, with deferred ones
+        already due where they come back), taking nothing."""
         states = self.states
         wall = states.clock.wall_ns()
         limit = states.limits.attempt_limit
+        due = {m.id for m in states.deferred if m.deadline <= now} if states.deferred else ()
         out: list[QueuedMessage] = []
-        for msg in self._waiting(n + len(states.waiting.tombstones)):
-            if states.verdict(msg, wall, limit) is Event.DELIVER:
+        for msg in self._waiting(n, now):
+            # a deferral come due is waiting again (its delay over) once the scan meets it
+            if states.verdict(msg, max(wall, msg.due) if msg.id in due else wall,
+                              limit) is Event.DELIVER:
                 out.append(msg)
                 if len(out) >= n:
-                    return out
-        if states.deferred:
-            due = sorted((m for m in states.deferred if m.deadline <= now),
-                         key=lambda m: m.deadline)
-            out += due[:n - len(out)]
+                    break
         return out
 
     def peek_head(self) -> tuple[QueuedMessage, bool] | None:
@@ -148,13 +148,19 @@ class PullDoor:
         return sorted((m for m in self.states.deferred if m.due > wall_ns),
                       key=lambda m: m.due)[:n]
 
-    def _waiting(self, n: int) -> Iterator[QueuedMessage]:
+    def _waiting(self, n: int, now: float | None = None) -> Iterator[QueuedMessage]:
         """What would be delivered next, in order, without taking it: ``take``'s order,
-        played on a copy of the cursor's position. A requeued message (a deferral come due,
-        a timeout) waits until the log is read past what it went behind, a respawned one
-        (the own queue) the same; at the log's end (what is in memory) the rest of both."""
+        played on a copy of the cursor's position, the log read ``n`` records at a time as
+        far as the caller looks. A requeued message (a deferral come due, a timeout) waits
+        until the log is read past what it went behind, a respawned one (the own queue) the
+        same; at the log's end (what is in memory) the rest of both. With ``now``, deferred
+        messages due by then count as come back now (the scan puts them there next)."""
         states = self.states
         requeued = states.waiting.requeued.turns()
+        if now is not None and states.deferred:
+            turn = states.waiting.turn()
+            requeued += [(turn, m) for m in sorted(
+                (m for m in states.deferred if m.deadline <= now), key=lambda m: m.deadline)]
         own = states.waiting.own.peek(n) if states.waiting.own is not None else []
         own_after = states.waiting.requeued.own_turn
         read = states.cursor.read
@@ -174,16 +180,14 @@ class PullDoor:
         yield from (msg for _, msg in requeued[r:])
         yield from own[o:]
 
-    def _decoded_copy(self, runs: list[Run]) -> list[QueuedMessage]:
-        out: list[QueuedMessage] = []
+    def _decoded_copy(self, runs: Iterable[Run]) -> Iterator[QueuedMessage]:
         extras = self.states.cursor.extras
         for first, records, _ in runs:
             for i, record in enumerate(records):
                 msg = decode_record(record, first + i)
                 if extras and msg.offset in extras:
                     msg.attempts = max(msg.attempts, extras[msg.offset][0])
-                out.append(msg)
-        return out
+                yield msg
 
     async def find(self, message_id: bytes) -> QueuedMessage | None:
         """The message wherever it is in this channel, not done with nor deleted: in

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Protocol
 from .runs import cut, pass_gaps, without_acked
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from .cursor import Cursor
     from .inflight import InFlightQueue
     from .message import QueuedMessage
@@ -108,19 +110,27 @@ class LogReader:
                 out.append((first + start, records[start:] if start else records, plain))
         return out
 
-    def unread(self, n: int) -> list[Run]:
-        """Up to ``n`` records the cursor has not reached yet that are in memory, without
-        those done with (never reads the disk, never moves the cursor)."""
+    def unread(self, batch: int) -> Iterator[Run]:
+        """The records the cursor has not reached yet that are in memory, without those it
+        passes over (acknowledged, or held ahead), read ``batch`` at a time as they are
+        asked for (never reads the disk, never moves the cursor): so a look at the next n
+        finds n however many records held ahead stand among them."""
         cursor = self.cursor
         end = self.topic.visible_end
         log = self.topic.log
-        runs = log.read(cursor.read, min(n, end - cursor.read)) if cursor.read < end else []
-        if not runs:
-            return []
-        runs = cut(runs, end)
-        if cursor.acked or cursor.ahead:
-            runs = without_acked(runs, cursor)
-        return runs
+        read = cursor.read
+        while read < end:
+            runs = log.read(read, min(batch, end - read))
+            if not runs:
+                return
+            runs = cut(runs, end)
+            if not runs:
+                return
+            last_first, last_records, _ = runs[-1]
+            read = last_first + len(last_records)
+            if cursor.acked or cursor.ahead:
+                runs = without_acked(runs, cursor)
+            yield from runs
 
     def coming_back(self, msgs: list[QueuedMessage]) -> list[QueuedMessage]:
         """Of ``msgs``, coming back to wait, those the log will not deliver again (see

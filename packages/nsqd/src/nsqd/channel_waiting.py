@@ -138,9 +138,15 @@ class Waiting:
         memory queue held, or (``requeue_behind``: lmstfy's ready list) behind every message
         waiting."""
         msgs = self.reader.coming_back(msgs)  # (after a rewind the log delivers some again)
+        self.requeued.add(msgs, self.turn())
+
+    def turn(self) -> int:
+        """The turn a message coming back now waits for: behind what the memory queue holds
+        (up to --mem-queue-size), or on lmstfy's queues behind every message waiting."""
         end = self.topic.visible_end
-        self.requeued.add(msgs, end if self.limits.requeue_behind
-                          else min(end, self.cursor.read + self.mem_queue_size))
+        if self.limits.requeue_behind:
+            return end
+        return min(end, self.cursor.read + self.mem_queue_size)
 
     def respawned(self) -> None:
         """Dead letters were respawned into the own queue: on lmstfy's queues they go behind

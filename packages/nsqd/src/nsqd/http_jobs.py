@@ -147,6 +147,7 @@ class JobApi:
         q = v1_query(request)
         channel = existing_channel(self.broker, q)[1]
         n = message_count(q, self.opts.max_rdy_count)
+        await channel.fetch()  # what a consume would read next, from disk if need be
         msgs = channel.peek(n, self.broker.now())
         return v1_json({"messages": [message_json(m) for m in msgs]})
 

@@ -17,9 +17,10 @@ and not acknowledged is delivered again after a crash or a restart: the cursor i
 as a topic's cursors are (every ``--sync-every`` acknowledgements, every ``--sync-timeout``,
 fsynced with ``--sync-every=1``; at close, fsynced), by ``run``.
 
-Records are read from the log's memory (what was written since the start, up to the log's
-cache) or from its segments by the log's task (about 1 MiB at a time: the first at start,
-the next when ``pop`` has taken what was read): ``ready`` says whether ``pop`` can hand out a record
+Records are read from the log's memory (what was written since the start, up to
+``CACHE_BYTES``) or from its segments by the log's task (about 1 MiB at a time, kept until the
+log's next tick, then ``CACHE_BYTES`` of it: the first at start, the next when ``pop`` has
+taken what was read): ``ready`` says whether ``pop`` can hand out a record
 now, ``wait_readable`` waits until it can (or nothing is left), ``wait_read_in`` for each
 read from disk. ``each_unread`` reads one without taking anything (``goexport``).
 
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
     from .clock import Clock
     from .runs import Run
 
-__all__ = ["DEAD", "JOURNAL", "OWN", "PrivateLog", "directory_name", "each_unread"]
+__all__ = ["CACHE_BYTES", "DEAD", "JOURNAL", "OWN", "PrivateLog", "directory_name", "each_unread"]
 
 #: The two internal logs of a channel, by the suffix of their directory's name.
 OWN = "#own"
@@ -56,6 +57,10 @@ DEAD = "#dead"
 JOURNAL = "cursor"
 _EXPORT_RECORDS = 4096  # records per read of ``each_unread``
 _READ_AHEAD_RECORDS = 4096  # records asked for at start (the log reads up to 1 MiB of them)
+#: Record bytes each internal log keeps in memory, written and read (each, at its tick; a
+#: topic's log keeps 16 and 8 MiB): a broker has two of these a channel, and thousands of channels,
+#: most of them idle, their dead letters read only by a peek or a respawn.
+CACHE_BYTES = 256 << 10
 
 
 def directory_name(channel: str, kind: str) -> str:
@@ -78,7 +83,8 @@ class PrivateLog:
         self.log = TopicLog(name, directory, mem_queue_size=0,
                             max_bytes_per_file=max_bytes_per_file, sync_every=sync_every,
                             sync_timeout=sync_timeout, clock=clock, logger=self._logger,
-                            on_readable=self._records_read_in)
+                            on_readable=self._records_read_in,
+                            tail_cache_bytes=CACHE_BYTES, read_cache_bytes=CACHE_BYTES)
         self.cursor = self._load_cursor(directory / JOURNAL)
         self.log.needed = self._needed
 

@@ -1,6 +1,6 @@
 """A topic log's cache of disk reads (docs/design/storage.md, "Reading"): the records its
 readers asked for below the memory tail, read from the segments once for every reader near
-the same offset, and kept for them (``READ_CACHE_BYTES``).
+the same offset, and kept for them (up to ``READ_CACHE_BYTES``, or the size its log gives).
 
 A reader asks (``lookup``): the records are answered from the cache when it holds the offset
 asked for, else the offset is *wanted* (the log's task reads it, ``fill``) and the reader is
@@ -30,10 +30,12 @@ DiskRead = Callable[[int, int], Awaitable[list[tuple[int, list[bytes]]]]]
 
 
 class ReadCache:
-    __slots__ = ("_runs", "_skips", "_wanted")
+    __slots__ = ("_fresh", "_max_bytes", "_runs", "_skips", "_wanted")
 
-    def __init__(self) -> None:
+    def __init__(self, max_bytes: int = READ_CACHE_BYTES) -> None:
+        self._max_bytes = max_bytes  # kept (what a fill just read is kept until ``trim``)
         self._runs = RunStore()
+        self._fresh: set[int] = set()  # runs read since the last trim (kept by the next)
         self._skips: dict[int, int] = {}  # disk reads that found a gap: offset -> next one
         self._wanted: set[int] = set()
 
@@ -99,11 +101,20 @@ class ReadCache:
                 cache.insert(first, records, False)
                 fresh.add(first)
             got = True
-        while cache.bytes > READ_CACHE_BYTES and cache.drop_oldest_run(fresh):
+        while cache.bytes > self._max_bytes and cache.drop_oldest_run(fresh):
             pass
+        self._fresh |= fresh
         if len(self._skips) > _SKIPS_KEPT:
             self._skips.clear()
         return got
+
+    def trim(self) -> None:
+        """Back within its size (the log's tick): what the last fill read is kept past the
+        size until the trim after this one, time for the readers it woke to take it; a
+        reader that comes later reads again."""
+        while self._runs.bytes > self._max_bytes and self._runs.drop_oldest_run(self._fresh):
+            pass
+        self._fresh = set()
 
     def drop_before(self, offset: int) -> None:
         """Records below ``offset`` are removed from the log: from the cache too, with every
@@ -113,6 +124,7 @@ class ReadCache:
 
     def clear(self) -> None:
         self._runs.clear()
+        self._fresh.clear()
         self._skips.clear()
         self._wanted.clear()
 

@@ -53,7 +53,7 @@ import trio
 from .deletion import holding
 from .errors import LogClosed, LogError, OffsetOverlap
 from .logfiles import MAX_OFFSET, LogFiles
-from .readcache import READ_BYTES, ReadCache
+from .readcache import READ_BYTES, READ_CACHE_BYTES, ReadCache
 from .record import is_plain
 from .runs import Run, RunStore
 
@@ -93,7 +93,9 @@ class TopicLog:
     def __init__(self, name: str, directory: Path | None, *, mem_queue_size: int,
                  max_bytes_per_file: int = 100 << 20, sync_every: int = 2500,
                  sync_timeout: float = 2.0, clock: Clock, logger: logging.Logger | None = None,
-                 on_readable: Callable[[], None] = lambda: None) -> None:
+                 on_readable: Callable[[], None] = lambda: None,
+                 tail_cache_bytes: int = TAIL_CACHE_BYTES,
+                 read_cache_bytes: int = READ_CACHE_BYTES) -> None:
         self.name = name
         self.mem_queue_size = mem_queue_size
         self.max_bytes_per_file = max_bytes_per_file
@@ -108,7 +110,8 @@ class TopicLog:
         self.retention_ns = 0  # keep segments this long past every cursor (0: not at all)
         self.retention_bytes = 0  # or the newest segments within this size
         self._tail = RunStore()
-        self._cache = ReadCache()  # records read from the segments, for the readers
+        self._tail_cache_bytes = tail_cache_bytes  # written records kept in memory
+        self._cache = ReadCache(read_cache_bytes)  # read from the segments, for the readers
         self._files = LogFiles(name, directory, self.log)  # (directory None: memory only)
         self._end = 0
         #: Offsets given before the last start that no message has (a crash lost them).
@@ -182,6 +185,11 @@ class TopicLog:
     def memory_start(self) -> int:
         """Offsets from here on are in memory (``/stats``' backend depth counts below it)."""
         return self._tail.start if self._tail else self._end
+
+    @property
+    def memory_bytes(self) -> int:
+        """Record bytes held in memory: the tail (written or not) and the read cache."""
+        return self._tail.bytes + self._cache.bytes
 
     @property
     def disk_bytes(self) -> int:
@@ -627,6 +635,7 @@ class TopicLog:
 
     def _trim_memory(self) -> None:
         """Drop from memory what nobody needs (and, written, what is past the cache size)."""
+        self._cache.trim()
         tail = self._tail
         if not tail:
             return
@@ -641,7 +650,7 @@ class TopicLog:
             tail.drop_before(keep)
         elif keep > written_end:
             tail.drop_before(written_end)
-        while tail and tail.start < written_end and tail.bytes > TAIL_CACHE_BYTES:
+        while tail and tail.start < written_end and tail.bytes > self._tail_cache_bytes:
             tail.drop_before(min(written_end, tail.start + max(tail.count // 4, 1)))
 
     # -- the end -----------------------------------------------------------------------------

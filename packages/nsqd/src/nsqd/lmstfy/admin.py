@@ -151,16 +151,22 @@ class Admin:
                             for (ns, token), limit in self.state.limits.items()])
 
     # -- a look at a queue's jobs (beyond lmstfy: nsqadmin's Jobs pages) --------------------
-    async def peek(self, request: Request) -> Response:
-        """``GET /peek/:namespace/:queue?count=``: up to ``count`` (10; 1 to 100) jobs ready,
-        delayed and dead, each as the data API's peek answers a job (plus its ``delay``),
-        taken by no one and changing nothing. Guarded as the token routes are: it shows job
-        data, which the data API shows only for a token."""
+    def _queue_looked_at(self, request: Request) -> tuple[str, str]:
+        """The namespace and queue of a ``/peek`` route, for a caller allowed to look (400
+        with lmstfy's words for a name it refuses)."""
         self._authorized(request)
         namespace, queue = request.path_params["namespace"], request.path_params["queue"]
         problem = names.name_error(namespace, queue)
         if problem:
             raise refuse(400, problem)
+        return namespace, queue
+
+    async def peek(self, request: Request) -> Response:
+        """``GET /peek/:namespace/:queue?count=``: up to ``count`` (10; 1 to 100) jobs ready,
+        delayed and dead, each as the data API's peek answers a job (plus its ``delay``),
+        taken by no one and changing nothing. Guarded as the token routes are: it shows job
+        data, which the data API shows only for a token."""
+        namespace, queue = self._queue_looked_at(request)
         text = query_params(request).get("count", str(PEEK_DEFAULT))
         if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= PEEK_MOST:
             raise refuse(400, "invalid count")
@@ -192,11 +198,7 @@ class Admin:
         flight, dead) as ``/peek`` shows a job, with the tries it has left and its delay, which
         the data API's look-up does not say (lmstfy answers ``remain_tries`` 0 there); 404
         ``job not found`` as the data API. Guarded as ``/peek``."""
-        self._authorized(request)
-        namespace, queue = request.path_params["namespace"], request.path_params["queue"]
-        problem = names.name_error(namespace, queue)
-        if problem:
-            raise refuse(400, problem)
+        namespace, queue = self._queue_looked_at(request)
         msg = await self.queues.find(namespace, queue, request.path_params["job_id"])
         if msg is None:
             raise refuse(404, "job not found")
