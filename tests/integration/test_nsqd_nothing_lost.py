@@ -12,8 +12,9 @@ import signal
 
 import httpx
 import pytest
+from nsq_common import commands
 from nsq_testing import DEADLINE, WireClient
-from nsqd import cursorfile
+from nsqd import cursorfile, metadata
 
 from ._storage_client import channel_stats, create_channel, drain, publish, topic_stats
 
@@ -66,6 +67,69 @@ async def test_a_topic_without_channels_keeps_what_it_held_across_a_kill_9(run_d
     assert set(bodies("more", 3)) <= set(await drain(daemon, "tf", "c"))
 
 
+def listed(data) -> dict[str, set[str]]:
+    """The topics nsqd.dat lists, with their channels."""
+    path = data / metadata.FILE_NAME
+    if not path.exists():
+        return {}
+    topics, _ = metadata.load(path)
+    return {t.name: {c.name for c in t.channels} for t in topics}
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_topic_is_listed_when_its_creation_is_answered(run_daemon, tmp_path, mode):
+    """The moment /topic/create is answered (and, with --sync-every=1, a publish that made the
+    topic), nsqd.dat lists the topic: a kill -9 right then finds it, and what was acknowledged
+    to it (a model-based crash run found the publish's topic gone after a kill under load)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    daemon = run_daemon("nsqd", f"--data-path={data}", *MODES[mode])
+    for i in range(10):
+        assert post(daemon, "/topic/create", topic=f"made{i}").status_code == 200
+        os.kill(daemon.pid, signal.SIGSTOP)
+        try:
+            names = listed(data)
+        finally:
+            os.kill(daemon.pid, signal.SIGCONT)
+        assert f"made{i}" in names
+    if mode != "sync1":
+        return
+    for i in range(10):
+        await publish(daemon, f"published{i}", [b"x"])
+        os.kill(daemon.pid, signal.SIGSTOP)
+        try:
+            names = listed(data)
+        finally:
+            os.kill(daemon.pid, signal.SIGCONT)
+        assert f"published{i}" in names
+    daemon.kill()
+    daemon = run_daemon("nsqd", f"--data-path={data}", *MODES[mode])
+    for i in range(10):
+        assert topic_stats(daemon, f"published{i}")["depth"] == 1
+
+
+async def test_a_publish_that_cannot_list_its_new_topic_is_refused(run_daemon, tmp_path):
+    """With --sync-every=1, a publish that made a topic nsqd.dat cannot list (here a directory
+    stands where it is written) is refused, not acknowledged and then lost to a kill -9."""
+    data = tmp_path / "data"
+    data.mkdir()
+    daemon = run_daemon("nsqd", f"--data-path={data}", "--sync-every=1")
+    path = data / metadata.FILE_NAME
+    path.unlink(missing_ok=True)
+    path.mkdir()
+    answer = httpx.post(f"http://{daemon.http_address}/pub", params={"topic": "unlisted"},
+                        content=b"x", timeout=DEADLINE)
+    assert answer.status_code == 500, answer.text
+    async with await WireClient.connect(daemon.tcp_address) as client:
+        await client.send(commands.pub("unlisted2", b"y"))
+        assert (await client.error()).startswith(b"E_PUB_FAILED")
+    path.rmdir()
+    await publish(daemon, "unlisted", [b"z"])  # nsqd.dat written again: acknowledged
+    daemon.kill()
+    daemon = run_daemon("nsqd", f"--data-path={data}", "--sync-every=1")
+    assert topic_stats(daemon, "unlisted")["depth"] >= 1
+
+
 # -- 2. /channel/create answers once the channel is on disk ---------------------------------
 
 
@@ -88,9 +152,11 @@ async def test_a_channel_is_on_disk_when_its_creation_is_answered(run_daemon, tm
         os.kill(daemon.pid, signal.SIGSTOP)
         try:
             state = cursorfile.load(directory / f"{name}{cursorfile.SUFFIX}")
+            names_listed = listed(data).get("t", set())
         finally:
             os.kill(daemon.pid, signal.SIGCONT)
         assert state is not None and state.mark_delete == 0, name
+        assert name in names_listed, name  # and nsqd.dat lists it
     async with await WireClient.connect(daemon.tcp_address) as client:
         await client.subscribe("t", "by-sub", 0)  # answered OK: on disk too
         os.kill(daemon.pid, signal.SIGSTOP)
@@ -99,6 +165,7 @@ async def test_a_channel_is_on_disk_when_its_creation_is_answered(run_daemon, tm
         finally:
             os.kill(daemon.pid, signal.SIGCONT)
         assert state is not None
+        assert "by-sub" in listed(data)["t"]
     if mode not in WRITTEN_MODES:
         return  # (a kill -9 loses the memory queue there)
     daemon.kill()

@@ -15,6 +15,8 @@ due times) and writes what the logs hold in memory, for the next start (``restar
 
 from __future__ import annotations
 
+import contextlib
+
 import logging
 import ssl
 from collections.abc import Awaitable, Callable
@@ -106,6 +108,8 @@ class Broker:
         # acknowledged, so that not even a kill -9 loses one: memory queues are skipped, and a
         # message read from disk stays on disk until it is finished (explicit commits).
         self.mem_queue_size = 0 if opts.sync_every == 1 else opts.mem_queue_size
+        #: whether a publish that made a topic waits for nsqd.dat to list it
+        self.sync_metadata = opts.sync_every == 1
         self._next_client_id = 0  # also the count of TCP clients accepted so far
         self.http_connections = ConnectionCounts()  # kept by nsq_serving, for /metrics
         self.pump = Pump(self.now, self.iter_channels, self.store_dead_letters)
@@ -371,15 +375,18 @@ class Broker:
 
     async def keep_channel(self, channel: Channel) -> None:
         """A new durable channel on disk, its cursor journal written (fsynced as the first
-        entry of a journal always is), before the request that made it is answered
+        entry of a journal always is) and nsqd.dat listing it, before the request that made
+        it is answered
         (``/channel/create``, ``SUB``, an lmstfy queue): a kill after the answer finds it. A
         failure is logged (the channel lives on; after a crash before its journal is
         written it starts at the earliest offset stored)."""
         journal = channel.cursor.journal
-        if journal is None or journal.size or channel.deleted:
+        if journal is None or channel.deleted:
             return
         try:
-            await channel.cursor.flush(channel.cursor_state, sync=self.opts.sync_every == 1)
+            if not journal.size:
+                await channel.cursor.flush(channel.cursor_state, sync=self.opts.sync_every == 1)
+            await self.metadata.written()  # listed in nsqd.dat
         except OSError as exc:
             log.error("TOPIC(%s): channel(%s): failed to persist its cursor - %s",
                       channel.topic_name, channel.name, exc)
@@ -447,8 +454,20 @@ class Broker:
             self.health = f"NOK - {exc}"
             log.error("TOPIC(%s): failed to store messages - %s", topic_name, exc)
             raise StoreFailed(str(exc)) from exc
+        if self.sync_metadata and self.metadata.behind:
+            try:  # a topic it made listed in nsqd.dat before the OK
+                await self.metadata.written()
+            except OSError as exc:
+                raise StoreFailed(f"failed to persist metadata - {exc}") from exc
         if self.health != "OK":
             self.health = "OK"
+
+    async def keep_topics(self) -> None:
+        """nsqd.dat written with every topic and channel made so far before the request that
+        made them is answered (``/topic/create``): a kill after the answer finds them. A
+        failure is logged, by the writer (the topic lives on, as it does in memory)."""
+        with contextlib.suppress(OSError):
+            await self.metadata.written()
 
     def subscribe(self, client: Client, topic_name: str, channel_name: str) -> Channel:
         """Add ``client`` to a channel (created if needed).

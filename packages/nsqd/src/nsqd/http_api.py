@@ -227,6 +227,7 @@ class HttpApi:
                            retention_ns=retention, retention_bytes=retention_bytes):
             self.broker.metadata_changed()
             topic.log.poke()
+        await self.broker.keep_topics()  # listed in nsqd.dat before the answer
         return _empty()
 
     async def topic_replicas(self, request: Request) -> Response:

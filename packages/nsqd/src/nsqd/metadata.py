@@ -148,7 +148,9 @@ def topic_metadata(topics: Iterable[Topic]) -> list[TopicMeta]:
 
 class MetadataWriter:
     """Writes nsqd.dat after topics or channels change: ``changed`` is cheap and may be
-    called any number of times; ``run`` writes once per wake-up, in a worker thread."""
+    called any number of times; ``run`` writes once per wake-up, in a worker thread;
+    ``written`` waits until what changed before it is on disk (a new topic or channel is
+    listed before the request that made it is answered)."""
 
     def __init__(self, data_path: str, topics: Callable[[], Iterable[Topic]],
                  logger: logging.Logger) -> None:
@@ -158,9 +160,33 @@ class MetadataWriter:
         import trio  # here: nsqd's early start reads nsqd.dat (``load``) before Trio loads
 
         self._event: trio.Event = trio.Event()
+        #: changes asked for, and the number of them the last write covered
+        self._changes = self._covered = 0
+        self._write_ended: trio.Event = trio.Event()
+        self._failure: OSError | None = None
+
+    @property
+    def behind(self) -> bool:
+        """Whether some change is not on disk yet (or the last write failed)."""
+        return self._covered < self._changes or self._failure is not None
 
     def changed(self) -> None:
+        self._changes += 1
         self._event.set()
+
+    async def written(self) -> None:
+        """Return once a write that began after every change made so far has ended.
+
+        Raises:
+            OSError: that write failed (logged by ``run`` too).
+        """
+        if self._failure is not None:
+            self.changed()  # the last write failed: try again
+        target = self._changes
+        while self._covered < target:
+            await self._write_ended.wait()
+        if self._failure is not None:  # the write that covered them
+            raise self._failure
 
     def write_now(self) -> None:
         """Write at once, blocking (at start and at shutdown).
@@ -176,8 +202,15 @@ class MetadataWriter:
         while True:
             await self._event.wait()
             self._event = trio.Event()
+            covering = self._changes
             data = encode(topic_metadata(self._topics()))
             try:
                 await trio.to_thread.run_sync(write_atomic, self.path, data)
             except OSError as exc:
                 self._log.error("failed to persist metadata - %s", exc)
+                self._failure = exc
+            else:
+                self._failure = None
+            self._covered = covering
+            ended, self._write_ended = self._write_ended, trio.Event()
+            ended.set()
