@@ -141,7 +141,9 @@ class Runner:
             except Failure:
                 raise
             except Exception as exc:
-                raise Failure(f"operation {i} {op!r}: {exc!r}") from exc
+                said = self.daemon.output()[-3000:] if self.daemon is not None else ""
+                raise Failure(f"operation {i} {op!r}: {exc!r}\nnsqd's last lines:\n{said}"
+                              ) from exc
             if self.model.errors:
                 raise Failure(f"after operation {i} {op!r}: {self.model.errors}")
         await self.verify()
