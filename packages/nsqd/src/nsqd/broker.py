@@ -89,6 +89,9 @@ class Broker:
         self.http_port = 0
         self.https_port = 0
         self.lmstfy_addresses: tuple[str, ...] = ()  # bound: lmstfy's data and admin APIs
+        #: what serves a follower's fetch connection (``  R1``): only with --etcd-endpoints
+        self.replication_server: Callable[[trio.abc.Stream, bytes, str], Awaitable[None]
+                                          ] | None = None
         self.tls_context = server_context(opts)
         self.tls_required = tls_required(opts)
         self.features = ServerFeatures(
@@ -138,6 +141,12 @@ class Broker:
         self.http_port = http_port
         self.https_port = https_port
         self.lmstfy_addresses = lmstfy_addresses
+
+    def serve_replication(self, handler: Callable[[trio.abc.Stream, bytes, str],
+                                                  Awaitable[None]]) -> None:
+        """Serve followers' fetch connections (``  R1``) with ``handler``
+        (--etcd-endpoints)."""
+        self.replication_server = handler
 
     def _new_auth_http(self) -> httpx.AsyncClient:
         import httpx  # deferred: see __init__
@@ -531,12 +540,20 @@ class Broker:
 
         Raises:
             Exiting: nsqd is shutting down.
-            StoreFailed: the disk write failed (nsqd turns unhealthy until a store succeeds).
+            StoreFailed: the disk write failed (nsqd turns unhealthy until a store succeeds);
+                or, on a replicated topic, its leader's refusal (forwarded from a follower),
+                its ISR below the minimum, or the ISR did not copy the messages in time.
         """
         if self.exiting:
             raise Exiting
         try:
             topic = self.get_topic(topic_name)
+            replica = topic.replica
+            if replica is not None:  # replicated: on its leader, with its ISR at the minimum
+                if not replica.leading:
+                    await replica.forward(msgs)
+                    return
+                replica.check_publish()
             if isinstance(msgs, Records):
                 await topic.put_records(msgs)
             else:
@@ -549,6 +566,10 @@ class Broker:
             raise StoreFailed(str(exc)) from exc
         if self.health != "OK":
             self.health = "OK"
+        if replica is not None:  # acknowledged once the in-sync set holds it
+            end = topic.log.end
+            replica.published()
+            await replica.committed(end)
 
     def subscribe(self, client: Client, topic_name: str, channel_name: str) -> Channel:
         """Add ``client`` to a channel (created if needed).

@@ -13,7 +13,9 @@ through the watch); a topic this node leads has any ISR member whose node key is
 out. Each role change is logged (``leading topic T at epoch E``, ``following topic T``), and
 ``roles`` says what this node is for each of its topics.
 
-The data path (fetching, acknowledgements, the HW) is not here yet: it will read ``roles``.
+A topic placed on this node is made here (``host_topic``); after each reconcile the data
+path (``replication.datapath``: fetching, the high watermark, acknowledgements) follows
+``roles`` (``on_change``).
 """
 
 from __future__ import annotations
@@ -54,6 +56,13 @@ class Coordinator:
     may_lead: Callable[[str], bool] = lambda topic: True
     view: ClusterView = attrs.field(factory=ClusterView)
     roles: dict[str, Role] = attrs.field(factory=dict)
+    #: a topic placed on this node: made locally (``Broker.get_topic``)
+    host_topic: Callable[[str], object] = lambda topic: None
+    #: after each reconcile: the data path follows the roles (``DataPath.sync``)
+    on_change: Callable[[], None] = lambda: None
+    #: a topic's high watermark and its followers' lag (``DataPath.progress``)
+    progress_of: Callable[[str], tuple[int | None, dict[str, int]]] = (
+        lambda topic: (None, {}))
     client: EtcdClient = attrs.field(init=False)
     membership: Membership = attrs.field(init=False)
     _reconciling: trio.Lock = attrs.field(init=False, factory=trio.Lock)
@@ -120,12 +129,24 @@ class Coordinator:
         time."""
         async with self._reconciling:
             await self._reconcile()
+            self.on_change()
+
+    def attach(self, *, host_topic: Callable[[str], object], on_change: Callable[[], None],
+               progress_of: Callable[[str], tuple[int | None, dict[str, int]]]) -> None:
+        """The data path's hooks (``replication.datapath``): see the fields."""
+        self.host_topic, self.on_change, self.progress_of = host_topic, on_change, progress_of
+
+    def progress(self, topic: str) -> tuple[int | None, dict[str, int]]:
+        """The topic's high watermark as this node knows it, and (on its leader) each
+        follower's lag in records; ``(None, {})`` when unknown."""
+        return self.progress_of(topic)
 
     async def _reconcile(self) -> None:
         for topic, view in list(self.view.topics.items()):
             if view.placement is None or self.node not in view.placement.nodes:
                 self._set_role(topic, None)
                 continue
+            self._host(topic)
             state = view.state
             if state is None:
                 continue
@@ -155,6 +176,13 @@ class Coordinator:
             log.warning("replication: %s", exc)
         except EtcdError as exc:
             log.warning("replication: topic %s: in-sync set not changed: %s", topic, exc)
+
+    def _host(self, topic: str) -> None:
+        """A topic placed on this node exists here (made, if it was not, as a PUB would)."""
+        try:
+            self.host_topic(topic)
+        except Exception as exc:  # (the broker exiting, say: nothing to do then)
+            log.warning("replication: topic %s not made here: %s", topic, exc)
 
     def _set_role(self, topic: str, role: Role | None) -> None:
         if self.roles.get(topic) == role:

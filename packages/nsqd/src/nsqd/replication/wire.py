@@ -337,7 +337,7 @@ class FrameReader:
         self._buffer = bytearray()
         self.max_frame = max_frame
 
-    def receive_data(self, data: bytes) -> None:
+    def receive_data(self, data: bytes | bytearray) -> None:
         self._buffer += data
 
     def next_frame(self) -> Frame | None:

@@ -1,0 +1,245 @@
+"""The data path of replicated topics with real processes: etcd and two nsqd on loopback
+(docs/design/replication.md). A topic placed on both is made on each; the follower fetches
+the leader's log over ``  R1`` at the leader's offsets (with the epochs file), and forwards
+the publishes it gets to the leader; a publish is
+acknowledged only once the in-sync set holds it and the minimum is in sync; channels and
+``/topic/read`` see only what is committed; a follower that falls behind leaves the in-sync
+set and joins it again when caught up."""
+
+from __future__ import annotations
+
+import base64
+import signal
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import httpx
+import pytest
+import trio
+from nsq_common import commands
+from nsq_testing import Daemon, Etcd, WireClient, until
+from nsqd.replication import wire
+from nsqd.replication.election import read_state
+from nsqd.replication.etcd import EtcdClient
+from nsqd.replication.keys import node_key
+from nsqd.replication.placement import place
+
+#: the lease TTL (6 s) and a loaded machine: what a node's loss may take to be seen
+FAILOVER = 60.0
+
+
+def start_node(run_daemon: Callable[..., Daemon], etcd: Etcd, *args: str) -> Daemon:
+    return run_daemon("nsqd", "--broadcast-address=127.0.0.1",
+                      f"--etcd-endpoints={etcd.endpoint}", *args)
+
+
+def clean(*daemons: Daemon) -> None:
+    """No bug logged (a traceback) by any of them."""
+    for daemon in daemons:
+        assert "Traceback" not in daemon.output(), daemon.output()
+
+
+def node_of(daemon: Daemon) -> str:
+    return f"127.0.0.1:{daemon.tcp_port}"
+
+
+@pytest.fixture
+async def client(etcd: Etcd) -> AsyncIterator[EtcdClient]:
+    c = EtcdClient([etcd.endpoint])
+    try:
+        yield c
+    finally:
+        await c.aclose()
+
+
+async def joined(client: EtcdClient, *daemons: Daemon) -> None:
+    for daemon in daemons:
+        await until(lambda d=daemon: client.get(node_key(node_of(d))), what="joined")
+
+
+async def placed(client: EtcdClient, topic: str, leader: Daemon, follower: Daemon) -> None:
+    """``topic`` placed on both, ``leader`` leading, and the follower fetching from it."""
+    await joined(client, leader, follower)
+    _, state = await place(client, topic, 2, prefer=node_of(leader))
+    assert state.leader == node_of(leader)
+    await until(lambda: f"leading topic {topic} at epoch 1" in leader.output())
+    await until(lambda: f"following topic {topic} (leader {node_of(leader)}" in
+                follower.output())
+    await until(lambda: f"fetching from leader {node_of(leader)}" in follower.output())
+
+
+async def read(daemon: Daemon, topic: str, offset: int = 0) -> dict[str, object]:
+    async with httpx.AsyncClient() as http:
+        r = await http.get(f"http://{daemon.http_address}/topic/read",
+                           params={"topic": topic, "offset": offset, "n": 100})
+        r.raise_for_status()
+        return r.json()  # type: ignore[no-any-return]
+
+
+async def bodies(daemon: Daemon, topic: str) -> list[tuple[int, str]]:
+    doc = await read(daemon, topic)
+    return [(m["offset"], base64.b64decode(m["body"]).decode())
+            for m in doc["messages"]]  # type: ignore[attr-defined]
+
+
+async def isr(client: EtcdClient, topic: str) -> tuple[str, ...]:
+    read_ = await read_state(client, topic)
+    assert read_ is not None
+    return read_[0].isr
+
+
+async def test_the_follower_holds_the_leaders_records_at_its_offsets_before_the_ok(
+        run_daemon: Callable[..., Daemon], etcd: Etcd, client: EtcdClient,
+        tmp_path: Path) -> None:
+    leader = start_node(run_daemon, etcd)
+    follower = start_node(run_daemon, etcd)
+    await placed(client, "clicks", leader, follower)
+
+    async with await WireClient.connect(leader.tcp_address) as producer:
+        for i in range(3):
+            await producer.pub("clicks", f"m{i}".encode())
+        await producer.send(commands.mpub("clicks", [b"m3", b"m4"]))
+        assert await producer.response() == b"OK"
+    expected = [(i, f"m{i}") for i in range(5)]
+    # acknowledged: on the leader's readers at once, on the follower within one fetch
+    assert await bodies(leader, "clicks") == expected
+    await until(lambda: _is(bodies(follower, "clicks"), expected), what="the follower's copy")
+
+    # publishes to the follower are forwarded to the leader and answered as it answers:
+    # appended there, at the leader's next offsets, then fetched back
+    async with await WireClient.connect(follower.tcp_address) as producer:
+        await producer.pub("clicks", b"m5")
+        await producer.send(commands.mpub("clicks", [b"m6", b"m7"]))
+        assert await producer.response() == b"OK"
+        await producer.send(commands.dpub("clicks", 1, b"m8"))
+        assert await producer.response() == b"OK"
+    async with httpx.AsyncClient() as http:
+        r = await http.post(f"http://{follower.http_address}/pub?topic=clicks", content=b"m9")
+        assert r.text == "OK"
+    expected += [(i, f"m{i}") for i in range(5, 10)]
+    assert await bodies(leader, "clicks") == expected
+    await until(lambda: _is(bodies(follower, "clicks"), expected), what="fetched back")
+    assert "forwarding" not in follower.output()  # (one connection, never lost)
+
+    # the epochs file: epoch 1 from offset 0, on both (nsqd-0 the leader, nsqd-1 the follower)
+    for data in ("nsqd-0", "nsqd-1"):
+        assert (tmp_path / data / "topics" / "clicks" / "epochs").read_text() == "1 0\n"
+    clean(leader, follower)
+
+
+async def _is(got: object, expected: object) -> bool:
+    return await got == expected  # type: ignore[misc, no-any-return]
+
+
+async def test_below_the_minimum_in_sync_a_publish_fails_at_once(
+        run_daemon: Callable[..., Daemon], etcd: Etcd, client: EtcdClient) -> None:
+    leader = start_node(run_daemon, etcd, "--min-insync-replicas=2")
+    follower = start_node(run_daemon, etcd)
+    await placed(client, "orders", leader, follower)
+    async with await WireClient.connect(leader.tcp_address) as producer:
+        await producer.pub("orders", b"kept")
+    follower.kill()
+    await until(lambda: _is(isr(client, "orders"), (node_of(leader),)), timeout=FAILOVER,
+                what="the killed follower shrunk out")
+    async with await WireClient.connect(leader.tcp_address) as producer:
+        await producer.send(commands.pub("orders", b"refused"))
+        error = await producer.error()
+    assert error.startswith(b"E_PUB_FAILED") and b"in-sync" in error
+    assert await bodies(leader, "orders") == [(0, "kept")]  # nothing appended
+    clean(leader)
+
+
+async def test_only_committed_records_are_acknowledged_and_delivered(
+        run_daemon: Callable[..., Daemon], etcd: Etcd, client: EtcdClient) -> None:
+    leader = start_node(run_daemon, etcd, "--replica-lag-max=60s")
+    follower = start_node(run_daemon, etcd)
+    await placed(client, "events", leader, follower)
+    async with (await WireClient.connect(leader.tcp_address) as consumer,
+                await WireClient.connect(leader.tcp_address) as producer,
+                await WireClient.connect(follower.tcp_address) as idle):
+        await consumer.subscribe("events", "ch", rdy=10)
+        await idle.subscribe("events", "ch", rdy=10)  # a follower takes SUB and RDY
+        await producer.pub("events", b"first")
+        assert (await consumer.message()).body == b"first"
+
+        follower.process.send_signal(signal.SIGSTOP)  # (briefly: its lease outlives this)
+        try:
+            await producer.send(commands.pub("events", b"second"))
+            # appended on the leader, not copied: neither acknowledged nor delivered
+            await until(lambda: _latest(leader, 1), what="appended on the leader")
+            await consumer.nothing_for(0.5)
+            await producer.nothing_for(0.1)
+            assert await bodies(leader, "events") == [(0, "first")]  # /topic/read: the HW
+        finally:
+            follower.process.send_signal(signal.SIGCONT)
+        assert await producer.response() == b"OK"
+        assert (await consumer.message()).body == b"second"
+        await idle.nothing_for(0.5)  # the follower delivered nothing
+    clean(leader, follower)
+
+
+async def _latest(daemon: Daemon, offset: int) -> bool:
+    async with httpx.AsyncClient() as http:
+        r = await http.get(f"http://{daemon.http_address}/stats",
+                           params={"format": "json", "topic": "events"})
+        topics = r.json()["topics"]
+    return bool(topics) and topics[0]["message_count"] > offset
+
+
+async def test_a_follower_behind_for_the_lag_max_leaves_the_isr_and_rejoins_caught_up(
+        run_daemon: Callable[..., Daemon], etcd: Etcd, client: EtcdClient) -> None:
+    leader = start_node(run_daemon, etcd, "--replica-lag-max=1s", "--min-insync-replicas=1")
+    follower = start_node(run_daemon, etcd)
+    await placed(client, "jobs", leader, follower)
+    both = (node_of(leader), node_of(follower))
+    assert sorted(await isr(client, "jobs")) == sorted(both)
+    follower.process.send_signal(signal.SIGSTOP)
+    try:
+        async with await WireClient.connect(leader.tcp_address) as producer:
+            # waits for the follower until it is shrunk out (its lease still alive), then OK
+            await producer.pub("jobs", b"while-stopped")
+        assert await isr(client, "jobs") == (node_of(leader),)
+        assert f"{node_of(follower)} not caught up for over 1s" in leader.output()
+        assert await client.get(node_key(node_of(follower))) is not None
+    finally:
+        follower.process.send_signal(signal.SIGCONT)
+    await until(lambda: _is(_sorted(isr(client, "jobs")), sorted(both)), timeout=FAILOVER,
+                what="the follower back in sync")
+    assert f"{node_of(follower)} caught up: into the in-sync set" in leader.output()
+    await until(lambda: _is(bodies(follower, "jobs"), [(0, "while-stopped")]))
+    clean(leader, follower)
+
+
+async def _sorted(got: object) -> list[str]:
+    return sorted(await got)  # type: ignore[misc]
+
+
+async def test_the_magic_r1_is_served_only_with_etcd_endpoints(
+        run_daemon: Callable[..., Daemon], etcd: Etcd, client: EtcdClient) -> None:
+    plain = run_daemon("nsqd")
+    async with await WireClient.connect(plain.tcp_address, magic=wire.MAGIC) as peer:
+        assert await peer.error() == b"E_BAD_PROTOCOL"
+
+    node = start_node(run_daemon, etcd)
+    await joined(client, node)
+    stream = await trio.open_tcp_stream("127.0.0.1", node.tcp_port)
+    try:
+        reader = wire.FrameReader()
+        await stream.send_all(wire.MAGIC + wire.encode(wire.Hello("127.0.0.1:1"))
+                              + wire.encode(wire.Fetch(100, 1000, (
+                                  wire.FetchTopic("nowhere", 1, 0, 0),)))
+                              + wire.encode(wire.EpochEnd("nowhere", 1)))
+        answers: list[wire.Frame] = []
+        with trio.fail_after(30):
+            while len(answers) < 2:
+                reader.receive_data(await stream.receive_some(65536))
+                while (frame := reader.next_frame()) is not None:
+                    answers.append(frame)
+        assert answers == [wire.Data((wire.TopicData("nowhere", wire.NOT_LEADER, 0, 0, 0, 0),)),
+                           wire.Epoch("nowhere", wire.NOT_LEADER, 0, 0)]
+        await stream.send_all(b"\x00\x00\x00\x01\x63")  # a frame of an unknown type: closed
+        with trio.fail_after(30):
+            assert await stream.receive_some(65536) == b""
+    finally:
+        await stream.aclose()
+    clean(node)
