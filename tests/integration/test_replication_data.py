@@ -18,6 +18,7 @@ import pytest
 import trio
 from nsq_common import commands
 from nsq_testing import Daemon, Etcd, WireClient, until
+from nsqd import cursorfile
 from nsqd.replication import wire
 from nsqd.replication.election import read_state
 from nsqd.replication.etcd import EtcdClient
@@ -121,6 +122,19 @@ async def test_the_follower_holds_the_leaders_records_at_its_offsets_before_the_
     await until(lambda: _is(bodies(follower, "clicks"), expected), what="fetched back")
     assert "forwarding" not in follower.output()  # (one connection, never lost)
 
+    # the leader's answers to what no follower of its should ask: an old epoch, a newer one,
+    # an offset past its end; and where its epoch 1 ends
+    answers = await ask_raw(leader, [
+        wire.Fetch(100, 1000, (wire.FetchTopic("clicks", 0, 0, 0),
+                               wire.FetchTopic("clicks", 2, 0, 0),
+                               wire.FetchTopic("clicks", 1, 999, 0))),
+        wire.EpochEnd("clicks", 1)])
+    data, epoch = answers
+    assert isinstance(data, wire.Data)
+    assert [(d.error, d.epoch, d.next_offset) for d in data.topics] == [
+        (wire.FENCED, 1, 0), (wire.UNKNOWN_EPOCH, 1, 0), (wire.OUT_OF_RANGE, 1, 10)]
+    assert epoch == wire.Epoch("clicks", wire.NONE, 1, 10)
+
     # the epochs file: epoch 1 from offset 0, on both (nsqd-0 the leader, nsqd-1 the follower)
     for data in ("nsqd-0", "nsqd-1"):
         assert (tmp_path / data / "topics" / "clicks" / "epochs").read_text() == "1 0\n"
@@ -214,6 +228,24 @@ async def _sorted(got: object) -> list[str]:
     return sorted(await got)  # type: ignore[misc]
 
 
+async def ask_raw(daemon: Daemon, frames: list[wire.Frame]) -> list[wire.Frame]:
+    """``frames`` sent on an ``  R1`` connection as a follower ``127.0.0.1:1``; the answers."""
+    stream = await trio.open_tcp_stream("127.0.0.1", daemon.tcp_port)
+    try:
+        reader = wire.FrameReader()
+        await stream.send_all(wire.MAGIC + wire.encode(wire.Hello("127.0.0.1:1"))
+                              + b"".join(map(wire.encode, frames)))
+        answers: list[wire.Frame] = []
+        with trio.fail_after(30):
+            while len(answers) < len(frames):
+                reader.receive_data(await stream.receive_some(65536))
+                while (frame := reader.next_frame()) is not None:
+                    answers.append(frame)
+        return answers
+    finally:
+        await stream.aclose()
+
+
 async def test_the_magic_r1_is_served_only_with_etcd_endpoints(
         run_daemon: Callable[..., Daemon], etcd: Etcd, client: EtcdClient) -> None:
     plain = run_daemon("nsqd")
@@ -243,3 +275,104 @@ async def test_the_magic_r1_is_served_only_with_etcd_endpoints(
     finally:
         await stream.aclose()
     clean(node)
+
+
+async def test_after_the_leaders_kill_the_new_leader_delivers_every_acknowledged_record(
+        run_daemon: Callable[..., Daemon], etcd: Etcd, client: EtcdClient) -> None:
+    nodes = [start_node(run_daemon, etcd) for _ in range(3)]
+    leader, others = nodes[0], nodes[1:]
+    await joined(client, *nodes)
+    await place(client, "pay", 3, prefer=node_of(leader))
+    for daemon in others:
+        await until(lambda d=daemon: f"fetching from leader {node_of(leader)}" in d.output())
+    async with await WireClient.connect(leader.tcp_address) as producer:
+        for i in range(20):
+            await producer.pub("pay", f"p{i}".encode())  # each OK: held by all three
+
+    leader.kill()
+    async def elected() -> str | None:
+        read_ = await read_state(client, "pay")
+        return read_[0].leader if read_ is not None and read_[0].epoch == 2 else None
+    new = await until(elected, timeout=FAILOVER, what="a new leader at epoch 2")
+    new_leader = next(d for d in others if node_of(d) == new)
+    other = next(d for d in others if d is not new_leader)
+    # the other follower asks where epoch 1 ends, cuts nothing, and fetches on from it
+    await until(lambda: f"fetching from leader {new}" in other.output(), timeout=FAILOVER)
+    async with await WireClient.connect(new_leader.tcp_address) as producer:
+        await producer.pub("pay", b"after")  # committed at epoch 2, by both
+    async with await WireClient.connect(new_leader.tcp_address) as consumer:
+        await consumer.subscribe("pay", "audit", rdy=100)
+        got = [m.body.decode() for m in await consumer.messages(21)]
+    assert got == [f"p{i}" for i in range(20)] + ["after"]
+    expected = [(i, f"p{i}") for i in range(20)] + [(20, "after")]
+    await until(lambda: _is(bodies(other, "pay"), expected), what="the follower's copy")
+    assert "log cut back" not in other.output()
+    for daemon in others:
+        await until(lambda d=daemon: _epochs(d, "pay") == "1 0\n2 20\n")
+    clean(*others)
+
+
+def _epochs(daemon: Daemon, topic: str) -> str:
+    data = next(a.split("=", 1)[1] for a in daemon.process.args  # type: ignore[union-attr]
+                if str(a).startswith("--data-path="))
+    path = Path(data) / "topics" / topic / "epochs"
+    return path.read_text() if path.exists() else ""
+
+
+async def test_a_follower_killed_and_restarted_fetches_what_it_lost_and_rejoins(
+        run_daemon: Callable[..., Daemon], etcd: Etcd, client: EtcdClient,
+        tmp_path: Path) -> None:
+    leader = start_node(run_daemon, etcd, "--min-insync-replicas=1")
+    follower = start_node(run_daemon, etcd, "--mem-queue-size=10000")  # all in memory
+    await placed(client, "logs", leader, follower)
+    async with await WireClient.connect(leader.tcp_address) as producer:
+        for i in range(5):
+            await producer.pub("logs", f"a{i}".encode())
+    both = sorted((node_of(leader), node_of(follower)))
+    port = follower.tcp_port
+    follower.kill()  # its memory tail lost: it restarts at its reservation, a hole
+    await until(lambda: _is(isr(client, "logs"), (node_of(leader),)), timeout=FAILOVER)
+    async with await WireClient.connect(leader.tcp_address) as producer:
+        await producer.pub("logs", b"a5")  # (ISR of one, the minimum 1)
+    again = run_daemon("nsqd", "--broadcast-address=127.0.0.1",
+                       f"--etcd-endpoints={etcd.endpoint}", f"--tcp-address=127.0.0.1:{port}",
+                       f"--data-path={tmp_path / 'nsqd-1'}", "--mem-queue-size=10000")
+    await until(lambda: _is(_sorted(isr(client, "logs")), both), timeout=FAILOVER,
+                what="the restarted follower back in sync")
+    expected = [(i, f"a{i}") for i in range(6)]
+    await until(lambda: _is(bodies(again, "logs"), expected), what="what it lost, fetched")
+    clean(leader, again)
+
+
+async def test_a_channels_cursor_is_shipped_and_the_new_leader_goes_on_from_it(
+        run_daemon: Callable[..., Daemon], etcd: Etcd, client: EtcdClient,
+        tmp_path: Path) -> None:
+    leader = start_node(run_daemon, etcd)
+    follower = start_node(run_daemon, etcd)
+    await placed(client, "mail", leader, follower)
+    async with (await WireClient.connect(leader.tcp_address) as producer,
+                await WireClient.connect(leader.tcp_address) as consumer):
+        await consumer.subscribe("mail", "send", rdy=10)
+        for i in range(10):
+            await producer.pub("mail", f"e{i}".encode())
+        got = await consumer.messages(10)
+        for msg in got[:6]:  # done with 0-5; 6-9 in flight
+            await consumer.send(commands.fin(msg.id))
+        journal = tmp_path / "nsqd-1" / "topics" / "mail" / "send.cursor"
+        await until(lambda: journal.exists() and _mark_delete(journal) == 6,
+                    what="the follower's journal at the leader's mark-delete")
+
+    leader.kill()
+    await until(lambda: "leading topic mail at epoch 2" in follower.output(),
+                timeout=FAILOVER)
+    async with await WireClient.connect(follower.tcp_address) as consumer:
+        await consumer.subscribe("mail", "send", rdy=10)
+        again = [m.body.decode() for m in await consumer.messages(4)]
+        assert again == [f"e{i}" for i in range(6, 10)]  # what was in flight, nothing done
+        await consumer.nothing_for(0.5)
+    clean(follower)
+
+
+def _mark_delete(journal: Path) -> int | None:
+    state = cursorfile.load(journal)
+    return state.mark_delete if state is not None else None

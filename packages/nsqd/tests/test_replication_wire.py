@@ -111,3 +111,15 @@ def test_malformed_frames_raise_wire_error(data: bytes) -> None:
 def test_a_name_too_long_is_not_encoded() -> None:
     with pytest.raises(WireError):
         wire.encode(Hello("x" * 70000))
+
+
+def test_channel_records_round_trip_and_a_cut_one_is_refused() -> None:
+    records = [("ch", wire.CURSOR, b"\x00" * 12), ("other#x", wire.CHANNEL_SETTINGS, b"{}"),
+               ("e", wire.CURSOR, b"")]
+    data = wire.encode_channel_records(records)
+    assert wire.decode_channel_records(data) == records
+    assert wire.decode_channel_records(b"") == []
+    with pytest.raises(WireError):
+        wire.decode_channel_records(data[:-1])
+    with pytest.raises(WireError):
+        wire.decode_channel_records(b"\x00\x02\xff\xfe\x02\x00\x00\x00\x00")

@@ -21,6 +21,7 @@ its followers' lag.
 from __future__ import annotations
 
 import logging
+from functools import partial
 from typing import TYPE_CHECKING
 
 import trio
@@ -28,6 +29,7 @@ from nsq_common import ProtocolError, decode_mpub_body
 
 from ..errors import Exiting, StoreFailed
 from ..record import Records
+from .cursors import apply_cursor
 from .election import StaleEpoch, change_isr
 from .etcd import EtcdError
 from .fetcher import Fetcher
@@ -141,7 +143,7 @@ class DataPath:
             return
         for leader, topics in by_leader.items():
             fetcher = Fetcher(self.node, leader, self.replicas.get, self._node_info,
-                              self.broker.now,
+                              self.broker.now, partial(apply_cursor, self.broker),
                               lambda: not self.coordinator.membership.reachable)
             fetcher.follow(topics)
             self.fetchers[leader] = fetcher

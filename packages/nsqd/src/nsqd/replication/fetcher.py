@@ -43,7 +43,9 @@ class Fetcher:
     def __init__(self, node: str, leader: str, replicas: Callable[[str], Replica | None],
                  address_of: Callable[[str], NodeInfo | None],
                  now: Callable[[], float],
+                 apply_cursor: Callable[[Replica, str, bytes], Awaitable[None]],
                  etcd_unreachable: Callable[[], bool] = lambda: False) -> None:
+        self.apply_cursor = apply_cursor
         self.node = node
         self.now = now  # the broker's clock (Trio's)
         self.leader = leader
@@ -178,10 +180,7 @@ class Fetcher:
             return
         log_ = replica.log
         if data.error == wire.OUT_OF_RANGE:
-            log.info("replication: topic %s: the leader's log starts at %d, past this "
-                     "replica's end %d: fetching from there", data.topic, data.log_start,
-                     log_.end)
-            log_.skip_to(data.log_start)
+            self._out_of_range(replica, data)
             return
         if data.error != wire.NONE:
             self._retry_later(data.topic, data.error)
@@ -205,6 +204,27 @@ class Fetcher:
                               exc)
         log_.skip_to(data.next_offset)
         replica.follower_hw(data.hw)
+        for channel, kind, payload in wire.decode_channel_records(data.channels):
+            if kind == wire.CURSOR:
+                await self.apply_cursor(replica, channel, payload)
+
+    def _out_of_range(self, replica: Replica, data: wire.TopicData) -> None:
+        """This log's end is below the leader's log start (retention removed the records
+        between: fetched from the start, a gap), or past its log end (``next offset``: what
+        this log gave past its records goes back, if it stores none there)."""
+        log_ = replica.log
+        if log_.end < data.log_start:
+            log.info("replication: topic %s: the leader's log starts at %d, past this "
+                     "replica's end %d: fetching from there", data.topic, data.log_start,
+                     log_.end)
+            log_.skip_to(data.log_start)
+            return
+        try:
+            log_.cut_back(data.next_offset)
+        except LogError as exc:
+            log.error("replication: topic %s: past the leader's end %d: %s", data.topic,
+                      data.next_offset, exc)
+            self._later[data.topic] = self.now() + 10 * RETRY
 
     def _retry_later(self, topic: str, error: int) -> None:
         name = wire.ERROR_NAMES[error] if error < len(wire.ERROR_NAMES) else str(error)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from . import wire
+from .cursors import CURSOR_SHIP_INTERVAL, Shipped
 from .wire import (
     Data,
     Epoch,
@@ -71,12 +72,12 @@ class ReplicationServer:
                 pass  # (the follower gone: its producer counts the message as unknown)
 
         async with trio.open_nursery() as nursery:
-            await self._serve(stream, reader, send, forwarded, nursery, remote)
+            await self._serve(stream, reader, send, forwarded, nursery, remote, Shipped())
 
     async def _serve(self, stream: trio.abc.Stream, reader: FrameReader,
                      send: Callable[[wire.Frame], Awaitable[None]],
                      forwarded: Callable[[Forward], Awaitable[None]], nursery: trio.Nursery,
-                     follower: str) -> None:
+                     follower: str, shipped: Shipped) -> None:
         try:
             while True:
                 frame = reader.next_frame()
@@ -93,7 +94,7 @@ class ReplicationServer:
                     log.info("replication: %s connected from %s", frame.node, follower)
                     follower = frame.node
                 elif isinstance(frame, Fetch):
-                    await send(await self.fetch(follower, frame))
+                    await send(await self.fetch(follower, frame, shipped))
                 elif isinstance(frame, EpochEnd):
                     await send(self.epoch_end(frame))
                 elif isinstance(frame, Forward):
@@ -112,14 +113,14 @@ class ReplicationServer:
         found, end = replica.epochs.end_of(ask.epoch, replica.log.end)
         return Epoch(ask.topic, wire.NONE, found, end)
 
-    async def fetch(self, follower: str, ask: Fetch) -> Data:
-        """The answer to a fetch: at once when some topic has data or an error, else once
-        one grows, or at ``max wait``."""
+    async def fetch(self, follower: str, ask: Fetch, shipped: Shipped) -> Data:
+        """The answer to a fetch: at once when some topic has data, channel records due or
+        an error, else once one grows or has channel records due, or at ``max wait``."""
         deadline = self.now() + min(ask.max_wait_ms / 1000, MAX_WAIT)
         while True:
             answers, waits = [], []
             for t in ask.topics:
-                answer, replica = await self._topic(follower, t, ask.max_bytes)
+                answer, replica = await self._topic(follower, t, ask.max_bytes, shipped)
                 answers.append(answer)
                 if replica is not None:
                     waits.append(replica)
@@ -127,9 +128,9 @@ class ReplicationServer:
                 for replica in waits:  # (answered at the tail: caught up as of now)
                     replica.answered(follower)
                 return Data(tuple(answers))
-            await _any_appended(waits, deadline)
+            await _any_appended(waits, min(deadline, self.now() + CURSOR_SHIP_INTERVAL))
 
-    async def _topic(self, follower: str, ask: FetchTopic, max_bytes: int
+    async def _topic(self, follower: str, ask: FetchTopic, max_bytes: int, shipped: Shipped
                      ) -> tuple[TopicData, Replica | None]:
         """One topic's answer, and its replica when it has nothing to send (the fetch may
         wait for it)."""
@@ -146,10 +147,14 @@ class ReplicationServer:
         if ask.offset < start and ask.offset < log_.end:
             return TopicData(ask.topic, wire.OUT_OF_RANGE, replica.epoch, replica.hw, start,
                              start), None
+        if ask.offset > log_.end:  # (never taken as held: the follower gives it back)
+            return TopicData(ask.topic, wire.OUT_OF_RANGE, replica.epoch, replica.hw, start,
+                             log_.end), None
         progress = replica.fetched(follower, ask.offset, ask.flags)
+        channels = shipped.due(replica.topic, ask.offset, self.now())
         if ask.offset >= log_.end:
             return TopicData(ask.topic, wire.NONE, replica.epoch, replica.hw, start,
-                             ask.offset), replica
+                             ask.offset, channels=channels), None if channels else replica
         try:
             runs = await log_.read_at(ask.offset, MAX_RECORDS, max(max_bytes, 1))
         except Exception as exc:  # (a read problem of the leader's, told to the follower)
@@ -157,7 +162,7 @@ class ReplicationServer:
                       ask.offset, follower, exc)
             return TopicData(ask.topic, wire.STORAGE, replica.epoch, replica.hw, start,
                              ask.offset), None
-        shipped: list[tuple[int, list[bytes]]] = []
+        runs_out: list[tuple[int, list[bytes]]] = []
         nbytes = 0
         for first, records, _ in runs:
             taken: list[bytes] = []
@@ -167,17 +172,17 @@ class ReplicationServer:
                 taken.append(record)
                 nbytes += len(record) + 4
             if taken:
-                shipped.append((first, taken))
+                runs_out.append((first, taken))
             if len(taken) < len(records):
                 break
-        next_offset = shipped[-1][0] + len(shipped[-1][1]) if shipped else log_.end
+        next_offset = runs_out[-1][0] + len(runs_out[-1][1]) if runs_out else log_.end
         lines = replica.epochs.lines
         covering = [i for i, (_, s) in enumerate(lines) if s <= ask.offset]
         since = covering[-1] if covering else 0
         epochs = tuple(line for line in lines[since:] if line[1] < next_offset)
         progress.answered(log_.end)
         return TopicData(ask.topic, wire.NONE, replica.epoch, replica.hw, start, next_offset,
-                         epochs, wire.encode_batches(shipped)), None
+                         epochs, wire.encode_batches(runs_out), channels), None
 
 
 async def _any_appended(replicas: list[Replica], deadline: float) -> None:

@@ -49,6 +49,9 @@ ETCD_UNREACHABLE = 1
 #: FORWARD kinds
 PUB, MPUB, DPUB = range(1, 4)
 
+#: channel record kinds (in DATA after the batches)
+TOPIC_SETTINGS, CHANNEL_SETTINGS, CURSOR = range(3)
+
 _FRAME = struct.Struct(">IB")
 _U8 = struct.Struct(">B")
 _U16 = struct.Struct(">H")
@@ -61,6 +64,7 @@ _EPOCH_LINE = struct.Struct(">QQ")
 _EPOCH_ANSWER = struct.Struct(">HQQ")
 _FORWARD_TAIL = struct.Struct(">BI")
 _RECORD_SIZE = struct.Struct(">I")
+_CHANNEL_KIND = struct.Struct(">BI")
 
 
 class WireError(Exception):
@@ -200,6 +204,12 @@ def encode_batches(runs: Sequence[tuple[int, Sequence[bytes]]]) -> bytes:
     return b"".join(out)
 
 
+def encode_channel_records(records: Sequence[tuple[str, int, bytes]]) -> bytes:
+    """Channel records, each ``u16 len, channel | u8 kind | u32 len, payload``."""
+    return b"".join(_text(channel) + _CHANNEL_KIND.pack(kind, len(payload)) + payload
+                    for channel, kind, payload in records)
+
+
 # -- decoding --------------------------------------------------------------------------------
 class _Cursor:
     __slots__ = ("data", "pos")
@@ -326,6 +336,21 @@ def decode_batches(data: bytes) -> list[tuple[int, list[bytes]]]:
         out.append((base, records))
         end = base + count
         pos = stop
+    return out
+
+
+def decode_channel_records(data: bytes) -> list[tuple[str, int, bytes]]:
+    """The channel records of a DATA topic, each ``(channel, kind, payload)``.
+
+    Raises:
+        WireError: one cut short, or a channel name that is not UTF-8.
+    """
+    c = _Cursor(data)
+    out = []
+    while c.pos < len(data):
+        channel = c.text()
+        kind, n = c.unpack(_CHANNEL_KIND)
+        out.append((channel, kind, c.take(n)))
     return out
 
 
