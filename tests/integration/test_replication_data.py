@@ -9,7 +9,6 @@ set and joins it again when caught up."""
 from __future__ import annotations
 
 import base64
-import signal
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -41,6 +40,10 @@ def clean(*daemons: Daemon) -> None:
 
 
 def node_of(daemon: Daemon) -> str:
+    """Its id: its broadcast address and port (its TCP port, unless given another)."""
+    for arg in daemon.process.args:  # type: ignore[union-attr]
+        if str(arg).startswith("--broadcast-tcp-port="):
+            return f"127.0.0.1:{str(arg).split('=', 1)[1]}"
     return f"127.0.0.1:{daemon.tcp_port}"
 
 
@@ -163,32 +166,80 @@ async def test_below_the_minimum_in_sync_a_publish_fails_at_once(
     clean(leader)
 
 
+class Gate:
+    """A TCP proxy (in the test) in front of a leader's port, registered as its address in
+    etcd (``--broadcast-tcp-port``): ``close`` holds every byte between its followers and
+    it, as a partition between them would, while both still reach etcd."""
+
+    def __init__(self) -> None:
+        self.target = 0
+        self._open = trio.Event()
+        self._open.set()
+
+    def close(self) -> None:
+        self._open = trio.Event()
+
+    def reopen(self) -> None:
+        self._open.set()
+
+    async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
+                  ) -> None:
+        async def handle(stream: trio.SocketStream) -> None:
+            upstream = await trio.open_tcp_stream("127.0.0.1", self.target)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._pump, stream, upstream)
+                nursery.start_soon(self._pump, upstream, stream)
+
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        task_status.started(listeners[0].socket.getsockname()[1])
+        await trio.serve_listeners(handle, listeners)  # type: ignore[arg-type]
+
+    async def _pump(self, source: trio.abc.Stream, sink: trio.abc.Stream) -> None:
+        try:
+            while data := await source.receive_some(65536):
+                await self._open.wait()
+                await sink.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        finally:
+            await trio.aclose_forcefully(sink)
+
+
+async def gated_leader(nursery: trio.Nursery, run_daemon: Callable[..., Daemon], etcd: Etcd,
+                       *args: str) -> tuple[Daemon, Gate]:
+    gate = Gate()
+    port = await nursery.start(gate.run)
+    leader = start_node(run_daemon, etcd, f"--broadcast-tcp-port={port}", *args)
+    gate.target = leader.tcp_port
+    return leader, gate
+
+
 async def test_only_committed_records_are_acknowledged_and_delivered(
         run_daemon: Callable[..., Daemon], etcd: Etcd, client: EtcdClient) -> None:
-    leader = start_node(run_daemon, etcd, "--replica-lag-max=60s")
-    follower = start_node(run_daemon, etcd)
-    await placed(client, "events", leader, follower)
-    async with (await WireClient.connect(leader.tcp_address) as consumer,
-                await WireClient.connect(leader.tcp_address) as producer,
-                await WireClient.connect(follower.tcp_address) as idle):
-        await consumer.subscribe("events", "ch", rdy=10)
-        await idle.subscribe("events", "ch", rdy=10)  # a follower takes SUB and RDY
-        await producer.pub("events", b"first")
-        assert (await consumer.message()).body == b"first"
+    async with trio.open_nursery() as nursery:
+        leader, gate = await gated_leader(nursery, run_daemon, etcd, "--replica-lag-max=60s")
+        follower = start_node(run_daemon, etcd)
+        await placed(client, "events", leader, follower)
+        async with (await WireClient.connect(leader.tcp_address) as consumer,
+                    await WireClient.connect(leader.tcp_address) as producer,
+                    await WireClient.connect(follower.tcp_address) as idle):
+            await consumer.subscribe("events", "ch", rdy=10)
+            await idle.subscribe("events", "ch", rdy=10)  # a follower takes SUB and RDY
+            await producer.pub("events", b"first")
+            assert (await consumer.message()).body == b"first"
 
-        follower.process.send_signal(signal.SIGSTOP)  # (briefly: its lease outlives this)
-        try:
+            gate.close()  # the follower cut off from the leader (not from etcd)
             await producer.send(commands.pub("events", b"second"))
             # appended on the leader, not copied: neither acknowledged nor delivered
             await until(lambda: _latest(leader, 1), what="appended on the leader")
             await consumer.nothing_for(0.5)
             await producer.nothing_for(0.1)
             assert await bodies(leader, "events") == [(0, "first")]  # /topic/read: the HW
-        finally:
-            follower.process.send_signal(signal.SIGCONT)
-        assert await producer.response() == b"OK"
-        assert (await consumer.message()).body == b"second"
-        await idle.nothing_for(0.5)  # the follower delivered nothing
+            gate.reopen()
+            assert await producer.response() == b"OK"
+            assert (await consumer.message()).body == b"second"
+            await idle.nothing_for(0.5)  # the follower delivered nothing
+        nursery.cancel_scope.cancel()
     clean(leader, follower)
 
 
@@ -202,25 +253,27 @@ async def _latest(daemon: Daemon, offset: int) -> bool:
 
 async def test_a_follower_behind_for_the_lag_max_leaves_the_isr_and_rejoins_caught_up(
         run_daemon: Callable[..., Daemon], etcd: Etcd, client: EtcdClient) -> None:
-    leader = start_node(run_daemon, etcd, "--replica-lag-max=1s", "--min-insync-replicas=1")
-    follower = start_node(run_daemon, etcd)
-    await placed(client, "jobs", leader, follower)
-    both = (node_of(leader), node_of(follower))
-    assert sorted(await isr(client, "jobs")) == sorted(both)
-    follower.process.send_signal(signal.SIGSTOP)
-    try:
+    async with trio.open_nursery() as nursery:
+        leader, gate = await gated_leader(nursery, run_daemon, etcd, "--replica-lag-max=1s",
+                                          "--min-insync-replicas=1")
+        follower = start_node(run_daemon, etcd)
+        await placed(client, "jobs", leader, follower)
+        both = sorted((node_of(leader), node_of(follower)))
+        assert sorted(await isr(client, "jobs")) == both
+        gate.close()
         async with await WireClient.connect(leader.tcp_address) as producer:
-            # waits for the follower until it is shrunk out (its lease still alive), then OK
-            await producer.pub("jobs", b"while-stopped")
+            # waits for the follower until it is shrunk out (it is alive: its lease is
+            # there), then OK with the leader alone in sync (the minimum, 1)
+            await producer.pub("jobs", b"while-cut-off")
         assert await isr(client, "jobs") == (node_of(leader),)
         assert f"{node_of(follower)} not caught up for over 1s" in leader.output()
         assert await client.get(node_key(node_of(follower))) is not None
-    finally:
-        follower.process.send_signal(signal.SIGCONT)
-    await until(lambda: _is(_sorted(isr(client, "jobs")), sorted(both)), timeout=FAILOVER,
-                what="the follower back in sync")
-    assert f"{node_of(follower)} caught up: into the in-sync set" in leader.output()
-    await until(lambda: _is(bodies(follower, "jobs"), [(0, "while-stopped")]))
+        gate.reopen()
+        await until(lambda: _is(_sorted(isr(client, "jobs")), both), timeout=FAILOVER,
+                    what="the follower back in sync")
+        assert f"{node_of(follower)} caught up: into the in-sync set" in leader.output()
+        await until(lambda: _is(bodies(follower, "jobs"), [(0, "while-cut-off")]))
+        nursery.cancel_scope.cancel()
     clean(leader, follower)
 
 
