@@ -256,7 +256,7 @@ async def test_a_follower_behind_for_the_lag_max_leaves_the_isr_and_rejoins_caug
     async with trio.open_nursery() as nursery:
         leader, gate = await gated_leader(nursery, run_daemon, etcd, "--replica-lag-max=1s",
                                           "--min-insync-replicas=1")
-        follower = start_node(run_daemon, etcd)
+        follower = start_node(run_daemon, etcd, "--replica-lag-max=1s")
         await placed(client, "jobs", leader, follower)
         both = sorted((node_of(leader), node_of(follower)))
         assert sorted(await isr(client, "jobs")) == both
@@ -268,11 +268,21 @@ async def test_a_follower_behind_for_the_lag_max_leaves_the_isr_and_rejoins_caug
         assert await isr(client, "jobs") == (node_of(leader),)
         assert f"{node_of(follower)} not caught up for over 1s" in leader.output()
         assert await client.get(node_key(node_of(follower))) is not None
+        # a publish to the follower, forwarded to a leader it cannot reach: refused once it
+        # waited as long as the leader may (2 x its --replica-lag-max, and 5 s)
+        async with await WireClient.connect(follower.tcp_address) as producer:
+            await producer.send(commands.pub("jobs", b"unknown"))
+            error = await producer.error(timeout=FAILOVER)
+        assert error == b"E_PUB_FAILED PUB failed no answer from the leader " + \
+            node_of(leader).encode()
         gate.reopen()
         await until(lambda: _is(_sorted(isr(client, "jobs")), both), timeout=FAILOVER,
                     what="the follower back in sync")
         assert f"{node_of(follower)} caught up: into the in-sync set" in leader.output()
-        await until(lambda: _is(bodies(follower, "jobs"), [(0, "while-cut-off")]))
+        # (the forward held by the cut reached the leader after all: a message the
+        # producer counts as unknown, published)
+        await until(lambda: _is(bodies(follower, "jobs"),
+                                [(0, "while-cut-off"), (1, "unknown")]))
         nursery.cancel_scope.cancel()
     clean(leader, follower)
 

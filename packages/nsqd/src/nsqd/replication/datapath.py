@@ -200,7 +200,7 @@ class DataPath:
             if self._nursery is None:
                 raise StoreFailed("replication is not running")
             forwarder = self.forwarders[leader] = Forwarder(self.node, leader, self._node_info,
-                                                            self._nursery)
+                                                            self._nursery, self.lag_max)
         await forwarder.publish(topic, msgs)
 
     async def publish_forwarded(self, ask: Forward) -> bytes:

@@ -28,14 +28,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("nsqd")
 
-#: the longest a forwarded publish waits for its answer
-ANSWER_TIMEOUT = 60.0
+#: a forwarded publish waits for its answer as long as the leader may wait for its ISR
+#: (2 x --replica-lag-max), and this much more
+ANSWER_MARGIN = 5.0
 
 
 class Forwarder:
     def __init__(self, node: str, leader: str, address_of: Callable[[str], NodeInfo | None],
-                 nursery: trio.Nursery) -> None:
+                 nursery: trio.Nursery, lag_max: float) -> None:
         self.node = node
+        self.answer_within = 2 * lag_max + ANSWER_MARGIN
         self.leader = leader
         self.address_of = address_of
         self._nursery = nursery
@@ -45,8 +47,7 @@ class Forwarder:
         self._next_id = 0
         self._waiting: dict[int, tuple[trio.Event, list[bytes]]] = {}
 
-    async def publish(self, topic: str, msgs: list[QueuedMessage] | Records,
-                      within: float = ANSWER_TIMEOUT) -> None:
+    async def publish(self, topic: str, msgs: list[QueuedMessage] | Records) -> None:
         """Publish ``msgs`` through the leader.
 
         Raises:
@@ -61,7 +62,7 @@ class Forwarder:
         try:
             async with self._send_lock:
                 await stream.send_all(wire.encode(Forward(fid, topic, kind, defer_ms, body)))
-            with trio.move_on_after(within):
+            with trio.move_on_after(self.answer_within):
                 await done.wait()
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             self._lost(stream, exc)
