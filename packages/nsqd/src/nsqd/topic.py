@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("nsqd")
 
+
 class Replica(Protocol):
     """A topic placed on several nodes, as the topic, its publishers and readers see it
     (``replication.replica.Replica``: only with --etcd-endpoints)."""
