@@ -202,3 +202,40 @@ async def test_unwritten_records_are_counted_across_gaps(tmp_path):
     again = open_log(tmp_path)
     assert [o for o, _ in await read_all(again)] == [11, 20, 21, 22, 30]
     await again.close()
+
+
+async def test_a_crashed_followers_hole_is_given_back_and_refetched_at_the_same_offsets(
+        tmp_path):
+    # a follower killed: its end comes back at the reservation; what it stored ends at 503
+    log = open_log(tmp_path)
+    await log.append_at(5, records("a", 3))
+    await log.append_at(500, records("c", 3))
+    crashed = open_log(tmp_path)
+    assert crashed.end > 503 and crashed.stored_end == 503 and crashed.hole is not None
+    crashed.cut_back(crashed.stored_end)
+    assert crashed.end == 503 and crashed.hole is None
+    await crashed.append_at(503, records("d", 2))  # the leader's next records, at its offsets
+    assert [o for o, _ in await read_all(crashed)] == [5, 6, 7, 500, 501, 502, 503, 504]
+    with pytest.raises(LogError):  # stored records are not cut
+        crashed.cut_back(504)
+    assert crashed.end == 505
+    await crashed.close()
+    reopened = open_log(tmp_path)
+    assert reopened.end == 505 and [o for o, _ in await read_all(reopened)][-1] == 504
+    await reopened.close()
+
+
+@pytest.mark.parametrize("mem", [0, 1 << 20], ids=["written-through", "memory-tail"])
+async def test_a_gap_at_the_leaders_tail_is_skipped_and_can_be_given_back(tmp_path, mem):
+    log = open_log(tmp_path, mem)
+    await log.append_at(0, records("a", 2))
+    log.skip_to(40)  # the leader's next offset, past records no cursor needed
+    log.skip_to(10)  # (never back)
+    assert (log.end, log.stored_end) == (40, 2)
+    assert await read_all(log) == [(0, b"a-0"), (1, b"a-1")]
+    log.cut_back(2)
+    assert log.end == 2
+    log.skip_to(40)
+    await log.append_at(40, records("b", 1))
+    assert await read_all(log) == [(0, b"a-0"), (1, b"a-1"), (40, b"b-0")]
+    await log.close()

@@ -186,11 +186,13 @@ def _replication() -> Callable[[Options, Broker], Awaitable[None]]:
 
     from .flags import etcd_endpoints
     from .replication.coordinator import Coordinator
+    from .replication.datapath import DataPath
     from .replication.edge import Edge
     from .replication.keys import NodeInfo
 
     async def coordinate(opts: Options, broker: Broker) -> None:
-        """Join in the background: the node serves meanwhile, and while etcd is unreachable."""
+        """Join in the background: the node serves meanwhile, and while etcd is unreachable.
+        Followers' fetch connections are served from now on."""
         tcp_port = opts.broadcast_tcp_port or broker.tcp_port
         info = NodeInfo(join_host_port(opts.broadcast_address, tcp_port),
                         opts.broadcast_address, tcp_port,
@@ -198,9 +200,16 @@ def _replication() -> Callable[[Options, Broker], Awaitable[None]]:
         coordinator = Coordinator(etcd_endpoints({"etcd_endpoints": opts.etcd_endpoints}),
                                   info, broker.clock, local=broker,
                                   down_timeout=opts.replica_down_timeout)
+        data = DataPath(broker, coordinator, min_insync=opts.min_insync_replicas,
+                        lag_max=opts.replica_lag_max)
+        coordinator.attach(host_topic=data.host, on_change=data.sync,
+                           progress_of=data.progress)
+        broker.serve_replication(data.server.handle)
         broker.replicated(Edge(coordinator, opts.default_replicas))
         try:
-            await coordinator.run()
+            async with trio.open_nursery() as nursery:
+                await nursery.start(data.run)
+                await coordinator.run()
         finally:
             broker.replicated(None)
 

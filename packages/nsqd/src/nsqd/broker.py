@@ -16,7 +16,6 @@ due times) and writes what the logs hold in memory, for the next start (``restar
 from __future__ import annotations
 
 import contextlib
-
 import logging
 import ssl
 from collections.abc import Awaitable, Callable
@@ -84,6 +83,9 @@ class Broker:
         self.lmstfy_addresses: tuple[str, ...] = ()  # bound: lmstfy's data and admin APIs
         # the replication cluster (``app.serve`` sets it with --etcd-endpoints only)
         self.replication: Replicas | None = None
+        #: what serves a follower's fetch connection (``  R1``): only with --etcd-endpoints
+        self.replication_server: Callable[[trio.abc.Stream, bytes, str], Awaitable[None]
+                                          ] | None = None
         self.tls_context = server_context(opts)
         self.tls_required = tls_required(opts)
         self.features = ServerFeatures(
@@ -139,6 +141,12 @@ class Broker:
     def replicated(self, cluster: Replicas | None) -> None:
         """The replication cluster this node takes part in from now on (None: no more)."""
         self.replication = cluster
+
+    def serve_replication(self, handler: Callable[[trio.abc.Stream, bytes, str],
+                                                  Awaitable[None]]) -> None:
+        """Serve followers' fetch connections (``  R1``) with ``handler``
+        (--etcd-endpoints)."""
+        self.replication_server = handler
 
     def _new_auth_http(self) -> httpx.AsyncClient:
         import httpx  # deferred: see __init__
@@ -438,12 +446,20 @@ class Broker:
 
         Raises:
             Exiting: nsqd is shutting down.
-            StoreFailed: the disk write failed (nsqd turns unhealthy until a store succeeds).
+            StoreFailed: the disk write failed (nsqd turns unhealthy until a store succeeds);
+                or, on a replicated topic, its leader's refusal (forwarded from a follower),
+                its ISR below the minimum, or the ISR did not copy the messages in time.
         """
         if self.exiting:
             raise Exiting
         try:
             topic = self.get_topic(topic_name)
+            replica = topic.replica
+            if replica is not None:  # replicated: on its leader, with its ISR at the minimum
+                if not replica.leading:
+                    await replica.forward(msgs)
+                    return
+                replica.check_publish()
             if isinstance(msgs, Records):
                 await topic.put_records(msgs)
             else:
@@ -461,6 +477,10 @@ class Broker:
                 raise StoreFailed(f"failed to persist metadata - {exc}") from exc
         if self.health != "OK":
             self.health = "OK"
+        if replica is not None:  # acknowledged once the in-sync set holds it
+            end = topic.log.end
+            replica.published()
+            await replica.committed(end)
 
     async def keep_topics(self) -> None:
         """nsqd.dat written with every topic and channel made so far before the request that

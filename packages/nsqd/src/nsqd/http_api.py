@@ -256,20 +256,22 @@ class HttpApi:
         if offset is None and "timestamp" in q:  # from the first published at or after it
             offset = await log_.find_time(timestamp_ns(q))
         start = log_.start
+        # a replicated topic's readers see the committed records only, on every replica
+        end = log_.end if topic.replica is None else min(log_.end, topic.replica.hw)
         first = max(offset if offset is not None else start, start)
-        runs = await log_.read_at(first, n) if first < log_.end else []
+        runs = await log_.read_at(first, n) if first < end else []
         messages: list[dict[str, Any]] = []
         next_offset = first
         for run_first, records, _ in runs:
             for i, record in enumerate(records):
-                if run_first + i >= log_.end or len(messages) >= n:
+                if run_first + i >= end or len(messages) >= n:
                     break
                 entry = message_json(decode_record(record, run_first + i))
                 entry["offset"] = run_first + i
                 messages.append(entry)
                 next_offset = run_first + i + 1
         return _json({"messages": messages, "next_offset": max(next_offset, first),
-                      "earliest_offset": start, "latest_offset": log_.end - 1})
+                      "earliest_offset": start, "latest_offset": end - 1})
 
     async def topic_delete(self, request: Request) -> Response:
         q = _query(request)

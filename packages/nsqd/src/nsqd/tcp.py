@@ -38,6 +38,8 @@ log = logging.getLogger("nsqd")
 READ_SIZE = 262144
 BATCHED = (b"PUB", b"MPUB")
 MAGIC_TIMEOUT = 60.0  # nsqd's client timeout
+#: a follower's fetch connection (docs/design/replication.md): served only with --etcd-endpoints
+REPLICATION_MAGIC = b"  R1"
 # A client that does not read its responses (a publisher pipelining without looking back)
 # stops being read once this much output is waiting.
 OUTPUT_HIGH_WATER = 4 * 1024 * 1024
@@ -328,6 +330,10 @@ async def handle_stream(broker: Broker, stream: trio.abc.Stream, remote: str | N
         if len(magic) < 4:
             return
         if magic[:4] != MAGIC_V2:
+            replication = broker.replication_server  # (set only with --etcd-endpoints)
+            if replication is not None and magic[:4] == REPLICATION_MAGIC:
+                await replication(stream, magic[4:], remote)
+                return
             log.info("client %s: bad protocol magic %r", remote, magic[:4])
             await stream.send_all(encode_error(b"E_BAD_PROTOCOL"))
             return

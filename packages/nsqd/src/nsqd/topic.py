@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import trio
 from nsq_common import is_ephemeral
@@ -28,6 +28,26 @@ if TYPE_CHECKING:
     from .topiclog import TopicLog
 
 log = logging.getLogger("nsqd")
+
+
+class Replica(Protocol):
+    """A topic placed on several nodes, as the topic, its publishers and readers see it
+    (``replication.replica.Replica``: only with --etcd-endpoints)."""
+
+    leading: bool
+    hw: int
+
+    @property
+    def deliver_end(self) -> int: ...
+
+    def check_publish(self) -> None: ...
+
+    def published(self) -> None: ...
+
+    async def committed(self, end: int) -> None: ...
+
+    async def forward(self, msgs: list[QueuedMessage] | Records) -> None: ...
+
 
 #: Where a new channel's cursor starts (``POST /channel/create?start=``).
 STARTS = ("earliest", "latest")
@@ -53,6 +73,8 @@ class Topic:
         self.message_count = 0
         self.message_bytes = 0
         self.message_ttl = 0  # seconds; messages published without a TTL of their own get it
+        #: a topic placed on several nodes (--etcd-endpoints): its role and high watermark
+        self.replica: Replica | None = None
         self._persist_now = trio.Event()
         log.needed = self.needed
         log.on_readable = self._readable
@@ -65,6 +87,10 @@ class Topic:
         if message_ttl is not None:
             self.message_ttl = message_ttl
         return self.log.retain(retention_ns, retention_bytes) or changed
+
+    def replicate(self, replica: Replica | None) -> None:
+        """Placed on several nodes (``replication.replica``), or no longer."""
+        self.replica = replica
 
     def mark_deleted(self) -> None:
         """Deleted: whatever still holds it (a channel's last client) leaves it alone."""
@@ -80,10 +106,13 @@ class Topic:
     @property
     def visible_end(self) -> int:
         """How far the channels may read: the log's end, or where the topic was paused (or
-        began, while it is not started)."""
+        began, while it is not started); a replicated topic's, no further than what it may
+        deliver (its high watermark while it leads, nothing while it follows)."""
         if not self.started:
             return self._held_from
-        return self.paused_at if self.paused else self.log.end
+        end = self.paused_at if self.paused else self.log.end
+        replica = self.replica
+        return end if replica is None else min(end, replica.deliver_end)
 
     def hold_until_started(self) -> None:
         """Hold what is published until ``start`` (the lookupds are asked for channels)."""

@@ -232,6 +232,37 @@ class TopicLog:
             return 0
         return max(0, min(end, self.hole[1]) - max(start, self.hole[0]))
 
+    @property
+    def stored_end(self) -> int:
+        """The offset after the last record stored, in memory or on disk (``end`` less a
+        gap or ``hole`` after it)."""
+        return max(self._tail.end if self._tail else 0, self._files.end)
+
+    def skip_to(self, offset: int) -> None:
+        """A follower's end moves on to ``offset``: the offsets between are a gap (its
+        leader's: no record there). Nothing if ``offset`` is not past the end."""
+        if offset > self._end:
+            self._end = offset
+
+    def cut_back(self, offset: int) -> None:
+        """A follower's end goes back to ``offset`` (docs/design/replication.md, KIP-101's
+        truncation), where no record is stored at or past it: a gap or a ``hole`` after its
+        records is given back. Nothing if ``offset`` is not below the end.
+
+        Raises:
+            LogError: a record is stored at or past ``offset``, or an append is under way
+                (cutting stored records back is not built); the log is as it was.
+        """
+        if offset >= self._end:
+            return
+        if offset < self.stored_end or self._appends or self._committing:
+            raise LogError(f"cannot cut the log back to {offset}: records are stored up to "
+                           f"{self.stored_end}")
+        self._end = offset
+        self._written_end = min(self._written_end, offset)
+        if self.hole is not None:
+            self.hole = (self.hole[0], offset) if self.hole[0] < offset else None
+
     # -- writing -----------------------------------------------------------------------------
     async def append(self, records: Sequence[bytes], *, plain: bool) -> int:
         """Store ``records`` at the log's end (``plain``: all of them plain records); the

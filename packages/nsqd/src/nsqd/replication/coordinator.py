@@ -19,8 +19,11 @@ The leader also changes where its topics live (``nsqd.replication.replace``): ``
 ``down_timeout`` (as this node saw it go) is placed on another live node.
 
 ``describe`` is a topic's ``replication`` object of ``/stats``; ``isr_changes`` counts the
-ISR changes this node made, for ``/metrics``. The data path (fetching, acknowledgements,
-the HW) is not here yet: it will read ``roles`` and fill ``progress``.
+ISR changes this node made, for ``/metrics``. ISR changes this node made, for ``/metrics``.
+
+A topic placed on this node is made here (``host_topic``); after each reconcile the data
+path (``replication.datapath``: fetching, the high watermark, acknowledgements) follows
+``roles`` (``on_change``).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 import attrs
@@ -35,6 +39,7 @@ import trio
 
 from ..clock import Clock, SystemClock
 from .election import StaleEpoch, campaign, change_isr
+from .epochs import NAME as EPOCHS_FILE
 from .etcd import EtcdClient, EtcdError
 from .keys import ROOT, NodeInfo, TopicState
 from .membership import RETRY, Membership
@@ -66,6 +71,8 @@ class LocalTopics(Protocol):
 
     def delete_topic(self, name: str) -> bool: ...
 
+    def topic_directory(self, name: str) -> Path: ...
+
 
 #: seconds between the leader's looks for replicas gone past ``down_timeout``
 REPLACE_CHECK = 1.0
@@ -89,6 +96,15 @@ class Coordinator:
     isr_expansions: Counter[str] = attrs.field(factory=Counter)
     #: nodes of placements this node leads whose key is gone: since when (the clock's now)
     _gone_since: dict[str, float] = attrs.field(init=False, factory=dict)
+    #: local topics named as placed ones that never were replicas here (warned about once)
+    _kept: set[str] = attrs.field(init=False, factory=set)
+    #: a topic placed on this node: made locally (``Broker.get_topic``)
+    host_topic: Callable[[str], object] = lambda topic: None
+    #: after each reconcile: the data path follows the roles (``DataPath.sync``)
+    on_change: Callable[[], None] = lambda: None
+    #: a topic's high watermark and its followers' lag (``DataPath.progress``)
+    progress_of: Callable[[str], tuple[int | None, dict[str, int]]] = (
+        lambda topic: (None, {}))
     client: EtcdClient = attrs.field(init=False)
     membership: Membership = attrs.field(init=False)
     _reconciling: trio.Lock = attrs.field(init=False, factory=trio.Lock)
@@ -141,11 +157,6 @@ class Coordinator:
         await re_place(self.client, topic, resized(replicas), leader=self.node,
                        lease=self.membership.lease, epoch=role.epoch)
 
-    def progress(self, topic: str) -> tuple[int | None, dict[str, int]]:
-        """The topic's high watermark and each follower's lag in records, as this node
-        knows them; the data path fills it (until then: none known)."""
-        return None, {}
-
     def describe(self, topic: str) -> dict[str, Any] | None:
         """``topic``'s ``replication`` object of /stats (None: not placed), from the view, so
         the same on every replica: the leader (null while it has none), its epoch, the
@@ -192,6 +203,17 @@ class Coordinator:
         time."""
         async with self._reconciling:
             await self._reconcile()
+            self.on_change()
+
+    def attach(self, *, host_topic: Callable[[str], object], on_change: Callable[[], None],
+               progress_of: Callable[[str], tuple[int | None, dict[str, int]]]) -> None:
+        """The data path's hooks (``replication.datapath``): see the fields."""
+        self.host_topic, self.on_change, self.progress_of = host_topic, on_change, progress_of
+
+    def progress(self, topic: str) -> tuple[int | None, dict[str, int]]:
+        """The topic's high watermark as this node knows it, and (on its leader) each
+        follower's lag in records; ``(None, {})`` when unknown."""
+        return self.progress_of(topic)
 
     async def _reconcile(self) -> None:
         for topic in [t for t in self.roles if t not in self.view.topics]:  # keys deleted
@@ -226,20 +248,25 @@ class Coordinator:
 
     def _hold(self, topic: str, view: TopicView | None) -> None:
         """The local copy of ``topic`` as its placement says: made when this node holds a
-        replica; removed when a placement without this node is seen, or the topic's keys
-        are gone after this node held it (a node back after its replica was placed
-        elsewhere removes its copy)."""
-        local = self.local
-        if local is None:
-            return
+        replica (``_host``); removed when a placement without this node is seen, or the
+        topic's keys are gone, after this node held it as a replica (in this run, or in an
+        earlier one: its epochs file). A local topic of the same name that never was a
+        replica here is kept (its messages are not the placed topic's), with a warning."""
         placement = view.placement if view is not None else None
         if placement is not None and self.node in placement.nodes:
-            if topic not in local.topics:
-                local.get_topic(topic)
-        elif topic in local.topics and (placement is not None or topic in self.roles):
+            self._host(topic)
+            return
+        local = self.local
+        if local is None or topic not in local.topics:
+            return
+        if topic in self.roles or (local.topic_directory(topic) / EPOCHS_FILE).exists():
             log.info("replication: topic %s is not placed on this node: deleting its local "
                      "copy", topic)
             local.delete_topic(topic)
+        elif placement is not None and topic not in self._kept:
+            self._kept.add(topic)
+            log.warning("replication: topic %s is placed on other nodes; the local topic of "
+                        "that name was never a replica here and is kept", topic)
 
     async def change_isr(self, topic: str, state: TopicState, *, add: Sequence[str] = (),
                          remove: Sequence[str] = ()) -> TopicState | None:
@@ -296,6 +323,13 @@ class Coordinator:
         except (PlacementError, EtcdError) as exc:
             log.warning("replication: topic %s: lost replicas not placed again: %s", topic,
                         exc)
+
+    def _host(self, topic: str) -> None:
+        """A topic placed on this node exists here (made, if it was not, as a PUB would)."""
+        try:
+            self.host_topic(topic)
+        except Exception as exc:  # (the broker exiting, say: nothing to do then)
+            log.warning("replication: topic %s not made here: %s", topic, exc)
 
     def _set_role(self, topic: str, role: Role | None) -> None:
         if self.roles.get(topic) == role:

@@ -1,0 +1,85 @@
+"""Channels' cursors shipped from the leader to its followers (docs/design/replication.md,
+"What of a channel is replicated"): kind 2 channel records in ``DATA``, the payload of a
+cursor journal entry (``cursorfile``: mark-delete, acknowledged-ahead ranges, per-message
+attempts and due times, so deferred and requeued messages too).
+
+The leader side (``Shipped``, one per follower connection): a durable channel's state is sent
+when it differs from what this connection sent last, at most every ``CURSOR_SHIP_INTERVAL``
+per topic, and only once the follower holds the records below its mark-delete. The follower
+side (``apply_cursor``): the channel made if it is not, its cursor set to the state and
+written to its journal (its ``--sync-every`` policy); never one past its log's end.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import TYPE_CHECKING
+
+from .. import cursorfile
+from .wire import CURSOR, encode_channel_records
+
+if TYPE_CHECKING:
+    from ..broker import Broker
+    from ..topic import Topic
+    from .replica import Replica
+
+log = logging.getLogger("nsqd")
+
+#: a channel's cursor is shipped at most this often (seconds): the bound on what a failover
+#: delivers again (FINished within it, plus one fetch round trip)
+CURSOR_SHIP_INTERVAL = 0.1
+
+
+class Shipped:
+    """What one follower connection was sent of each topic's channels."""
+
+    def __init__(self) -> None:
+        self._sent: dict[str, dict[str, bytes]] = {}
+        self._at: dict[str, float] = {}
+
+    def due(self, topic: Topic, holds: int, now: float) -> bytes:
+        """Channel records of ``topic`` to send now to a follower holding every record
+        below ``holds``; what they say is taken as sent."""
+        if now - self._at.get(topic.name, -math.inf) < CURSOR_SHIP_INTERVAL:
+            return b""
+        sent = self._sent.setdefault(topic.name, {})
+        records = []
+        for name, channel in topic.channels.items():
+            if channel.cursor.journal is None:  # ephemeral: never replicated
+                continue
+            state = channel.cursor_state()
+            if state.mark_delete > holds:
+                continue  # (sent once the follower has the records below it)
+            payload = cursorfile.encode(state)
+            if sent.get(name) != payload:
+                sent[name] = payload
+                records.append((name, CURSOR, payload))
+        if not records:
+            return b""
+        self._at[topic.name] = now
+        return encode_channel_records(records)
+
+
+async def apply_cursor(broker: Broker, replica: Replica, channel_name: str,
+                       payload: bytes) -> None:
+    """A follower's channel takes the leader's cursor state (made here if it is not)."""
+    topic = replica.topic.name
+    try:
+        state = cursorfile.decode(payload)
+    except ValueError as exc:
+        log.error("replication: topic %s: channel %s: a cursor not applied - %s", topic,
+                  channel_name, exc)
+        return
+    if replica.leading or state.mark_delete > replica.log.end:
+        return
+    channel = broker.get_channel(replica.topic, channel_name)
+    cursor = channel.cursor
+    if cursor.journal is None:
+        return
+    cursor.restore(state, replica.log.start)
+    try:
+        await cursor.flush(channel.cursor_state, sync=broker.opts.sync_every == 1, force=True)
+    except OSError as exc:
+        log.error("replication: topic %s: channel %s: cursor not written - %s", topic,
+                  channel_name, exc)

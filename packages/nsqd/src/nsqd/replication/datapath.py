@@ -1,0 +1,237 @@
+"""The data path of replicated topics on one node (docs/design/replication.md): what the
+coordinator's roles mean for the topics' logs.
+
+Task tree::
+
+    DataPath.run
+    ├── one Fetcher per leader node this node follows some topic of
+    ├── one Forwarder's reader per leader node a publish here was sent to
+    └── the in-sync check: every ``CHECK`` s, for each topic this node leads, followers not
+        caught up for ``--replica-lag-max`` shrunk out, placed followers caught up expanded in
+
+``host`` makes a topic placed here (a replica on several nodes: following, no leader yet,
+before anything is published to it here); ``sync`` runs after each reconcile of the
+coordinator: each topic placed here on more than one node has its ``Replica``
+(``Topic.replica``) set to lead or follow as its role says, and its fetcher. ``server``
+answers the followers of the topics this node leads (their fetches, and the publishes they
+forward: ``publish_forwarded``). ``progress`` gives ``/stats`` a topic's high watermark and
+its followers' lag.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+from typing import TYPE_CHECKING
+
+import trio
+from nsq_common import ProtocolError, decode_mpub_body
+
+from ..errors import Exiting, StoreFailed
+from ..record import Records
+from .cursors import apply_cursor
+from .election import StaleEpoch, change_isr
+from .etcd import EtcdError
+from .fetcher import Fetcher
+from .forwarder import Forwarder
+from .keys import NodeInfo
+from .replica import Replica
+from .server import ReplicationServer
+from .wire import DPUB, MPUB, PUB, Forward
+
+if TYPE_CHECKING:
+    from ..broker import Broker
+    from ..message import QueuedMessage
+    from ..topic import Topic
+    from .coordinator import Coordinator
+
+log = logging.getLogger("nsqd")
+
+#: how often a leader looks at its followers' lag
+CHECK = 0.5
+
+
+class DataPath:
+    def __init__(self, broker: Broker, coordinator: Coordinator, *, min_insync: int,
+                 lag_max: float) -> None:
+        self.broker = broker
+        self.coordinator = coordinator
+        self.min_insync = min_insync
+        self.lag_max = lag_max
+        self.replicas: dict[str, Replica] = {}
+        self.fetchers: dict[str, Fetcher] = {}
+        self.server = ReplicationServer(self.replicas.get, broker.now, self.publish_forwarded)
+        self.forwarders: dict[str, Forwarder] = {}
+        self._nursery: trio.Nursery | None = None
+        self._isr_changing: set[str] = set()
+
+    @property
+    def node(self) -> str:
+        return self.coordinator.node
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                  ) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            task_status.started()
+            while True:
+                await trio.sleep(CHECK)
+                for topic, replica in list(self.replicas.items()):
+                    if replica.leading and topic not in self._isr_changing:
+                        self._check_isr(topic, replica)
+
+    # -- roles -------------------------------------------------------------------------------
+    def host(self, name: str) -> None:
+        """A topic placed on this node: made here if it is not, and, placed on several,
+        a follower with no leader yet (it appends and delivers nothing) until ``sync``."""
+        topic = self.broker.get_topic(name)
+        view = self.coordinator.view.topics.get(name)
+        if (topic.replica is None and view is not None and view.placement is not None
+                and len(view.placement.nodes) > 1):
+            self._replica(topic)
+
+    def _replica(self, topic: Topic) -> Replica:
+        replica = Replica(topic, node=self.node, min_insync=self.min_insync,
+                          lag_max=self.lag_max, forwarder=self.forward)
+        self.replicas[topic.name] = replica
+        topic.replicate(replica)
+        return replica
+
+    def sync(self) -> None:
+        """Bring each replica and fetcher in line with the coordinator's roles."""
+        coordinator = self.coordinator
+        following: dict[str, str] = {}
+        for name, role in coordinator.roles.items():
+            view = coordinator.view.topics.get(name)
+            topic = self.broker.topics.get(name)
+            if (view is None or view.placement is None or view.state is None or topic is None
+                    or len(view.placement.nodes) < 2):
+                continue
+            replica = self.replicas.get(name)
+            if replica is None or topic.replica is not replica:
+                replica = self._replica(topic)
+            state, replicas = view.state, view.placement.replicas
+            if role.leading:
+                try:
+                    replica.lead(role.epoch, state.isr, replicas)
+                except OSError as exc:
+                    log.error("replication: topic %s: cannot lead, its epochs file not "
+                              "written - %s", name, exc)
+                    replica.follow("", role.epoch, state.isr, replicas)
+            else:
+                replica.follow(role.leader, role.epoch, state.isr, replicas)
+                if role.leader:
+                    following[name] = role.leader
+        for name in list(self.replicas):
+            if name not in coordinator.roles:  # no longer placed here
+                replica = self.replicas.pop(name)
+                replica.follow("", replica.epoch, (), replica.replicas)
+                if replica.topic.replica is replica:
+                    replica.topic.replicate(None)
+        self._sync_fetchers(following)
+
+    def _sync_fetchers(self, following: dict[str, str]) -> None:
+        by_leader: dict[str, set[str]] = {}
+        for topic, leader in following.items():
+            by_leader.setdefault(leader, set()).add(topic)
+        for leader, fetcher in list(self.fetchers.items()):
+            fetcher.follow(by_leader.pop(leader, set()))
+            if not fetcher.topics:
+                fetcher.stop()
+                del self.fetchers[leader]
+        if self._nursery is None:
+            return
+        for leader, topics in by_leader.items():
+            fetcher = Fetcher(self.node, leader, self.replicas.get, self._node_info,
+                              self.broker.now, partial(apply_cursor, self.broker),
+                              lambda: not self.coordinator.membership.reachable)
+            fetcher.follow(topics)
+            self.fetchers[leader] = fetcher
+            self._nursery.start_soon(fetcher.run)
+
+    def _node_info(self, node: str) -> NodeInfo | None:
+        found = self.coordinator.view.nodes.get(node)
+        return found[1] if found is not None else None
+
+    # -- the in-sync set ---------------------------------------------------------------------
+    def _check_isr(self, topic: str, replica: Replica) -> None:
+        view = self.coordinator.view.topics.get(topic)
+        if view is None or view.placement is None:
+            return
+        now = replica.topic.clock.now()
+        remove = replica.lagging(now)
+        add = [n for n in replica.caught_up(view.placement.nodes)
+               if n in self.coordinator.view.nodes]
+        if (remove or add) and self._nursery is not None:
+            self._isr_changing.add(topic)
+            self._nursery.start_soon(self._change_isr, topic, replica, add, remove)
+
+    async def _change_isr(self, topic: str, replica: Replica, add: list[str],
+                          remove: list[str]) -> None:
+        try:
+            for node in remove:
+                log.info("replication: topic %s: %s not caught up for over %gs: out of the "
+                         "in-sync set", topic, node, self.lag_max)
+            for node in add:
+                log.info("replication: topic %s: %s caught up: into the in-sync set", topic,
+                         node)
+            state = await change_isr(self.coordinator.client, topic, leader=self.node,
+                                     lease=self.coordinator.membership.lease,
+                                     epoch=replica.epoch, add=add, remove=remove)
+            if replica.leading and state.epoch == replica.epoch:
+                replica.set_isr(state.isr, replica.replicas)
+        except StaleEpoch as exc:
+            log.warning("replication: %s", exc)
+        except EtcdError as exc:
+            log.warning("replication: topic %s: in-sync set not changed: %s", topic, exc)
+        finally:
+            self._isr_changing.discard(topic)
+
+    # -- forwarding --------------------------------------------------------------------------
+    async def forward(self, leader: str, topic: str, msgs: list[QueuedMessage] | Records
+                      ) -> None:
+        """A follower's publish, through the leader (``Forwarder``).
+
+        Raises:
+            StoreFailed: the leader could not be asked, or refused.
+        """
+        forwarder = self.forwarders.get(leader)
+        if forwarder is None:
+            if self._nursery is None:
+                raise StoreFailed("replication is not running")
+            forwarder = self.forwarders[leader] = Forwarder(self.node, leader, self._node_info,
+                                                            self._nursery, self.lag_max)
+        await forwarder.publish(topic, msgs)
+
+    async def publish_forwarded(self, ask: Forward) -> bytes:
+        """A follower's publish, on this node as its leader: the answer NSQ would send."""
+        replica = self.replicas.get(ask.topic)
+        if replica is None or not replica.leading:  # (never forwarded on again)
+            return b"E_PUB_FAILED not the leader of the replicated topic " + ask.topic.encode()
+        broker, opts = self.broker, self.broker.opts
+        try:
+            msgs: list[QueuedMessage] | Records
+            if ask.kind == PUB:
+                msgs = broker.new_records([ask.body])
+            elif ask.kind == MPUB:
+                msgs = broker.new_records(decode_mpub_body(ask.body, opts.max_msg_size,
+                                                           opts.max_body_size))
+            elif ask.kind == DPUB:
+                msgs = broker.new_messages([ask.body], ask.defer_ms / 1000)
+            else:
+                return b"E_INVALID unknown publish kind %d" % ask.kind
+            await broker.publish(ask.topic, msgs)
+        except (Exiting, StoreFailed) as exc:
+            return b"E_PUB_FAILED " + str(exc).encode()
+        except ProtocolError as exc:
+            return exc.text
+        return b"OK"
+
+    # -- what /stats shows -------------------------------------------------------------------
+    def progress(self, topic: str) -> tuple[int | None, dict[str, int]]:
+        """The topic's high watermark as this node knows it, and (on its leader) each
+        follower's lag in records; ``(None, {})`` for a topic not replicated here."""
+        replica = self.replicas.get(topic)
+        if replica is None:
+            return None, {}
+        return replica.hw, replica.lag() if replica.leading else {}

@@ -1,0 +1,241 @@
+"""One replicated topic on this node (docs/design/replication.md): its role, its epochs file,
+its high watermark, and, while it leads, what each follower's fetches said.
+
+Only a topic placed on more than one node has one (``Topic.replica``); a topic with one
+replica, and every topic of an nsqd without ``--etcd-endpoints``, has None and pays for
+nothing here.
+
+The leader's high watermark is the lowest of its own log end and the fetch offset of each
+other ISR member (one that has not fetched from it yet counts at the HW it had); it only
+moves up. When it moves the topic's channels may read further (``deliver_end``: the HW on
+the leader, nothing on a follower) and waiting publishes look again (``changed``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+import attrs
+import trio
+
+from ..errors import StoreFailed
+from .epochs import Epochs
+
+if TYPE_CHECKING:
+    from ..message import QueuedMessage
+    from ..record import Records
+    from ..topic import Topic
+
+log = logging.getLogger("nsqd")
+
+
+@attrs.define
+class Progress:
+    """A follower, as its fetches show it to the leader."""
+
+    #: its last fetch offset (its log end: it holds everything below); -1 before its first
+    offset: int = -1
+    #: when a fetch of it last reached the leader's log end of the answer before
+    caught_up_at: float = 0.0
+    #: the leader's log end when its previous fetch was answered
+    answered_end: int = 0
+    #: its last fetch said etcd is unreachable from it
+    etcd_unreachable: bool = False
+
+    def fetch(self, offset: int, flags: int, now: float) -> None:
+        self.offset = offset
+        self.etcd_unreachable = bool(flags & 1)
+        if offset >= self.answered_end:
+            self.caught_up_at = now
+
+    def answered(self, end: int) -> None:
+        self.answered_end = end
+
+
+class Replica:
+    def __init__(self, topic: Topic, *, node: str, min_insync: int, lag_max: float,
+                 forwarder: Callable[[str, str, list[QueuedMessage] | Records],
+                                     Awaitable[None]] | None = None) -> None:
+        self.topic = topic
+        self.log = topic.log
+        self.node = node
+        self.min_insync = min_insync
+        self.lag_max = lag_max
+        self.epochs = Epochs(topic.log.directory).load()
+        self.leading = False
+        self.leader = ""
+        self.epoch = 0
+        self.replicas = 1
+        self.isr: tuple[str, ...] = ()
+        self.hw = 0
+        #: where this node's leadership began (its epoch's first offset)
+        self.epoch_start = 0
+        self.followers: dict[str, Progress] = {}
+        #: a follower: the epoch it truncated at (it fetches only at that epoch)
+        self.fetching_epoch = 0
+        #: a follower: publishes sent to the leader (``DataPath.forward``)
+        self.forwarder = forwarder
+        #: set (and replaced) when the log grows: held fetches answer
+        self.appended = trio.Event()
+        #: set (and replaced) when the HW, the ISR or the role changes: publishes look again
+        self.changed = trio.Event()
+
+    @property
+    def deliver_end(self) -> int:
+        """How far the topic's channels may read: the HW while leading, else nothing."""
+        return self.hw if self.leading else 0
+
+    @property
+    def insync_needed(self) -> int:
+        return min(self.min_insync, self.replicas)
+
+    # -- roles -------------------------------------------------------------------------------
+    def lead(self, epoch: int, isr: tuple[str, ...], replicas: int) -> None:
+        """Lead at ``epoch`` (its line in the epochs file first: raises OSError when it
+        cannot be written, and then does not lead)."""
+        if not self.leading or epoch != self.epoch:
+            end = self.log.end
+            self.epochs.add(epoch, end)
+            self.epoch_start = self.epochs.start_of(epoch) or end
+            now = self.topic.clock.now()
+            self.followers = {n: Progress(caught_up_at=now) for n in isr if n != self.node}
+            log.info("replication: topic %s: leading at epoch %d from offset %d (HW %d)",
+                     self.topic.name, epoch, self.epoch_start, self.hw)
+        self.leading, self.leader, self.epoch = True, self.node, epoch
+        self.set_isr(isr, replicas)
+
+    def follow(self, leader: str, epoch: int, isr: tuple[str, ...], replicas: int) -> None:
+        was_leading = self.leading
+        self.leading, self.leader, self.epoch = False, leader, epoch
+        self.isr, self.replicas = isr, replicas
+        self.followers = {}
+        if was_leading:
+            log.info("replication: topic %s: no longer leading (epoch %d)", self.topic.name,
+                     epoch)
+        self._changed()
+
+    def set_isr(self, isr: tuple[str, ...], replicas: int) -> None:
+        self.isr, self.replicas = isr, replicas
+        now = self.topic.clock.now()
+        for node in isr:
+            if node != self.node and node not in self.followers:
+                self.followers[node] = Progress(caught_up_at=now)
+        self.update_hw()
+        self._changed()
+
+    # -- the leader --------------------------------------------------------------------------
+    def check_publish(self) -> None:
+        """Before a publish is appended.
+
+        Raises:
+            StoreFailed: this node does not lead the topic, or its ISR is below the minimum.
+        """
+        if not self.leading:
+            raise StoreFailed(f"not the leader of the replicated topic {self.topic.name}")
+        if len(self.isr) < self.insync_needed:
+            raise StoreFailed(f"{len(self.isr)} in-sync replicas, {self.insync_needed} needed")
+
+    async def forward(self, msgs: list[QueuedMessage] | Records) -> None:
+        """A publish on a follower: sent to the leader, answered as it answers.
+
+        Raises:
+            StoreFailed: no leader known, the leader unreachable, or its refusal.
+        """
+        if not self.leader or self.forwarder is None:
+            raise StoreFailed(f"no leader of the replicated topic {self.topic.name}")
+        await self.forwarder(self.leader, self.topic.name, msgs)
+
+    def published(self) -> None:
+        """The log grew (a publish on the leader)."""
+        self.appended.set()
+        self.appended = trio.Event()
+        self.update_hw()
+
+    async def committed(self, end: int) -> None:
+        """Wait until the HW reaches ``end`` with the ISR at its minimum (at most
+        ``2 x lag_max``).
+
+        Raises:
+            StoreFailed: leadership lost, the ISR below the minimum, or the time is up (the
+                records stay in the log and may yet be committed).
+        """
+        deadline = self.topic.clock.now() + 2 * self.lag_max
+        while True:
+            self.check_publish()
+            if self.hw >= end:
+                return
+            changed = self.changed
+            with trio.move_on_at(deadline) as scope:
+                await changed.wait()
+            if scope.cancelled_caught:
+                raise StoreFailed(f"not replicated to the in-sync set within "
+                                  f"{2 * self.lag_max:g}s")
+
+    def fetched(self, node: str, offset: int, flags: int) -> Progress:
+        """A fetch of ``node`` from ``offset``: it holds everything below."""
+        progress = self.followers.get(node)
+        if progress is None:
+            progress = self.followers[node] = Progress(caught_up_at=self.topic.clock.now())
+        progress.fetch(offset, flags, self.topic.clock.now())
+        self.update_hw()
+        return progress
+
+    def answered(self, node: str) -> None:
+        """A fetch of ``node`` answered with nothing: it has the log's end now."""
+        progress = self.followers.get(node)
+        if progress is not None:
+            progress.answered(self.log.end)
+
+    def update_hw(self) -> None:
+        if not self.leading:
+            return
+        hw = self.log.end
+        for node in self.isr:
+            if node == self.node:
+                continue
+            progress = self.followers.get(node)
+            hw = min(hw, progress.offset if progress is not None and progress.offset >= 0
+                     else self.hw)
+        if hw > self.hw:
+            self.hw = hw
+            for channel in self.topic.channels.values():
+                channel.changed()
+            self._changed()
+
+    def lagging(self, now: float) -> list[str]:
+        """ISR followers not caught up for longer than ``lag_max``."""
+        return [n for n in self.isr if n != self.node and (
+            (p := self.followers.get(n)) is None or now - p.caught_up_at > self.lag_max)]
+
+    def caught_up(self, placed: tuple[str, ...]) -> list[str]:
+        """Placed followers out of the ISR that may join: their fetch offset at or past the
+        HW and past the start of this leader's epoch."""
+        return [n for n in placed if n not in self.isr and n != self.node
+                and (p := self.followers.get(n)) is not None
+                and p.offset >= self.hw and p.offset >= self.epoch_start
+                and p.offset >= p.answered_end]
+
+    def lag(self) -> dict[str, int]:
+        """Each follower's lag in records (its fetch offset behind the log end)."""
+        end = self.log.end
+        return {n: max(end - p.offset, 0) for n, p in self.followers.items() if p.offset >= 0}
+
+    # -- a follower --------------------------------------------------------------------------
+    def truncated(self) -> None:
+        """Cut back (or nothing to cut) at its epoch: it fetches at it from now on."""
+        self.fetching_epoch = self.epoch
+
+    def truncate_again(self) -> None:
+        self.fetching_epoch = 0
+
+    def follower_hw(self, hw: int) -> None:
+        """The leader's HW as a fetch answer carried it (never past this log's end)."""
+        hw = min(hw, self.log.end)
+        if hw > self.hw:
+            self.hw = hw
+
+    def _changed(self) -> None:
+        self.changed.set()
+        self.changed = trio.Event()
