@@ -44,6 +44,10 @@ def text_of(html: str) -> str:
     return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html))
 
 
+#: what a lag cell shows when it is not known (an en dash)
+NOT_KNOWN = "\u2013"
+
+
 async def test_topic_and_node_pages_show_the_replication(
         cluster: tuple[list[Daemon], httpx.AsyncClient]) -> None:
     nodes, admin = cluster
@@ -58,23 +62,35 @@ async def test_topic_and_node_pages_show_the_replication(
                                  params={"topic": "plain"}, content=b"x")
         assert answer.text == "OK"
 
+        for i in range(3):
+            answer = await http.post(f"http://{nodes[0].http_address}/pub",
+                                     params={"topic": "rep"}, content=b"r%d" % i)
+            assert answer.text == "OK"
+
         async def everywhere() -> bool:
+            marks = set()
             for node in nodes:
                 doc = (await http.get(f"http://{node.http_address}/stats",
                                       params={"format": "json", "topic": "rep"})).json()
                 if not doc["topics"] or "replication" not in doc["topics"][0]:
                     return False
-            return True
-        await until(everywhere, what="rep on every node")
+                marks.add(doc["topics"][0]["replication"]["high_watermark"])
+            return len(marks) == 1 and bool(marks.pop())  # committed on every replica
+        await until(everywhere, what="rep on every node, its messages committed")
+        doc = (await http.get(f"http://{nodes[0].http_address}/stats",
+                              params={"format": "json", "topic": "rep"})).json()
+        high_watermark = doc["topics"][0]["replication"]["high_watermark"]
 
     page = text_of((await admin.get("/topics/rep")).text)
     assert "Replication" in page
     assert f"Leader {ids[0]}" in page and "Epoch 1" in page
     assert "Replicas 3" in page and "In sync 3 of 3" in page
-    assert "High watermark unknown" in page  # the data path's, not known yet
+    assert f"High watermark {high_watermark:,}" in page
     for node_id in ids:
         role = "leader" if node_id == ids[0] else "follower"
-        assert f"{node_id} {role} in sync" in page
+        # the leader knows each follower's lag (none here: caught up); its own is not shown
+        lag = NOT_KNOWN if role == "leader" else "0"
+        assert f"{node_id} {role} in sync {lag}" in page
     assert "under-replicated" not in page
 
     plain = (await admin.get("/topics/plain")).text

@@ -30,8 +30,6 @@ from nsq_common import ProtocolError, decode_mpub_body
 from ..errors import Exiting, StoreFailed
 from ..record import Records
 from .cursors import apply_cursor
-from .election import StaleEpoch, change_isr
-from .etcd import EtcdError
 from .fetcher import Fetcher
 from .forwarder import Forwarder
 from .keys import NodeInfo
@@ -175,15 +173,14 @@ class DataPath:
             for node in add:
                 log.info("replication: topic %s: %s caught up: into the in-sync set", topic,
                          node)
-            state = await change_isr(self.coordinator.client, topic, leader=self.node,
-                                     lease=self.coordinator.membership.lease,
-                                     epoch=replica.epoch, add=add, remove=remove)
-            if replica.leading and state.epoch == replica.epoch:
+            view = self.coordinator.view.topics.get(topic)
+            seen = view.state if view is not None else None
+            if seen is None or seen.epoch != replica.epoch:
+                return  # (the view moves on: the next look acts on what it says)
+            # through the coordinator, which counts the changes for /metrics
+            state = await self.coordinator.change_isr(topic, seen, add=add, remove=remove)
+            if state is not None and replica.leading and state.epoch == replica.epoch:
                 replica.set_isr(state.isr, replica.replicas)
-        except StaleEpoch as exc:
-            log.warning("replication: %s", exc)
-        except EtcdError as exc:
-            log.warning("replication: topic %s: in-sync set not changed: %s", topic, exc)
         finally:
             self._isr_changing.discard(topic)
 
