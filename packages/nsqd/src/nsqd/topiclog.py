@@ -53,13 +53,13 @@ import trio
 from .deletion import holding
 from .errors import LogClosed, LogError, OffsetOverlap
 from .logfiles import MAX_OFFSET, LogFiles
+from .logretention import Retention
 from .readcache import READ_BYTES, ReadCache
 from .record import is_plain
 from .runs import Run, RunStore
 
 if TYPE_CHECKING:
     from .clock import Clock
-    from .segment import Segment
 
 T = TypeVar("T")
 
@@ -105,8 +105,7 @@ class TopicLog:
         #: The lowest offset some durable cursor (or the topic's hold) still needs; set by
         #: the topic. Nothing at or above it is ever dropped or removed.
         self.needed: Callable[[], int] = _all_needed
-        self.retention_ns = 0  # keep segments this long past every cursor (0: not at all)
-        self.retention_bytes = 0  # or the newest segments within this size
+        self._retention = Retention()
         self._tail = RunStore()
         self._cache = ReadCache()  # records read from the segments, for the readers
         self._files = LogFiles(name, directory, self.log)  # (directory None: memory only)
@@ -170,13 +169,18 @@ class TopicLog:
 
     def retain(self, ns: int | None = None, nbytes: int | None = None) -> bool:
         """Keep segments ``ns`` past every cursor, or the newest within ``nbytes`` (0: not
-        at all; None: as it is); whether either changed."""
-        changed = False
-        if ns is not None and ns != self.retention_ns:
-            self.retention_ns, changed = ns, True
-        if nbytes is not None and nbytes != self.retention_bytes:
-            self.retention_bytes, changed = nbytes, True
-        return changed
+        at all; None: as it is); whether either changed (``logretention``)."""
+        return self._retention.set(ns, nbytes)
+
+    @property
+    def retention_ns(self) -> int:
+        """Segments kept this long past every cursor (0: not at all)."""
+        return self._retention.ns
+
+    @property
+    def retention_bytes(self) -> int:
+        """Or the newest segments within this size (0: not at all)."""
+        return self._retention.nbytes
 
     @property
     def memory_start(self) -> int:
@@ -406,7 +410,7 @@ class TopicLog:
     def _skip_unneeded(self) -> None:
         """Unwritten records every durable cursor has passed are never written (unless the
         topic keeps what it delivered: a retention)."""
-        if self.retention_ns or self.retention_bytes:
+        if self._retention.keeps_delivered:
             return
         needed = min(self.needed(), self._end)
         if needed > self._written_end:
@@ -575,25 +579,11 @@ class TopicLog:
             raise LogClosed
         self._files.write_offsets(next_offset, hold)
 
-    def _removable(self, segment: Segment, needed: int, retained_bytes: int) -> bool:
-        if segment.end > needed:
-            return False
-        if not (self.retention_ns or self.retention_bytes):
-            return True
-        old = (self.retention_ns > 0
-               and segment.max_timestamp < self.clock.wall_ns() - self.retention_ns)
-        over = self.retention_bytes > 0 and retained_bytes - segment.size >= self.retention_bytes
-        return old or over
-
     async def _remove_unneeded(self) -> None:
         needed = min(self.needed(), self._written_end)
-        retained = self.disk_bytes
-        gone: list[Segment] = []
-        for segment in self._files.segments[:-1]:
-            if not self._removable(segment, needed, retained):
-                break
-            gone.append(segment)
-            retained -= segment.size
+        retention = self._retention
+        gone, retained = retention.removable(self._files.segments, needed, self.disk_bytes,
+                                             self.clock.wall_ns())
         if gone:
             try:  # (in ``segments`` until removed: a ``detach`` meanwhile moves their paths)
                 await self._in_thread(self._files.remove, gone)
@@ -603,7 +593,8 @@ class TopicLog:
                           len(gone), gone[-1].end)
         if self._files.segments and not self._files.segments[:-1]:
             active = self._files.segments[-1]
-            if active.count and self._removable(active, needed, retained):
+            if active.count and retention.may_remove(active, needed, retained,
+                                                     self.clock.wall_ns()):
                 # Every cursor is past the active segment: it is cut to nothing and renamed
                 # after the next offset (no data written: this must work on a full disk).
                 await self._in_thread(self._files.reset_active, self._written_end)
@@ -636,7 +627,7 @@ class TopicLog:
             self._unwritten = tail.count
             return
         written_end = self._written_end
-        keep = needed if not (self.retention_ns or self.retention_bytes) else 0
+        keep = needed if not self._retention.keeps_delivered else 0
         if keep > tail.start and keep <= written_end:
             tail.drop_before(keep)
         elif keep > written_end:
