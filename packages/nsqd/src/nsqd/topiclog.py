@@ -19,10 +19,10 @@ the read cache (``readcache``), one read for every reader near the same offset; 
 asks for records not in memory is answered ``None`` and woken (``on_readable``) when they are
 in.
 
-Order. Appends that must write go through ``_commit`` one group at a time under the I/O lock
-(a group commit: every append waiting when a write starts is written by it, with one fsync
-under ``--sync-every=1``), and become visible in offset order only once stored. A failed write
-leaves the log as it was: nothing of the group is visible, the segment is cut back (see
+Order. Appends that must write go through the group commit (``groupcommit``) one group at a
+time under the I/O lock (every append waiting when a write starts is written by it, with one
+fsync under ``--sync-every=1``), and become visible in offset order only once stored. A failed
+write leaves the log as it was: nothing of the group is visible, the segment is cut back (see
 ``segment``), and the publishers get the error.
 
 Files. The segments and the ``offsets`` file are ``logfiles.LogFiles``'s: this module decides
@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import errno
 import logging
-from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
@@ -51,7 +50,8 @@ from typing import TYPE_CHECKING, TypeVar
 import trio
 
 from .deletion import holding
-from .errors import LogClosed, LogError, OffsetOverlap
+from .errors import LogClosed, LogError
+from .groupcommit import Append, GroupCommit, overlap, place, refuse
 from .logfiles import MAX_OFFSET, LogFiles
 from .logretention import Retention
 from .readcache import READ_BYTES, ReadCache
@@ -71,18 +71,6 @@ TAIL_CACHE_BYTES = 16 << 20
 RESERVE = 1 << 20
 #: A write this small, with no fsync due, is done on the Trio thread (a page-cache copy).
 _INLINE_WRITE_BYTES = 256 << 10
-
-
-class _Append:
-    __slots__ = ("at", "done", "error", "first", "plain", "records")
-
-    def __init__(self, records: Sequence[bytes], plain: bool, at: int | None) -> None:
-        self.records = records
-        self.plain = plain
-        self.at = at  # the offset asked for (a follower's append), None: the log's end
-        self.first = -1
-        self.done = False
-        self.error: LogError | None = None
 
 
 def _all_needed() -> int:
@@ -116,9 +104,8 @@ class TopicLog:
         self._reserved = 0 if directory is not None else 1 << 62
         self._written_end = 0  # every offset below is on disk, or was never to be written
         self._unwritten = 0  # records in the tail at offsets >= _written_end
-        self._appends: deque[_Append] = deque()
-        self._committing = False
         self._io_lock = trio.Lock()
+        self._commits = GroupCommit(self._io_lock, self._commit_group)
         self._wake = trio.Event()
         self._tidy_now = False  # poked: remove what nobody needs without waiting for the tick
         self._ops_since_sync = 0
@@ -237,7 +224,7 @@ class TopicLog:
             LogError: they could not be written; none of them is stored.
         """
         n = len(records)
-        if (not self._appends and not self._committing
+        if (self._commits.idle
                 and self._unwritten + n <= self.mem_queue_size and not self._closed
                 and self._end + n <= self._reserved):
             first = self._end
@@ -266,12 +253,12 @@ class TopicLog:
         if first < 0 or first + n > MAX_OFFSET:
             raise ValueError(f"offsets {first}-{first + n} out of range 0-{MAX_OFFSET}")
         if first < self._end:
-            raise _overlap(first, n, self._end)
+            raise overlap(first, n, self._end)
         if not n:
             return
         if plain is None:
             plain = all(map(is_plain, records))
-        if (not self._appends and not self._committing
+        if (self._commits.idle
                 and self._unwritten + n <= self.mem_queue_size and not self._closed
                 and first + n <= self._reserved):
             self._tail.append(first, records, plain)
@@ -284,59 +271,15 @@ class TopicLog:
                               ) -> int:
         if self._closed:
             raise LogClosed
-        request = _Append(records, plain, at)
-        self._appends.append(request)
-        try:
-            async with self._io_lock:
-                if not request.done:
-                    await self._commit()
-        finally:
-            if not request.done:  # cancelled while waiting: never stored
-                self._appends.remove(request)
-        if request.error is not None:
-            raise request.error
-        return request.first
+        return await self._commits.submit(records, plain, at)
 
-    async def _commit(self) -> None:
-        """Store every waiting append, writing what must be written (lock held)."""
-        group = list(self._appends)
-        self._appends.clear()
-        self._committing = True
-        try:
-            await self._commit_group(group)
-        finally:
-            self._committing = False
-            for request in group:
-                request.done = True
-
-    @staticmethod
-    def _refuse(group: list[_Append], error: LogError) -> None:
-        for request in group:
-            request.error = error
-
-    def _place(self, group: list[_Append]) -> tuple[list[_Append], int]:
-        """The offsets of each append of the group, in order (``first``); those a
-        follower's append asks for below the end before it are refused (``OffsetOverlap``).
-        The appends placed, and the end after them."""
-        end = self._end
-        placed = []
-        for request in group:
-            if request.at is None:
-                request.first = end
-            elif request.at < end:
-                request.error = _overlap(request.at, len(request.records), end)
-                continue
-            else:
-                request.first = request.at
-            end = request.first + len(request.records)
-            placed.append(request)
-        return placed, end
-
-    async def _commit_group(self, group: list[_Append]) -> None:
+    async def _commit_group(self, group: list[Append]) -> None:
+        """Store the appends of ``group``, writing what must be written (lock held): a
+        failure refuses every one of them, a follower's overlap that one alone."""
         if self._closed:  # closed or set aside (its topic deleted): nsqd's EXITING
-            self._refuse(group, LogClosed())
+            refuse(group, LogClosed())
             return
-        group, end = self._place(group)
+        group, end = place(group, self._end)
         if not group:
             return
         if end > self._reserved:
@@ -344,13 +287,13 @@ class TopicLog:
                 await self._reserve(end + RESERVE)
             except (OSError, LogClosed) as exc:
                 if self._closed:
-                    self._refuse(group, LogClosed())
+                    refuse(group, LogClosed())
                     return
                 assert isinstance(exc, OSError)
                 self.healthy = False
                 self.write_errors += 1
                 self.log.error("LOG(%s): failed to reserve offsets - %s", self.name, exc)
-                self._refuse(group, LogError(f"failed to reserve offsets - {exc}"))
+                refuse(group, LogError(f"failed to reserve offsets - {exc}"))
                 return
         self._skip_unneeded()
         total = sum(len(r.records) for r in group)
@@ -380,12 +323,12 @@ class TopicLog:
                 await self._write(runs)
             except OSError as exc:
                 if self._closed:
-                    self._refuse(group, LogClosed())
+                    refuse(group, LogClosed())
                     return
                 self.healthy = False
                 self.write_errors += 1
                 self.log.error("LOG(%s): failed to write - %s", self.name, exc)
-                self._refuse(group, LogError(f"failed to write messages - {exc}"))
+                refuse(group, LogError(f"failed to write messages - {exc}"))
                 if exc.errno == errno.ENOSPC:
                     self._wake.set()  # see what can be removed
                 return
@@ -397,7 +340,7 @@ class TopicLog:
         else:
             self._visible(group, end)
 
-    def _visible(self, group: list[_Append], end: int, written_new: int = 0) -> None:
+    def _visible(self, group: list[Append], end: int, written_new: int = 0) -> None:
         """The group's records into the tail at their offsets, in order (the first
         ``written_new`` of them already on disk); the end moves to ``end``."""
         added = 0
@@ -707,9 +650,7 @@ class TopicLog:
         self._wake.set()
         with trio.CancelScope(shield=True):
             async with self._io_lock:
-                for request in self._appends:
-                    request.error, request.done = LogClosed(), True
-                self._appends.clear()
+                self._commits.refuse_waiting(LogClosed())
                 self._tail.clear()
                 self._cache.clear()
                 segments = self._files.take_segments()
@@ -721,7 +662,3 @@ class TopicLog:
             result = await trio.to_thread.run_sync(holding, self._files.busy, fn, *args)
         return result
 
-
-def _overlap(first: int, n: int, end: int) -> OffsetOverlap:
-    return OffsetOverlap(f"offsets {first}-{first + n - 1 if n else first} overlap the log, "
-                         f"whose end is {end}")
