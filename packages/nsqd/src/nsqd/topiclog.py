@@ -4,9 +4,9 @@ segment files (docs/design/storage.md).
 Offsets. ``append`` gives records the next offsets (a leader's append); ``append_at`` stores
 them at the offsets it is given, at or past the end, gaps kept (a follower's append of its
 leader's batches, Kafka's appendAsFollower; an overlap is refused). ``end`` is the next offset
-to be given, ``start`` the first still stored. Readers (the topic's channels, ``/topic/read``) ask for
-records from an offset and get *runs* (``runs.Run``): the records are shared, never copied per
-reader.
+to be given, ``start`` the first still stored. Readers (the topic's channels, ``/topic/read``)
+ask for records from an offset and get *runs* (``runs.Run``): the records are shared, never
+copied per reader (``logreads``).
 
 Memory and disk. New records go to the memory tail (``_tail``). While at most
 ``mem_queue_size`` records in it are not written, nothing is written (NSQ's memory queue);
@@ -53,6 +53,7 @@ from .deletion import holding
 from .errors import LogClosed, LogError
 from .groupcommit import Append, GroupCommit, overlap, place, refuse
 from .logfiles import MAX_OFFSET, LogFiles
+from .logreads import LogReads
 from .logretention import Retention
 from .readcache import READ_BYTES, ReadCache
 from .record import is_plain
@@ -107,6 +108,8 @@ class TopicLog:
         self._io_lock = trio.Lock()
         self._commits = GroupCommit(self._io_lock, self._commit_group)
         self._wake = trio.Event()
+        self._reads = LogReads(self, self._tail, self._cache, self._files, self._io_lock,
+                               self._in_thread, self._wake_task)
         self._tidy_now = False  # poked: remove what nobody needs without waiting for the tick
         self._ops_since_sync = 0
         self._closed = False
@@ -386,30 +389,13 @@ class TopicLog:
         else:
             self._ops_since_sync += count
 
-    # -- reading -----------------------------------------------------------------------------
+    # -- reading (``logreads``) --------------------------------------------------------------
     def read(self, offset: int, n: int) -> list[Run] | None:
         """Up to ``n`` records from ``offset`` (or the first stored after it) as runs, from
         memory; ``None`` when they are on disk and not read yet: they are asked for, and
-        ``on_readable`` is called once they are in. Empty: nothing is stored from ``offset``
-        to the end (offsets given to messages that were never stored: a torn write, memory
-        lost to a crash)."""
-        tail = self._tail
-        if (tail and offset >= tail.start) or offset >= self._end or self.directory is None:
-            return tail.read(offset, n)
-        start = self.start
-        if offset < start:
-            offset = start
-            if tail and offset >= tail.start:
-                return tail.read(offset, n)
-        offset = self._cache.skip(offset)
-        if offset >= self._end:
-            return []
-        if tail and offset >= tail.start:
-            return tail.read(offset, n)
-        runs = self._cache.lookup(offset, n, tail)
-        if runs is None and self._cache.want(offset):
-            self._wake.set()
-        return runs
+        ``on_readable`` is called once they are in; empty: nothing is stored from ``offset``
+        to the end (``LogReads.read``)."""
+        return self._reads.read(offset, n)
 
     async def fetch(self, offset: int) -> None:
         """Have the records from ``offset`` in memory (read from disk now if they are not),
@@ -421,35 +407,16 @@ class TopicLog:
 
     async def read_at(self, offset: int, n: int, max_bytes: int = READ_BYTES) -> list[Run]:
         """``read``, waiting for the disk when it must (``/topic/read``): never caches."""
-        runs = self.read(offset, n)
-        if runs is not None:
-            return runs
-        self._cache.unwant(offset)
-        async with self._io_lock:
-            found = await self._in_thread(self._files.read, offset, max_bytes)
-        out: list[Run] = []
-        for first, records in found:
-            records = records[:n]
-            out.append((first, records, False))
-            n -= len(records)
-            if n <= 0:
-                break
-        return out
+        return await self._reads.read_at(offset, n, max_bytes)
 
     async def find_time(self, timestamp_ns: int) -> int:
         """The offset of the first stored message published at or after ``timestamp_ns``
         (``end`` when there is none)."""
-        async with self._io_lock:
-            for segment in self._files.segments:
-                if segment.count and segment.max_timestamp >= timestamp_ns:
-                    found = await self._in_thread(segment.find_time, timestamp_ns)
-                    if found is not None:
-                        return found
-        for first, records, _ in self._tail.read(self.memory_start, self._tail.count):
-            for i, record in enumerate(records):
-                if int.from_bytes(record[:8], "big") >= timestamp_ns:
-                    return first + i
-        return self._end
+        return await self._reads.find_time(timestamp_ns)
+
+    async def _read_wanted(self) -> None:
+        if await self._reads.read_wanted():
+            self.on_readable()
 
     # -- the background task -----------------------------------------------------------------
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -473,6 +440,9 @@ class TopicLog:
                 async with self._io_lock:
                     await self._tidy(sync=False)
 
+    def _wake_task(self) -> None:
+        self._wake.set()
+
     def poke(self) -> None:
         """Cursors moved a long way (empty, rewind, a channel gone, a retention changed):
         tidy up now."""
@@ -483,13 +453,6 @@ class TopicLog:
         """Remove what nobody needs and trim memory now (tests; ``/topic/empty``)."""
         async with self._io_lock:
             await self._tidy(sync=False)
-
-    async def _read_wanted(self) -> None:
-        if await self._cache.fill(self._read_disk, self.memory_start):
-            self.on_readable()
-
-    async def _read_disk(self, offset: int, max_bytes: int) -> list[tuple[int, list[bytes]]]:
-        return await self._in_thread(self._files.read, offset, max_bytes)
 
     async def _tidy(self, *, sync: bool) -> None:
         """Lock held: the periodic fsync, then segments and memory nobody needs."""
