@@ -18,8 +18,8 @@ SOURCE = Path(__file__).resolve().parents[1] / "src" / "nsqd"
 
 #: Whole modules still writing into others, each until the change that restructures it.
 MODULES = {
-    # the topic's log and its files, being given their own positions and segment list
-    "topiclog.py", "logfiles.py",
+    # the topic log's files, being given their own segment list
+    "logfiles.py",
     # go-diskqueue's requests, for Go's files (import and export)
     "diskfiles.py",
 }

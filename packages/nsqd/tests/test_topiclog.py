@@ -77,7 +77,7 @@ async def test_the_cache_never_passes_over_records_it_does_not_hold(tmp_path):
 async def test_retention_expiry_removes_segments_and_their_records_in_memory(tmp_path):
     clock = FixedClock()
     log = open_log(tmp_path, clock, max_bytes_per_file=20_000)
-    log.retention_ns = 60 * 10**9
+    log.retain(ns=60 * 10**9)
     log.needed = lambda: log.end  # every cursor at the end
     bodies = await write(log, 200, batch=10)
     assert log.start == 0

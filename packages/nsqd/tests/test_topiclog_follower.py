@@ -168,7 +168,7 @@ async def test_appends_of_one_group_commit_are_placed_in_call_order(tmp_path):
             await trio.testing.wait_all_tasks_blocked()
             nursery.start_soon(follower, 3, "g")  # after the leader's: stored
             await trio.testing.wait_all_tasks_blocked()
-            assert len(log._appends) == 3
+            assert len(log._commits.waiting) == 3
     assert outcome == {"leader": 1, "f": "offsets 1-1 overlap the log, whose end is 3",
                        "g": "stored"}
     assert await read_all(log) == [(0, b"a-0"), (1, b"l-0"), (2, b"l-1"), (3, b"g-0")]

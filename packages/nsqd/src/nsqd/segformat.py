@@ -12,8 +12,9 @@
 
 The records of a batch have consecutive offsets from its base; a later batch's base is at or
 past the previous batch's end (gaps are allowed: records no cursor needed were never written,
-and a follower keeps its leader's gaps). ``segment`` writes and reads batches, ``segscan``
-finds them from the start of the file, ``segindex`` keeps where each is.
+and a follower keeps its leader's gaps). ``segbatch`` frames and parses batches, ``segment``
+writes and reads them, ``segscan`` finds them from the start of the file, ``segindex`` keeps
+where each is.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""One segment file of a topic's log: batches of records (the format: ``segformat``),
-appended and read by offset, with its index (``segindex``) in memory.
+"""One segment file of a topic's log: batches of records (the format: ``segformat``; framed
+and parsed by ``segbatch``), appended and read by offset, with its index (``segindex``) in
+memory.
 
 Opening a segment takes its index from ``<base>.index`` when that holds and describes the file
 as it is (same size, and the last batch's head agrees); otherwise (and always for the active
@@ -22,12 +23,11 @@ import logging
 import os
 import re
 import struct
-import zlib
 from pathlib import Path
 
 from .errors import SegmentError
-from .packed import PackedBySize
-from .segformat import AFTER_LENGTH as _AFTER_LENGTH
+from .segbatch import MAX_OFFSET as _MAX_OFFSET
+from .segbatch import Damaged, DiskRun, frame, parse
 from .segformat import BATCH_HEAD, MAGIC
 from .segformat import HEAD as _HEAD
 from .segindex import SegmentIndex
@@ -35,32 +35,12 @@ from .segscan import Scan, keep_aside
 
 __all__ = ["BATCH_HEAD", "MAGIC", "DiskRun", "Segment", "SegmentError"]
 
-#: Records at consecutive offsets as a segment writes and reads them: (offset of the first
-#: record, the records). (In memory, a run also says whether its records are plain:
-#: ``runs.Run``.)
-DiskRun = tuple[int, list[bytes]]
-
-_SIZE = struct.Struct(">I")
 _I64 = struct.Struct(">q")
-_HEAD_AND_SIZE = struct.Struct(">IQIqII")  # the head of a batch of one record, and its size
 _JOIN_BELOW = 64 << 10  # a write smaller than this is joined into one buffer first
-_MAX_LENGTH = 0xFFFFFFFF
-_MAX_OFFSET = (1 << 63) - 1  # offsets are u64 on disk; kept below 2**63 (signed everywhere else)
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 _NAME = re.compile(r"(\d{20})\.log")
-#: the 4-byte size prefix of a record of each size, looked up in C (see nsqd.packed)
-_size_prefix = PackedBySize(_SIZE.pack).__getitem__
 
 _logger = logging.getLogger(__name__)
-
-
-class _Damaged(Exception):
-    """Batch ``batch`` of the index did not hold when read (``Segment._drop`` it)."""
-
-    def __init__(self, batch: int, why: str) -> None:
-        super().__init__(why)
-        self.batch = batch
-        self.why = why
 
 
 class Segment:
@@ -252,57 +232,11 @@ class Segment:
         if timestamps is not None and len(timestamps) != len(runs):
             raise ValueError("one timestamp per run")
         index = self._index
-        ends, positions, maxes = index.ends, index.positions, index.maxes
-        batches_before = len(ends)
+        batches_before = len(index)
         bufs: list[bytes] = []
-        before = pos = self.size
-        end, added = self.end, 0
-        running = index.running
-        crc32 = zlib.crc32
+        before = self.size
         try:
-            for k, (first, records) in enumerate(runs):
-                n = len(records)
-                if first < end or n == 0:
-                    raise ValueError(f"offset {first} is below the segment's end {end}" if n
-                                     else "an empty run")
-                end = first + n
-                if end > _MAX_OFFSET:
-                    raise ValueError(f"offset {end} out of range")
-                if n == 1:
-                    # A batch of one record (--mem-queue-size=0, --sync-every=1): its head and
-                    # the record's size in one pack, the crc over both parts without a join.
-                    record = records[0]
-                    size = len(record)
-                    if timestamps is not None:
-                        max_ts = timestamps[k]
-                    elif size >= 8:
-                        max_ts = _I64.unpack_from(record)[0]
-                    else:
-                        raise ValueError("a record shorter than 8 bytes has no timestamp: "
-                                         "give timestamps")
-                    length = _AFTER_LENGTH + 4 + size
-                    if length > _MAX_LENGTH:
-                        raise ValueError(f"a batch of {length} bytes is over 4 GiB")
-                    crc = crc32(record, crc32(_size_prefix(size)))
-                    bufs += (_HEAD_AND_SIZE.pack(length, first, 1, max_ts, crc, size), record)
-                else:
-                    # The size prefixes and records interleaved by slice assignment, in C.
-                    parts = [b""] * (2 * n)
-                    parts[0::2] = map(_size_prefix, map(len, records))
-                    parts[1::2] = records
-                    body = b"".join(parts)
-                    length = _AFTER_LENGTH + len(body)
-                    if length > _MAX_LENGTH:
-                        raise ValueError(f"a batch of {length} bytes is over 4 GiB")
-                    max_ts = _max_timestamp(records) if timestamps is None else timestamps[k]
-                    bufs += (BATCH_HEAD.pack(length, first, n, max_ts, crc32(body)), body)
-                if max_ts > running:
-                    running = max_ts
-                ends.append(end)
-                positions.append(pos)
-                maxes.append(running)
-                pos += 4 + length
-                added += n
+            bufs, pos, end, added = frame(runs, index, self.end, before, timestamps)
             if not bufs:
                 return
             if self._torn:
@@ -386,8 +320,8 @@ class Segment:
                 raise SegmentError(f"segment {self.path}: short read at {start} "
                                    f"({len(data)} of {stop - start} bytes)")
             try:
-                return self._parse(data, start, i, stop_batch, offset)
-            except _Damaged as damaged:  # that batch alone is lost: read again without it
+                return parse(data, start, index, i, stop_batch, offset)
+            except Damaged as damaged:  # that batch alone is lost: read again without it
                 self._drop(damaged.batch, damaged.why)
 
     def _drop(self, j: int, why: str) -> None:
@@ -406,68 +340,6 @@ class Segment:
         index.drop(j)
         self.count -= min(lost, self.count - len(ends))  # a record a batch left, at least
         self._keep_aside(pos, stop, why, "reading on without it")
-
-    def _parse(self, data: bytes, start: int, first: int, last: int, offset: int) -> list[DiskRun]:
-        """The records of batches ``first..last`` in ``data`` (file bytes from ``start``), from
-        ``offset`` on, each batch checked against its crc and the index."""
-        runs: list[DiskRun] = []
-        view = memoryview(data)
-        unpack_head, unpack_size, crc32 = BATCH_HEAD.unpack_from, _SIZE.unpack_from, zlib.crc32
-        ends, positions = self._index.ends, self._index.positions
-        records: list[bytes] = []
-        append = records.append
-        run_end = -1
-        j = first
-        try:
-            for j in range(first, last + 1):
-                p = positions[j] - start  # (damaged bytes may lie between two batches)
-                batch_stop = positions[j + 1] - start if j < last else len(data)
-                if p + _HEAD > batch_stop:
-                    raise _Damaged(j, "a short batch")
-                length, base, n, _, crc = unpack_head(data, p)
-                q = p + _HEAD  # the records part is data[q:p] once p is moved past the batch
-                p += 4 + length
-                if base + n != ends[j] or p > batch_stop or n == 0:
-                    raise _Damaged(j, "a batch that is not what the index says")
-                if crc32(view[q:p]) != crc:
-                    raise _Damaged(j, "a bad crc")
-                if offset > base:
-                    for _ in range(offset - base):
-                        q += 4 + unpack_size(data, q)[0]
-                    n -= offset - base
-                    base = offset
-                if base != run_end:
-                    records = []
-                    append = records.append
-                    runs.append((base, records))
-                run_end = base + n
-                if n == 1:
-                    if unpack_size(data, q)[0] != p - q - 4:
-                        raise struct.error("a size that does not fill the batch")
-                    append(data[q + 4 : p])
-                    continue
-                # Records of one size (the checks of its size prefixes done in C, by strided
-                # slices): sliced in a comprehension, 25% less per record than the loop below.
-                stride, rest = divmod(p - q, n)
-                if not rest and stride >= 4:
-                    prefix = _size_prefix(stride - 4)
-                    if (data[q + 3 : p : stride] == prefix[3:] * n
-                            and data[q + 2 : p : stride] == prefix[2:3] * n
-                            and data[q + 1 : p : stride] == prefix[1:2] * n
-                            and data[q:p:stride] == prefix[:1] * n):
-                        size = stride - 4
-                        records += [data[k : k + size] for k in range(q + 4, p + 4, stride)]
-                        continue
-                for _ in range(n):
-                    (size,) = unpack_size(data, q)
-                    q += 4
-                    append(data[q : q + size])
-                    q += size
-                if q != p:
-                    raise struct.error("sizes that do not fill the batch")
-        except struct.error:  # sizes that run past their batch, in a batch whose crc holds
-            raise _Damaged(j, "a malformed batch") from None
-        return runs
 
     def find_time(self, timestamp_ns: int) -> int | None:
         """The offset of the first record whose own timestamp is >= ``timestamp_ns``, or None.
@@ -503,19 +375,6 @@ class Segment:
         for path in (self.path, self.index_path):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
-
-
-def _max_timestamp(records: list[bytes]) -> int:
-    # Big-endian bytes compare as unsigned numbers, so the largest record (compared in C, no
-    # slice per record) starts with the largest timestamp, unless some have the sign bit set.
-    top = max(records)
-    if len(top) >= 8:
-        value: int = _I64.unpack_from(top)[0]
-        if value >= 0:
-            return value
-    if min(map(len, records)) < 8:
-        raise ValueError("a record shorter than 8 bytes has no timestamp: give timestamps")
-    return max(int(_I64.unpack_from(r)[0]) for r in records)
 
 
 def _pwrite_all(fd: int, bufs: list[bytes], offset: int, total: int) -> None:

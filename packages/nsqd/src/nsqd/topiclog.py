@@ -4,9 +4,9 @@ segment files (docs/design/storage.md).
 Offsets. ``append`` gives records the next offsets (a leader's append); ``append_at`` stores
 them at the offsets it is given, at or past the end, gaps kept (a follower's append of its
 leader's batches, Kafka's appendAsFollower; an overlap is refused). ``end`` is the next offset
-to be given, ``start`` the first still stored. Readers (the topic's channels, ``/topic/read``) ask for
-records from an offset and get *runs* (``runs.Run``): the records are shared, never copied per
-reader.
+to be given, ``start`` the first still stored. Readers (the topic's channels, ``/topic/read``)
+ask for records from an offset and get *runs* (``runs.Run``): the records are shared, never
+copied per reader (``logreads``).
 
 Memory and disk. New records go to the memory tail (``_tail``). While at most
 ``mem_queue_size`` records in it are not written, nothing is written (NSQ's memory queue);
@@ -19,10 +19,10 @@ the read cache (``readcache``), one read for every reader near the same offset; 
 asks for records not in memory is answered ``None`` and woken (``on_readable``) when they are
 in.
 
-Order. Appends that must write go through ``_commit`` one group at a time under the I/O lock
-(a group commit: every append waiting when a write starts is written by it, with one fsync
-under ``--sync-every=1``), and become visible in offset order only once stored. A failed write
-leaves the log as it was: nothing of the group is visible, the segment is cut back (see
+Order. Appends that must write go through the group commit (``groupcommit``) one group at a
+time under the I/O lock (every append waiting when a write starts is written by it, with one
+fsync under ``--sync-every=1``), and become visible in offset order only once stored. A failed
+write leaves the log as it was: nothing of the group is visible, the segment is cut back (see
 ``segment``), and the publishers get the error.
 
 Files. The segments and the ``offsets`` file are ``logfiles.LogFiles``'s: this module decides
@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import errno
 import logging
-from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
@@ -51,15 +50,17 @@ from typing import TYPE_CHECKING, TypeVar
 import trio
 
 from .deletion import holding
-from .errors import LogClosed, LogError, OffsetOverlap
+from .errors import LogClosed, LogError
+from .groupcommit import Append, GroupCommit, overlap, place, refuse
 from .logfiles import MAX_OFFSET, LogFiles
+from .logreads import LogReads
+from .logretention import Retention
 from .readcache import READ_BYTES, READ_CACHE_BYTES, ReadCache
 from .record import is_plain
 from .runs import Run, RunStore
 
 if TYPE_CHECKING:
     from .clock import Clock
-    from .segment import Segment
 
 T = TypeVar("T")
 
@@ -71,18 +72,6 @@ TAIL_CACHE_BYTES = 16 << 20
 RESERVE = 1 << 20
 #: A write this small, with no fsync due, is done on the Trio thread (a page-cache copy).
 _INLINE_WRITE_BYTES = 256 << 10
-
-
-class _Append:
-    __slots__ = ("at", "done", "error", "first", "plain", "records")
-
-    def __init__(self, records: Sequence[bytes], plain: bool, at: int | None) -> None:
-        self.records = records
-        self.plain = plain
-        self.at = at  # the offset asked for (a follower's append), None: the log's end
-        self.first = -1
-        self.done = False
-        self.error: LogError | None = None
 
 
 def _all_needed() -> int:
@@ -107,8 +96,7 @@ class TopicLog:
         #: The lowest offset some durable cursor (or the topic's hold) still needs; set by
         #: the topic. Nothing at or above it is ever dropped or removed.
         self.needed: Callable[[], int] = _all_needed
-        self.retention_ns = 0  # keep segments this long past every cursor (0: not at all)
-        self.retention_bytes = 0  # or the newest segments within this size
+        self._retention = Retention()
         self._tail = RunStore()
         self._tail_cache_bytes = tail_cache_bytes  # written records kept in memory
         self._cache = ReadCache(read_cache_bytes)  # read from the segments, for the readers
@@ -120,10 +108,11 @@ class TopicLog:
         self._reserved = 0 if directory is not None else 1 << 62
         self._written_end = 0  # every offset below is on disk, or was never to be written
         self._unwritten = 0  # records in the tail at offsets >= _written_end
-        self._appends: deque[_Append] = deque()
-        self._committing = False
         self._io_lock = trio.Lock()
+        self._commits = GroupCommit(self._io_lock, self._commit_group)
         self._wake = trio.Event()
+        self._reads = LogReads(self, self._tail, self._cache, self._files, self._io_lock,
+                               self._in_thread, self._wake_task)
         self._tidy_now = False  # poked: remove what nobody needs without waiting for the tick
         self._ops_since_sync = 0
         self._closed = False
@@ -173,13 +162,18 @@ class TopicLog:
 
     def retain(self, ns: int | None = None, nbytes: int | None = None) -> bool:
         """Keep segments ``ns`` past every cursor, or the newest within ``nbytes`` (0: not
-        at all; None: as it is); whether either changed."""
-        changed = False
-        if ns is not None and ns != self.retention_ns:
-            self.retention_ns, changed = ns, True
-        if nbytes is not None and nbytes != self.retention_bytes:
-            self.retention_bytes, changed = nbytes, True
-        return changed
+        at all; None: as it is); whether either changed (``logretention``)."""
+        return self._retention.set(ns, nbytes)
+
+    @property
+    def retention_ns(self) -> int:
+        """Segments kept this long past every cursor (0: not at all)."""
+        return self._retention.ns
+
+    @property
+    def retention_bytes(self) -> int:
+        """Or the newest segments within this size (0: not at all)."""
+        return self._retention.nbytes
 
     @property
     def memory_start(self) -> int:
@@ -255,7 +249,7 @@ class TopicLog:
         """
         if offset >= self._end:
             return
-        if offset < self.stored_end or self._appends or self._committing:
+        if offset < self.stored_end or not self._commits.idle:
             raise LogError(f"cannot cut the log back to {offset}: records are stored up to "
                            f"{self.stored_end}")
         self._end = offset
@@ -272,7 +266,7 @@ class TopicLog:
             LogError: they could not be written; none of them is stored.
         """
         n = len(records)
-        if (not self._appends and not self._committing
+        if (self._commits.idle
                 and self._unwritten + n <= self.mem_queue_size and not self._closed
                 and self._end + n <= self._reserved):
             first = self._end
@@ -301,12 +295,12 @@ class TopicLog:
         if first < 0 or first + n > MAX_OFFSET:
             raise ValueError(f"offsets {first}-{first + n} out of range 0-{MAX_OFFSET}")
         if first < self._end:
-            raise _overlap(first, n, self._end)
+            raise overlap(first, n, self._end)
         if not n:
             return
         if plain is None:
             plain = all(map(is_plain, records))
-        if (not self._appends and not self._committing
+        if (self._commits.idle
                 and self._unwritten + n <= self.mem_queue_size and not self._closed
                 and first + n <= self._reserved):
             self._tail.append(first, records, plain)
@@ -319,59 +313,15 @@ class TopicLog:
                               ) -> int:
         if self._closed:
             raise LogClosed
-        request = _Append(records, plain, at)
-        self._appends.append(request)
-        try:
-            async with self._io_lock:
-                if not request.done:
-                    await self._commit()
-        finally:
-            if not request.done:  # cancelled while waiting: never stored
-                self._appends.remove(request)
-        if request.error is not None:
-            raise request.error
-        return request.first
+        return await self._commits.submit(records, plain, at)
 
-    async def _commit(self) -> None:
-        """Store every waiting append, writing what must be written (lock held)."""
-        group = list(self._appends)
-        self._appends.clear()
-        self._committing = True
-        try:
-            await self._commit_group(group)
-        finally:
-            self._committing = False
-            for request in group:
-                request.done = True
-
-    @staticmethod
-    def _refuse(group: list[_Append], error: LogError) -> None:
-        for request in group:
-            request.error = error
-
-    def _place(self, group: list[_Append]) -> tuple[list[_Append], int]:
-        """The offsets of each append of the group, in order (``first``); those a
-        follower's append asks for below the end before it are refused (``OffsetOverlap``).
-        The appends placed, and the end after them."""
-        end = self._end
-        placed = []
-        for request in group:
-            if request.at is None:
-                request.first = end
-            elif request.at < end:
-                request.error = _overlap(request.at, len(request.records), end)
-                continue
-            else:
-                request.first = request.at
-            end = request.first + len(request.records)
-            placed.append(request)
-        return placed, end
-
-    async def _commit_group(self, group: list[_Append]) -> None:
+    async def _commit_group(self, group: list[Append]) -> None:
+        """Store the appends of ``group``, writing what must be written (lock held): a
+        failure refuses every one of them, a follower's overlap that one alone."""
         if self._closed:  # closed or set aside (its topic deleted): nsqd's EXITING
-            self._refuse(group, LogClosed())
+            refuse(group, LogClosed())
             return
-        group, end = self._place(group)
+        group, end = place(group, self._end)
         if not group:
             return
         if end > self._reserved:
@@ -379,13 +329,13 @@ class TopicLog:
                 await self._reserve(end + RESERVE)
             except (OSError, LogClosed) as exc:
                 if self._closed:
-                    self._refuse(group, LogClosed())
+                    refuse(group, LogClosed())
                     return
                 assert isinstance(exc, OSError)
                 self.healthy = False
                 self.write_errors += 1
                 self.log.error("LOG(%s): failed to reserve offsets - %s", self.name, exc)
-                self._refuse(group, LogError(f"failed to reserve offsets - {exc}"))
+                refuse(group, LogError(f"failed to reserve offsets - {exc}"))
                 return
         self._skip_unneeded()
         total = sum(len(r.records) for r in group)
@@ -415,12 +365,12 @@ class TopicLog:
                 await self._write(runs)
             except OSError as exc:
                 if self._closed:
-                    self._refuse(group, LogClosed())
+                    refuse(group, LogClosed())
                     return
                 self.healthy = False
                 self.write_errors += 1
                 self.log.error("LOG(%s): failed to write - %s", self.name, exc)
-                self._refuse(group, LogError(f"failed to write messages - {exc}"))
+                refuse(group, LogError(f"failed to write messages - {exc}"))
                 if exc.errno == errno.ENOSPC:
                     self._wake.set()  # see what can be removed
                 return
@@ -432,7 +382,7 @@ class TopicLog:
         else:
             self._visible(group, end)
 
-    def _visible(self, group: list[_Append], end: int, written_new: int = 0) -> None:
+    def _visible(self, group: list[Append], end: int, written_new: int = 0) -> None:
         """The group's records into the tail at their offsets, in order (the first
         ``written_new`` of them already on disk); the end moves to ``end``."""
         added = 0
@@ -445,7 +395,7 @@ class TopicLog:
     def _skip_unneeded(self) -> None:
         """Unwritten records every durable cursor has passed are never written (unless the
         topic keeps what it delivered: a retention)."""
-        if self.retention_ns or self.retention_bytes:
+        if self._retention.keeps_delivered:
             return
         needed = min(self.needed(), self._end)
         if needed > self._written_end:
@@ -478,30 +428,13 @@ class TopicLog:
         else:
             self._ops_since_sync += count
 
-    # -- reading -----------------------------------------------------------------------------
+    # -- reading (``logreads``) --------------------------------------------------------------
     def read(self, offset: int, n: int) -> list[Run] | None:
         """Up to ``n`` records from ``offset`` (or the first stored after it) as runs, from
         memory; ``None`` when they are on disk and not read yet: they are asked for, and
-        ``on_readable`` is called once they are in. Empty: nothing is stored from ``offset``
-        to the end (offsets given to messages that were never stored: a torn write, memory
-        lost to a crash)."""
-        tail = self._tail
-        if (tail and offset >= tail.start) or offset >= self._end or self.directory is None:
-            return tail.read(offset, n)
-        start = self.start
-        if offset < start:
-            offset = start
-            if tail and offset >= tail.start:
-                return tail.read(offset, n)
-        offset = self._cache.skip(offset)
-        if offset >= self._end:
-            return []
-        if tail and offset >= tail.start:
-            return tail.read(offset, n)
-        runs = self._cache.lookup(offset, n, tail)
-        if runs is None and self._cache.want(offset):
-            self._wake.set()
-        return runs
+        ``on_readable`` is called once they are in; empty: nothing is stored from ``offset``
+        to the end (``LogReads.read``)."""
+        return self._reads.read(offset, n)
 
     async def fetch(self, offset: int) -> None:
         """Have the records from ``offset`` in memory (read from disk now if they are not),
@@ -513,35 +446,16 @@ class TopicLog:
 
     async def read_at(self, offset: int, n: int, max_bytes: int = READ_BYTES) -> list[Run]:
         """``read``, waiting for the disk when it must (``/topic/read``): never caches."""
-        runs = self.read(offset, n)
-        if runs is not None:
-            return runs
-        self._cache.unwant(offset)
-        async with self._io_lock:
-            found = await self._in_thread(self._files.read, offset, max_bytes)
-        out: list[Run] = []
-        for first, records in found:
-            records = records[:n]
-            out.append((first, records, False))
-            n -= len(records)
-            if n <= 0:
-                break
-        return out
+        return await self._reads.read_at(offset, n, max_bytes)
 
     async def find_time(self, timestamp_ns: int) -> int:
         """The offset of the first stored message published at or after ``timestamp_ns``
         (``end`` when there is none)."""
-        async with self._io_lock:
-            for segment in self._files.segments:
-                if segment.count and segment.max_timestamp >= timestamp_ns:
-                    found = await self._in_thread(segment.find_time, timestamp_ns)
-                    if found is not None:
-                        return found
-        for first, records, _ in self._tail.read(self.memory_start, self._tail.count):
-            for i, record in enumerate(records):
-                if int.from_bytes(record[:8], "big") >= timestamp_ns:
-                    return first + i
-        return self._end
+        return await self._reads.find_time(timestamp_ns)
+
+    async def _read_wanted(self) -> None:
+        if await self._reads.read_wanted():
+            self.on_readable()
 
     # -- the background task -----------------------------------------------------------------
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -565,6 +479,9 @@ class TopicLog:
                 async with self._io_lock:
                     await self._tidy(sync=False)
 
+    def _wake_task(self) -> None:
+        self._wake.set()
+
     def poke(self) -> None:
         """Cursors moved a long way (empty, rewind, a channel gone, a retention changed):
         tidy up now."""
@@ -575,13 +492,6 @@ class TopicLog:
         """Remove what nobody needs and trim memory now (tests; ``/topic/empty``)."""
         async with self._io_lock:
             await self._tidy(sync=False)
-
-    async def _read_wanted(self) -> None:
-        if await self._cache.fill(self._read_disk, self.memory_start):
-            self.on_readable()
-
-    async def _read_disk(self, offset: int, max_bytes: int) -> list[tuple[int, list[bytes]]]:
-        return await self._in_thread(self._files.read, offset, max_bytes)
 
     async def _tidy(self, *, sync: bool) -> None:
         """Lock held: the periodic fsync, then segments and memory nobody needs."""
@@ -614,25 +524,11 @@ class TopicLog:
             raise LogClosed
         self._files.write_offsets(next_offset, hold)
 
-    def _removable(self, segment: Segment, needed: int, retained_bytes: int) -> bool:
-        if segment.end > needed:
-            return False
-        if not (self.retention_ns or self.retention_bytes):
-            return True
-        old = (self.retention_ns > 0
-               and segment.max_timestamp < self.clock.wall_ns() - self.retention_ns)
-        over = self.retention_bytes > 0 and retained_bytes - segment.size >= self.retention_bytes
-        return old or over
-
     async def _remove_unneeded(self) -> None:
         needed = min(self.needed(), self._written_end)
-        retained = self.disk_bytes
-        gone: list[Segment] = []
-        for segment in self._files.segments[:-1]:
-            if not self._removable(segment, needed, retained):
-                break
-            gone.append(segment)
-            retained -= segment.size
+        retention = self._retention
+        gone, retained = retention.removable(self._files.segments, needed, self.disk_bytes,
+                                             self.clock.wall_ns())
         if gone:
             try:  # (in ``segments`` until removed: a ``detach`` meanwhile moves their paths)
                 await self._in_thread(self._files.remove, gone)
@@ -642,7 +538,8 @@ class TopicLog:
                           len(gone), gone[-1].end)
         if self._files.segments and not self._files.segments[:-1]:
             active = self._files.segments[-1]
-            if active.count and self._removable(active, needed, retained):
+            if active.count and retention.may_remove(active, needed, retained,
+                                                     self.clock.wall_ns()):
                 # Every cursor is past the active segment: it is cut to nothing and renamed
                 # after the next offset (no data written: this must work on a full disk).
                 await self._in_thread(self._files.reset_active, self._written_end)
@@ -676,7 +573,7 @@ class TopicLog:
             self._unwritten = tail.count
             return
         written_end = self._written_end
-        keep = needed if not (self.retention_ns or self.retention_bytes) else 0
+        keep = needed if not self._retention.keeps_delivered else 0
         if keep > tail.start and keep <= written_end:
             tail.drop_before(keep)
         elif keep > written_end:
@@ -756,9 +653,7 @@ class TopicLog:
         self._wake.set()
         with trio.CancelScope(shield=True):
             async with self._io_lock:
-                for request in self._appends:
-                    request.error, request.done = LogClosed(), True
-                self._appends.clear()
+                self._commits.refuse_waiting(LogClosed())
                 self._tail.clear()
                 self._cache.clear()
                 segments = self._files.take_segments()
@@ -770,7 +665,3 @@ class TopicLog:
             result = await trio.to_thread.run_sync(holding, self._files.busy, fn, *args)
         return result
 
-
-def _overlap(first: int, n: int, end: int) -> OffsetOverlap:
-    return OffsetOverlap(f"offsets {first}-{first + n - 1 if n else first} overlap the log, "
-                         f"whose end is {end}")
