@@ -31,7 +31,7 @@ import httpx
 import pytest
 import trio
 import trio.testing
-from nsqd import cursorfile, topiclog
+from nsqd import cursorfile, privatelog
 from nsqd.broker import Broker
 from nsqd.channel import Channel
 from nsqd.clock import VirtualClock
@@ -185,7 +185,7 @@ class HeldReadAhead:
 def on_disk_only(monkeypatch: pytest.MonkeyPatch) -> Callable[[PrivateLog], Any]:
     """``await on_disk_only(log)``: what ``log`` wrote is on disk only from now on (its
     memory trimmed, and it keeps nothing written in memory)."""
-    monkeypatch.setattr(topiclog, "TAIL_CACHE_BYTES", 0)
+    monkeypatch.setattr(privatelog, "CACHE_BYTES", 0)
 
     async def trim(private: PrivateLog) -> None:
         await private.log.tidy()
