@@ -78,6 +78,10 @@ class LogReader:
             if stop > end:  # never past where the topic was paused
                 runs = cut(runs, end)
                 stop = end
+                if not runs:  # nothing stored before it (a crash's gap): passed
+                    cursor.skip(read, end)
+                    cursor.advance_read(end)
+                    return []
             if runs[0][0] > read or len(runs) > 1:
                 pass_gaps(runs, read, cursor)
             cursor.advance_read(stop)
