@@ -152,7 +152,7 @@ class HttpApi:
             raise ApiError(400, "MSG_EMPTY")
         q = _query(request)
         topic = topic_arg(self.broker, q)
-        self.broker.get_topic(topic)
+        self.broker.topic_before_body(topic)
         defer = 0.0
         if "defer" in q:
             try:
@@ -173,7 +173,7 @@ class HttpApi:
             raise ApiError(413, "BODY_TOO_BIG")
         q = _query(request)
         topic = topic_arg(self.broker, q)
-        self.broker.get_topic(topic)
+        self.broker.topic_before_body(topic)
         ttl = ttl_seconds(q, "ttl")
         binary = q.get("binary")
         body = await read_limited(request, o.max_body_size, "BODY_TOO_BIG")

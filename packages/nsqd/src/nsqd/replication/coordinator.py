@@ -108,6 +108,8 @@ class Coordinator:
     client: EtcdClient = attrs.field(init=False)
     membership: Membership = attrs.field(init=False)
     _reconciling: trio.Lock = attrs.field(init=False, factory=trio.Lock)
+    #: set (and replaced) after each reconcile: what waits for the view and roles to move
+    reconciled: trio.Event = attrs.field(init=False, factory=trio.Event)
 
     def __attrs_post_init__(self) -> None:
         self.client = EtcdClient(self.endpoints)
@@ -204,6 +206,8 @@ class Coordinator:
         async with self._reconciling:
             await self._reconcile()
             self.on_change()
+            self.reconciled.set()
+            self.reconciled = trio.Event()
 
     def attach(self, *, host_topic: Callable[[str], object], on_change: Callable[[], None],
                progress_of: Callable[[str], tuple[int | None, dict[str, int]]]) -> None:

@@ -203,7 +203,9 @@ class DataPath:
     async def publish_forwarded(self, ask: Forward) -> bytes:
         """A follower's publish, on this node as its leader: the answer NSQ would send."""
         replica = self.replicas.get(ask.topic)
-        if replica is None or not replica.leading:  # (never forwarded on again)
+        role = self.coordinator.roles.get(ask.topic)
+        if (not replica.leading if replica is not None  # (never forwarded on again)
+                else role is None or not role.leading):  # (one replica: its only node)
             return b"E_PUB_FAILED not the leader of the replicated topic " + ask.topic.encode()
         broker, opts = self.broker, self.broker.opts
         try:
