@@ -2,7 +2,8 @@
 and nsqd on loopback (docs/design/replication.md, "Placement and re-placement"). With
 ``--etcd-endpoints`` the first PUB, MPUB, DPUB or HTTP ``/pub`` ``/mpub`` to a topic places it
 (``--default-replicas``) as ``/topic/create`` does, then publishes by the replicated rules;
-an ephemeral topic is never placed."""
+an ephemeral topic is never placed. ``/topic/delete`` of a placed topic, sent to any node,
+deletes it on its leader, then its keys, and so on every replica."""
 
 from __future__ import annotations
 
@@ -109,6 +110,47 @@ async def test_a_first_publish_to_a_topic_placed_elsewhere_goes_to_its_leader(
                               params={"format": "json", "topic": "solo"})).json()
     assert not doc["topics"]
     clean(a, b)
+
+
+async def topic_names(daemon: Daemon) -> list[str]:
+    async with httpx.AsyncClient(timeout=DEADLINE) as http:
+        doc = (await http.get(f"http://{daemon.http_address}/stats",
+                              params={"format": "json"})).json()
+    return [t["topic_name"] for t in doc["topics"] or []]
+
+
+async def test_deleting_a_placed_topic_deletes_it_on_every_replica_and_in_etcd(
+        run_daemon: Callable[..., Daemon], etcd: Etcd, client: EtcdClient) -> None:
+    a = start_node(run_daemon, etcd, "--default-replicas=2")
+    b = start_node(run_daemon, etcd, "--default-replicas=2")
+    await joined(client, a, b)
+    for topic in ("gone_a", "gone_b"):
+        async with await WireClient.connect(a.tcp_address) as producer:
+            await producer.pub(topic, b"x")  # placed on both, led by a
+        await until(lambda t=topic: _same(bodies(b, t), [(0, "x")]), what=f"{topic} on b")
+
+    # sent to the leader, and sent to the follower (forwarded to the leader)
+    for topic, to in (("gone_a", a), ("gone_b", b)):
+        r = await post(to, "/topic/delete", b"", topic=topic)
+        assert r.status_code == 200, r.text
+        kvs, _ = await client.range(topic_prefix(topic), prefix=True)
+        assert kvs == [], topic  # no key left once answered
+        assert topic not in await topic_names(a)  # the leader deleted its copy first
+        await until(lambda t=topic: _absent(b, t), what=f"{topic} deleted on b")
+    assert "deleted from the cluster" in a.output()
+
+    # the name is free: a publish places it again, from offset 0
+    async with await WireClient.connect(b.tcp_address) as producer:
+        await producer.pub("gone_a", b"again")
+    assert await bodies(b, "gone_a") == [(0, "again")]
+    # a topic nobody placed is still unknown, as in NSQ
+    r = await post(b, "/topic/delete", b"", topic="never")
+    assert r.status_code == 404 and r.json()["message"] == "TOPIC_NOT_FOUND"
+    clean(a, b)
+
+
+async def _absent(daemon: Daemon, topic: str) -> bool:
+    return topic not in await topic_names(daemon)
 
 
 async def _same(got: object, expected: list[tuple[int, str]]) -> bool:

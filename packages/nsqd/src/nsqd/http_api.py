@@ -278,6 +278,10 @@ class HttpApi:
         name = q.get("topic")
         if name is None:
             raise ApiError(400, "MISSING_ARG_TOPIC")
+        cluster = self.broker.replication
+        if cluster is not None and await cluster.delete(
+                name, forwarded=request.headers.get(FORWARDED)):
+            return _empty()  # deleted on every replica, and in etcd
         if not self.broker.delete_topic(name):
             raise ApiError(404, "TOPIC_NOT_FOUND")
         return _empty()

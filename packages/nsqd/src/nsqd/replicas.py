@@ -38,6 +38,12 @@ class Replicas(Protocol):
         (``forwarded``: the node that forwarded it here). Raises ``HttpError``."""
         ...
 
+    async def delete(self, topic: str, *, forwarded: str | None) -> bool:
+        """``/topic/delete`` of a placed topic: by its leader (its copy, then its keys: every
+        replica deletes its own), forwarded to it from another node; False when ``topic`` is
+        not placed (a local topic, deleted as nsqd deletes one). Raises ``HttpError``."""
+        ...
+
     def describe(self, topic: str) -> dict[str, Any] | None:
         """``topic``'s ``replication`` object of /stats; None when it is not placed."""
         ...

@@ -31,6 +31,7 @@ from .coordinator import Coordinator
 from .election import StaleEpoch
 from .etcd import EtcdError
 from .placement import PlacementError, place
+from .view import TopicView
 
 if TYPE_CHECKING:
     from ..message import QueuedMessage
@@ -105,19 +106,43 @@ class Edge:
             except EtcdError as exc:
                 raise _unavailable(exc) from None
             return
+        await self._forward(view, "/topic/replicas", {"topic": topic, "replicas": replicas},
+                            forwarded=forwarded)
+
+    async def delete(self, topic: str, *, forwarded: str | None) -> bool:
+        coordinator = self.coordinator
+        view = coordinator.view.topics.get(topic)
+        if view is None or view.placement is None:
+            return False
+        role = coordinator.roles.get(topic)
+        if role is not None and role.leading:
+            try:
+                await coordinator.delete(topic)
+            except StaleEpoch:
+                raise HttpError(503, "LEADER_UNAVAILABLE") from None
+            except EtcdError as exc:
+                raise _unavailable(exc) from None
+            return True
+        await self._forward(view, "/topic/delete", {"topic": topic}, forwarded=forwarded)
+        return True
+
+    async def _forward(self, view: TopicView, path: str, params: dict[str, Any], *,
+                       forwarded: str | None) -> None:
+        """A request only the topic's leader answers, sent to it (never forwarded on)."""
+        coordinator = self.coordinator
         leader = view.leader[1].node if view.leader is not None else None
         node = coordinator.view.nodes.get(leader) if leader is not None else None
         if forwarded is not None or node is None:
             raise HttpError(503, "LEADER_UNAVAILABLE")
         info = node[1]
-        url = f"http://{join_host_port(info.broadcast_address, info.http_port)}/topic/replicas"
+        url = f"http://{join_host_port(info.broadcast_address, info.http_port)}{path}"
         try:
             async with httpx.AsyncClient(timeout=FORWARD_TIMEOUT) as client:
-                answer = await client.post(url, params={"topic": topic, "replicas": replicas},
+                answer = await client.post(url, params=params,
                                            headers={FORWARDED: coordinator.node})
         except httpx.HTTPError as exc:
-            log.warning("replication: topic %s: /topic/replicas not forwarded to %s: %s",
-                        topic, leader, exc)
+            log.warning("replication: topic %s: %s not forwarded to %s: %s",
+                        params["topic"], path, leader, exc)
             raise HttpError(503, "LEADER_UNAVAILABLE") from None
         if answer.status_code != 200:
             raise HttpError(answer.status_code, _message(answer))
