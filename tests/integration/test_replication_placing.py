@@ -158,3 +158,47 @@ async def _same(got: object, expected: list[tuple[int, str]]) -> bool:
         return await got == expected  # type: ignore[misc]
     except httpx.HTTPStatusError:
         return False  # (not made there yet)
+
+
+async def channel_doc(daemon: Daemon, topic: str) -> dict[str, dict[str, object]]:
+    async with httpx.AsyncClient(timeout=DEADLINE) as http:
+        doc = (await http.get(f"http://{daemon.http_address}/stats",
+                              params={"format": "json", "topic": topic})).json()
+    topics = doc["topics"] or []
+    return {c["channel_name"]: c for c in topics[0]["channels"]} if topics else {}
+
+
+async def test_channels_and_settings_made_on_the_leader_are_so_on_every_replica(
+        run_daemon: Callable[..., Daemon], etcd: Etcd, client: EtcdClient) -> None:
+    a = start_node(run_daemon, etcd, "--default-replicas=2")
+    b = start_node(run_daemon, etcd, "--default-replicas=2")
+    await joined(client, a, b)
+    async with await WireClient.connect(a.tcp_address) as producer:
+        await producer.pub("settled", b"x")  # placed on both, led by a
+    for path, params in (("/channel/create", {"channel": "kept"}),
+                         ("/channel/create", {"channel": "paused"}),
+                         ("/channel/create", {"channel": "dropped"}),
+                         ("/channel/create", {"channel": "e#ephemeral"}),
+                         ("/channel/pause", {"channel": "paused"}),
+                         ("/topic/pause", {})):
+        r = await post(a, path, b"", topic="settled", **params)
+        assert r.status_code == 200, (path, r.text)
+
+    async def follows(want: set[str], paused: set[str], topic_paused: bool) -> bool:
+        channels = await channel_doc(b, "settled")
+        async with httpx.AsyncClient(timeout=DEADLINE) as http:
+            doc = (await http.get(f"http://{b.http_address}/stats",
+                                  params={"format": "json", "topic": "settled"})).json()
+        return (set(channels) == want and doc["topics"][0]["paused"] is topic_paused
+                and {n for n, c in channels.items() if c["paused"]} == paused)
+
+    # an ephemeral channel is the leader's own: not replicated
+    await until(lambda: follows({"kept", "paused", "dropped"}, {"paused"}, True),
+                what="the channels and settings on b")
+    r = await post(a, "/channel/delete", b"", topic="settled", channel="dropped")
+    assert r.status_code == 200
+    r = await post(a, "/topic/unpause", b"", topic="settled")
+    assert r.status_code == 200
+    await until(lambda: follows({"kept", "paused"}, {"paused"}, False),
+                what="a channel deleted and the topic unpaused on b")
+    clean(a, b)

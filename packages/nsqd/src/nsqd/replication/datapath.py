@@ -29,7 +29,7 @@ from nsq_common import ProtocolError, decode_mpub_body
 
 from ..errors import Exiting, StoreFailed
 from ..record import Records
-from .cursors import apply_cursor
+from .cursors import apply_record
 from .fetcher import Fetcher
 from .forwarder import Forwarder
 from .keys import NodeInfo
@@ -141,7 +141,7 @@ class DataPath:
             return
         for leader, topics in by_leader.items():
             fetcher = Fetcher(self.node, leader, self.replicas.get, self._node_info,
-                              self.broker.now, partial(apply_cursor, self.broker),
+                              self.broker.now, partial(apply_record, self.broker),
                               lambda: not self.coordinator.membership.reachable)
             fetcher.follow(topics)
             self.fetchers[leader] = fetcher
