@@ -145,15 +145,16 @@ async def test_a_topic_not_placed_keeps_gos_keys_and_no_replication_metrics(
     client = EtcdClient([etcd.endpoint])
     try:
         await joined(client, node)
-        # a publish makes a topic here only (placing it on a first publish is the data path's)
+        # an ephemeral topic is never placed: a publish makes it here only (any other topic's
+        # first publish places it: test_replication_placing)
         async with httpx.AsyncClient(timeout=DEADLINE) as http:
             answer = await http.post(f"http://{node.http_address}/pub",
-                                     params={"topic": "local"}, content=b"hello")
+                                     params={"topic": "local#ephemeral"}, content=b"hello")
         assert answer.text == "OK"
-        doc = await topic_doc(node, "local")
+        doc = await topic_doc(node, "local#ephemeral")
         assert doc is not None and set(doc) == GO_TOPIC_KEYS
         text = await metrics(node)
-        assert 'topic="local"' in text and "nsq_topic_replicas{" not in text
+        assert 'topic="local#ephemeral"' in text and "nsq_topic_replicas{" not in text
         assert "nsq_under_replicated_topics 0.0" in text
     finally:
         await client.aclose()

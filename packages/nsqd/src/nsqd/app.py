@@ -205,7 +205,7 @@ def _replication() -> Callable[[Options, Broker], Awaitable[None]]:
         coordinator.attach(host_topic=data.host, on_change=data.sync,
                            progress_of=data.progress)
         broker.serve_replication(data.server.handle)
-        broker.replicated(Edge(coordinator, opts.default_replicas))
+        broker.replicated(Edge(coordinator, opts.default_replicas, data.forward))
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(data.run)

@@ -440,9 +440,17 @@ class Broker:
         ts = self.clock.wall_ns()
         return new_records(bodies, self.guid.take(len(bodies), ts), ts)
 
+    def topic_before_body(self, name: str) -> None:
+        """Go's nsqd makes a publish's topic before it reads the body (a refused body still
+        leaves the topic). With --etcd-endpoints the publish itself places the topic
+        (``publish``), so nothing is made here."""
+        if self.replication is None:
+            self.get_topic(name)
+
     async def publish(self, topic_name: str, msgs: list[QueuedMessage] | Records) -> None:
         """Store ``msgs`` (messages, or records from ``new_records``) in a topic (created if
-        needed).
+        needed; with --etcd-endpoints, a topic not here is first placed, or published on
+        its leader when placed on other nodes only: ``Replicas.publish_new``).
 
         Raises:
             Exiting: nsqd is shutting down.
@@ -452,6 +460,11 @@ class Broker:
         """
         if self.exiting:
             raise Exiting
+        cluster = self.replication
+        if (cluster is not None and topic_name not in self.topics
+                and not topic_name.endswith("#ephemeral")
+                and await cluster.publish_new(topic_name, msgs)):
+            return  # placed on other nodes only: published on its leader
         try:
             topic = self.get_topic(topic_name)
             replica = topic.replica

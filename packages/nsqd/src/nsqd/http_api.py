@@ -152,7 +152,7 @@ class HttpApi:
             raise ApiError(400, "MSG_EMPTY")
         q = _query(request)
         topic = topic_arg(self.broker, q)
-        self.broker.get_topic(topic)
+        self.broker.topic_before_body(topic)
         defer = 0.0
         if "defer" in q:
             try:
@@ -173,7 +173,7 @@ class HttpApi:
             raise ApiError(413, "BODY_TOO_BIG")
         q = _query(request)
         topic = topic_arg(self.broker, q)
-        self.broker.get_topic(topic)
+        self.broker.topic_before_body(topic)
         ttl = ttl_seconds(q, "ttl")
         binary = q.get("binary")
         body = await read_limited(request, o.max_body_size, "BODY_TOO_BIG")
@@ -278,6 +278,10 @@ class HttpApi:
         name = q.get("topic")
         if name is None:
             raise ApiError(400, "MISSING_ARG_TOPIC")
+        cluster = self.broker.replication
+        if cluster is not None and await cluster.delete(
+                name, forwarded=request.headers.get(FORWARDED)):
+            return _empty()  # deleted on every replica, and in etcd
         if not self.broker.delete_topic(name):
             raise ApiError(404, "TOPIC_NOT_FOUND")
         return _empty()

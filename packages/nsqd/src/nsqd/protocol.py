@@ -138,7 +138,7 @@ class ProtocolV2:
             # (a refused body still leaves the topic); expired authorizations are fetched
             # again before the command runs, and the topic is made then
             if self.authorized_now(b"MPUB", params[0], b"") and not self.broker.exiting:
-                self.broker.get_topic(_name(params[0]))
+                self.broker.topic_before_body(_name(params[0]))
             return self._mpub_spec
         if name == b"DPUB":
             self._check_topic_param(b"DPUB", params, 2)

@@ -6,7 +6,11 @@ this is called (and ``nsqd.replication`` is not imported).
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from .message import QueuedMessage
+    from .record import Records
 
 #: the header of a ``/topic/replicas`` a follower forwards to the leader (never forwarded on)
 FORWARDED = "X-NSQ-Forwarded-By"
@@ -22,9 +26,22 @@ class Replicas(Protocol):
         it is; whether this node holds a replica. Raises ``HttpError``."""
         ...
 
+    async def publish_new(self, topic: str, msgs: list[QueuedMessage] | Records) -> bool:
+        """A publish to ``topic``, which this node does not have: placed as ``/topic/create``
+        places it (``--default-replicas``); placed here, False once this node holds it as its
+        role says (the publish goes on here, by the replicated rules); placed on other nodes
+        only, True once sent to its leader and acknowledged. Raises ``StoreFailed``."""
+        ...
+
     async def change(self, topic: str, replicas: int, *, forwarded: str | None) -> None:
         """``/topic/replicas``: done by the leader, forwarded to it from another node
         (``forwarded``: the node that forwarded it here). Raises ``HttpError``."""
+        ...
+
+    async def delete(self, topic: str, *, forwarded: str | None) -> bool:
+        """``/topic/delete`` of a placed topic: by its leader (its copy, then its keys: every
+        replica deletes its own), forwarded to it from another node; False when ``topic`` is
+        not placed (a local topic, deleted as nsqd deletes one). Raises ``HttpError``."""
         ...
 
     def describe(self, topic: str) -> dict[str, Any] | None:

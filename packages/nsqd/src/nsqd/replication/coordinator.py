@@ -44,7 +44,7 @@ from .etcd import EtcdClient, EtcdError
 from .keys import ROOT, NodeInfo, TopicState
 from .membership import RETRY, Membership
 from .placement import PlacementError, place
-from .replace import re_place, replaced, resized
+from .replace import delete_keys, re_place, replaced, resized
 from .view import ClusterView, TopicView
 
 log = logging.getLogger("nsqd")
@@ -108,6 +108,8 @@ class Coordinator:
     client: EtcdClient = attrs.field(init=False)
     membership: Membership = attrs.field(init=False)
     _reconciling: trio.Lock = attrs.field(init=False, factory=trio.Lock)
+    #: set (and replaced) after each reconcile: what waits for the view and roles to move
+    reconciled: trio.Event = attrs.field(init=False, factory=trio.Event)
 
     def __attrs_post_init__(self) -> None:
         self.client = EtcdClient(self.endpoints)
@@ -157,6 +159,25 @@ class Coordinator:
         await re_place(self.client, topic, resized(replicas), leader=self.node,
                        lease=self.membership.lease, epoch=role.epoch)
 
+    async def delete(self, topic: str) -> None:
+        """As ``topic``'s leader, delete it: its local copy, then its keys (the other replicas
+        delete theirs when the watch shows the keys gone). One reconcile at a time: none makes
+        the copy again in between.
+
+        Raises:
+            StaleEpoch: this node does not lead the topic (any more).
+            EtcdError, EtcdUnavailable (the local copy is deleted: a placement still seen
+            makes it again, empty, and a /topic/delete sent again finishes it).
+        """
+        async with self._reconciling:
+            role = self.roles.get(topic)
+            if role is None or not role.leading:
+                raise StaleEpoch(topic, role.epoch if role else 0, None)
+            if self.local is not None:
+                self.local.delete_topic(topic)
+            await delete_keys(self.client, topic, leader=self.node,
+                              lease=self.membership.lease, epoch=role.epoch)
+
     def describe(self, topic: str) -> dict[str, Any] | None:
         """``topic``'s ``replication`` object of /stats (None: not placed), from the view, so
         the same on every replica: the leader (null while it has none), its epoch, the
@@ -204,6 +225,8 @@ class Coordinator:
         async with self._reconciling:
             await self._reconcile()
             self.on_change()
+            self.reconciled.set()
+            self.reconciled = trio.Event()
 
     def attach(self, *, host_topic: Callable[[str], object], on_change: Callable[[], None],
                progress_of: Callable[[str], tuple[int | None, dict[str, int]]]) -> None:

@@ -1,5 +1,6 @@
 """Channels' cursors shipped from the leader to its followers (docs/design/replication.md,
-"What of a channel is replicated"): kind 2 channel records in ``DATA``, the payload of a
+"What of a channel is replicated"): kind 2 channel records in ``DATA`` (after the
+settings of kinds 0 and 1, ``replication.settings``), the payload of a
 cursor journal entry (``cursorfile``: mark-delete, acknowledged-ahead ranges, per-message
 attempts and due times, so deferred and requeued messages too).
 
@@ -17,7 +18,8 @@ import math
 from typing import TYPE_CHECKING
 
 from .. import cursorfile
-from .wire import CURSOR, encode_channel_records
+from .settings import DELETED, apply_channel, apply_topic, channel_record, durable, topic_record
+from .wire import CHANNEL_SETTINGS, CURSOR, TOPIC_SETTINGS, encode_channel_records
 
 if TYPE_CHECKING:
     from ..broker import Broker
@@ -36,6 +38,9 @@ class Shipped:
 
     def __init__(self) -> None:
         self._sent: dict[str, dict[str, bytes]] = {}
+        #: the settings records sent, per topic: the topic's under "" (kind 0), then each
+        #: channel's (kind 1)
+        self._settings: dict[str, dict[str, bytes]] = {}
         self._at: dict[str, float] = {}
 
     def due(self, topic: Topic, holds: int, now: float) -> bytes:
@@ -44,7 +49,8 @@ class Shipped:
         if now - self._at.get(topic.name, -math.inf) < CURSOR_SHIP_INTERVAL:
             return b""
         sent = self._sent.setdefault(topic.name, {})
-        records = []
+        settings = self._settings.setdefault(topic.name, {})
+        records = self._settings_due(topic, sent, settings)
         for name, channel in topic.channels.items():
             if channel.cursor.journal is None:  # ephemeral: never replicated
                 continue
@@ -59,6 +65,29 @@ class Shipped:
             return b""
         self._at[topic.name] = now
         return encode_channel_records(records)
+
+    @staticmethod
+    def _settings_due(topic: Topic, sent: dict[str, bytes], settings: dict[str, bytes]
+                      ) -> list[tuple[str, int, bytes]]:
+        """Kind 0 and 1 records that differ from what was sent (``settings``): the
+        topic's first, then each durable channel's, and a deleted channel's last record;
+        a deleted channel's cursor is forgotten (sent again if it is made again)."""
+        records: list[tuple[str, int, bytes]] = []
+        record = topic_record(topic)
+        if settings.get("") != record:
+            settings[""] = record
+            records.append(("", TOPIC_SETTINGS, record))
+        channels = {c.name: c for c in durable(topic)}
+        for name in [n for n in settings if n and n not in channels]:
+            del settings[name]
+            sent.pop(name, None)
+            records.append((name, CHANNEL_SETTINGS, DELETED))
+        for name, channel in channels.items():
+            record = channel_record(channel)
+            if settings.get(name) != record:
+                settings[name] = record
+                records.append((name, CHANNEL_SETTINGS, record))
+        return records
 
 
 async def apply_cursor(broker: Broker, replica: Replica, channel_name: str,
@@ -83,3 +112,14 @@ async def apply_cursor(broker: Broker, replica: Replica, channel_name: str,
     except OSError as exc:
         log.error("replication: topic %s: channel %s: cursor not written - %s", topic,
                   channel_name, exc)
+
+
+async def apply_record(broker: Broker, replica: Replica, channel_name: str, kind: int,
+                       payload: bytes) -> None:
+    """A follower takes one channel record of the leader's (kinds 0, 1 and 2)."""
+    if kind == TOPIC_SETTINGS:
+        apply_topic(broker, replica, payload)
+    elif kind == CHANNEL_SETTINGS:
+        apply_channel(broker, replica, channel_name, payload)
+    elif kind == CURSOR:
+        await apply_cursor(broker, replica, channel_name, payload)

@@ -29,7 +29,7 @@ from nsq_common import ProtocolError, decode_mpub_body
 
 from ..errors import Exiting, StoreFailed
 from ..record import Records
-from .cursors import apply_cursor
+from .cursors import apply_record
 from .fetcher import Fetcher
 from .forwarder import Forwarder
 from .keys import NodeInfo
@@ -141,7 +141,7 @@ class DataPath:
             return
         for leader, topics in by_leader.items():
             fetcher = Fetcher(self.node, leader, self.replicas.get, self._node_info,
-                              self.broker.now, partial(apply_cursor, self.broker),
+                              self.broker.now, partial(apply_record, self.broker),
                               lambda: not self.coordinator.membership.reachable)
             fetcher.follow(topics)
             self.fetchers[leader] = fetcher
@@ -203,7 +203,9 @@ class DataPath:
     async def publish_forwarded(self, ask: Forward) -> bytes:
         """A follower's publish, on this node as its leader: the answer NSQ would send."""
         replica = self.replicas.get(ask.topic)
-        if replica is None or not replica.leading:  # (never forwarded on again)
+        role = self.coordinator.roles.get(ask.topic)
+        if (not replica.leading if replica is not None  # (never forwarded on again)
+                else role is None or not role.leading):  # (one replica: its only node)
             return b"E_PUB_FAILED not the leader of the replicated topic " + ask.topic.encode()
         broker, opts = self.broker, self.broker.opts
         try:

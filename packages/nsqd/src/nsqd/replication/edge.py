@@ -16,23 +16,33 @@ be reached), 503 ``ETCD_UNAVAILABLE`` (etcd cannot be reached).
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import httpx
+import trio
 from nsq_common import join_host_port
 from nsq_serving import HttpError
 
+from ..errors import StoreFailed
 from ..replicas import FORWARDED
 from .coordinator import Coordinator
 from .election import StaleEpoch
 from .etcd import EtcdError
 from .placement import PlacementError, place
+from .view import TopicView
+
+if TYPE_CHECKING:
+    from ..message import QueuedMessage
+    from ..record import Records
 
 log = logging.getLogger("nsqd")
 
 #: seconds the leader has to answer a forwarded /topic/replicas
 FORWARD_TIMEOUT = 30.0
+#: seconds a first publish waits for the topic it placed to have a leader in the view
+PLACED_WITHIN = 10.0
 
 
 def _unavailable(exc: EtcdError) -> HttpError:
@@ -44,6 +54,8 @@ def _unavailable(exc: EtcdError) -> HttpError:
 class Edge:
     coordinator: Coordinator
     default_replicas: int
+    #: a publish sent to the leader on another node (``DataPath.forward``)
+    forward: Callable[[str, str, list[QueuedMessage] | Records], Awaitable[None]] | None = None
 
     async def create(self, topic: str, replicas: int | None) -> bool:
         coordinator = self.coordinator
@@ -56,6 +68,27 @@ class Edge:
         except EtcdError as exc:
             raise _unavailable(exc) from None
         return coordinator.node in placement.nodes
+
+    async def publish_new(self, topic: str, msgs: list[QueuedMessage] | Records) -> bool:
+        coordinator = self.coordinator
+        try:
+            here = await self.create(topic, None)
+        except HttpError as exc:
+            raise StoreFailed(f"topic {topic} not placed: {exc.text}") from None
+        with trio.move_on_after(PLACED_WITHIN):
+            while True:
+                role = coordinator.roles.get(topic)
+                if here and role is not None and role.leader:
+                    return False  # held here, leading or following its leader
+                view = coordinator.view.topics.get(topic)
+                if (not here and view is not None and view.placement is not None
+                        and self.node not in view.placement.nodes and view.leader is not None):
+                    if self.forward is None:
+                        raise StoreFailed(f"topic {topic} is placed on other nodes")
+                    await self.forward(view.leader[1].node, topic, msgs)
+                    return True
+                await coordinator.reconciled.wait()
+        raise StoreFailed(f"topic {topic} placed, but no leader seen within {PLACED_WITHIN}s")
 
     async def change(self, topic: str, replicas: int, *, forwarded: str | None) -> None:
         coordinator = self.coordinator
@@ -73,19 +106,43 @@ class Edge:
             except EtcdError as exc:
                 raise _unavailable(exc) from None
             return
+        await self._forward(view, "/topic/replicas", {"topic": topic, "replicas": replicas},
+                            forwarded=forwarded)
+
+    async def delete(self, topic: str, *, forwarded: str | None) -> bool:
+        coordinator = self.coordinator
+        view = coordinator.view.topics.get(topic)
+        if view is None or view.placement is None:
+            return False
+        role = coordinator.roles.get(topic)
+        if role is not None and role.leading:
+            try:
+                await coordinator.delete(topic)
+            except StaleEpoch:
+                raise HttpError(503, "LEADER_UNAVAILABLE") from None
+            except EtcdError as exc:
+                raise _unavailable(exc) from None
+            return True
+        await self._forward(view, "/topic/delete", {"topic": topic}, forwarded=forwarded)
+        return True
+
+    async def _forward(self, view: TopicView, path: str, params: dict[str, Any], *,
+                       forwarded: str | None) -> None:
+        """A request only the topic's leader answers, sent to it (never forwarded on)."""
+        coordinator = self.coordinator
         leader = view.leader[1].node if view.leader is not None else None
         node = coordinator.view.nodes.get(leader) if leader is not None else None
         if forwarded is not None or node is None:
             raise HttpError(503, "LEADER_UNAVAILABLE")
         info = node[1]
-        url = f"http://{join_host_port(info.broadcast_address, info.http_port)}/topic/replicas"
+        url = f"http://{join_host_port(info.broadcast_address, info.http_port)}{path}"
         try:
             async with httpx.AsyncClient(timeout=FORWARD_TIMEOUT) as client:
-                answer = await client.post(url, params={"topic": topic, "replicas": replicas},
+                answer = await client.post(url, params=params,
                                            headers={FORWARDED: coordinator.node})
         except httpx.HTTPError as exc:
-            log.warning("replication: topic %s: /topic/replicas not forwarded to %s: %s",
-                        topic, leader, exc)
+            log.warning("replication: topic %s: %s not forwarded to %s: %s",
+                        params["topic"], path, leader, exc)
             raise HttpError(503, "LEADER_UNAVAILABLE") from None
         if answer.status_code != 200:
             raise HttpError(answer.status_code, _message(answer))

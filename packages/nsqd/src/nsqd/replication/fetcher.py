@@ -43,9 +43,10 @@ class Fetcher:
     def __init__(self, node: str, leader: str, replicas: Callable[[str], Replica | None],
                  address_of: Callable[[str], NodeInfo | None],
                  now: Callable[[], float],
-                 apply_cursor: Callable[[Replica, str, bytes], Awaitable[None]],
+                 apply_channel: Callable[[Replica, str, int, bytes], Awaitable[None]],
                  etcd_unreachable: Callable[[], bool] = lambda: False) -> None:
-        self.apply_cursor = apply_cursor
+        #: a channel record of the leader's taken (``cursors.apply_record``)
+        self.apply_channel = apply_channel
         self.node = node
         self.now = now  # the broker's clock (Trio's)
         self.leader = leader
@@ -205,8 +206,7 @@ class Fetcher:
         log_.skip_to(data.next_offset)
         replica.follower_hw(data.hw)
         for channel, kind, payload in wire.decode_channel_records(data.channels):
-            if kind == wire.CURSOR:
-                await self.apply_cursor(replica, channel, payload)
+            await self.apply_channel(replica, channel, kind, payload)
 
     def _out_of_range(self, replica: Replica, data: wire.TopicData) -> None:
         """This log's end is below the leader's log start (retention removed the records

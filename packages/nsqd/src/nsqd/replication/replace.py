@@ -7,6 +7,9 @@ on its own leader key's lease (so a leader that lost its place changes nothing) 
 lease of each node added (alive, and the process that was chosen). New replicas come last in
 the placement, out of the in-sync set (they fetch, and the leader adds them once caught up);
 a replica removed leaves the in-sync set in the same transaction.
+
+``delete_keys`` is the end of a topic (``/topic/delete``, by its leader once it has deleted
+its own copy): every key under the topic's prefix deleted, compared on its leader key's lease.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from .keys import (
     node_key,
     placement_key,
     state_key,
+    topic_prefix,
 )
 from .placement import PlacementError, replica_counts
 
@@ -125,3 +129,20 @@ async def re_place(client: EtcdClient, topic: str, plan: Plan, *, leader: str, l
         if mark is None or mark.lease != lease:
             raise StaleEpoch(topic, epoch, state)
     raise EtcdError(f"topic {topic}: its keys changed under every one of {ATTEMPTS} tries")
+
+
+async def delete_keys(client: EtcdClient, topic: str, *, leader: str, lease: int, epoch: int
+                      ) -> None:
+    """As ``topic``'s leader at ``epoch`` (holding ``lease``), delete its keys (the whole
+    prefix: placement, state and leader key); every replica then deletes its copy.
+
+    Raises:
+        StaleEpoch: ``leader`` does not lead the topic at ``epoch`` any more.
+        EtcdError, EtcdUnavailable.
+    """
+    result = await client.txn([Compare.lease(leader_key(topic), lease)],
+                              [Op.delete(topic_prefix(topic), prefix=True)])
+    if not result.succeeded:
+        raise StaleEpoch(topic, epoch, None)
+    log.info("replication: topic %s deleted from the cluster (by %s, its leader at epoch %d)",
+             topic, leader, epoch)
