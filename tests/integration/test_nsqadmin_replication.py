@@ -59,7 +59,7 @@ async def test_topic_and_node_pages_show_the_replication(
             return answer.status_code == 200
         await until(create, what="topic rep placed on three nodes")
         answer = await http.post(f"http://{nodes[1].http_address}/pub",
-                                 params={"topic": "plain"}, content=b"x")
+                                 params={"topic": "plain#ephemeral"}, content=b"x")
         assert answer.text == "OK"
 
         for i in range(3):
@@ -93,7 +93,7 @@ async def test_topic_and_node_pages_show_the_replication(
         assert f"{node_id} {role} in sync {lag}" in page
     assert "under-replicated" not in page
 
-    plain = (await admin.get("/topics/plain")).text
+    plain = (await admin.get("/topics/plain%23ephemeral")).text
     assert "Replication" not in plain and "epoch" not in plain.lower()
 
     leader = text_of((await admin.get(f"/nodes/{nodes[0].http_address}")).text)
