@@ -222,3 +222,24 @@ async def test_message_ids_unique_and_never_repeat_after_restart(run_daemon, tmp
     assert len(set(seen)) == 1000
     assert all(len(f"{i:016x}") == 16 for i in seen)
     assert min(seen[500:]) > max(seen[:500])
+
+
+async def test_a_deferred_message_due_with_no_consumer_goes_to_the_next_one(shared_nsqd,
+                                                                           clients):
+    """DPUB to a channel nobody consumes, the message comes due (waiting again), then a SUB:
+    it is delivered (the storage model's soak found it never was when nothing followed it in
+    the log, and the channel had been read past it)."""
+    await clients.consumer(shared_nsqd, "d-due", "c")  # the channel, then no consumer
+    await clients.opened[-1].aclose()
+    clients.opened.pop()
+    pub = await clients.connect(shared_nsqd)
+    await pub.send(commands.dpub("d-due", 50, b"late"))
+    assert await pub.response() == b"OK"
+
+    async def come_due() -> bool:
+        c = channel_of(await stats(shared_nsqd, topic="d-due"), "d-due", "c")
+        return c["deferred_count"] == 0 and c["depth"] == 1 and c["client_count"] == 0
+    await until(come_due, what="the deferral come due, waiting again")
+    c = await clients.consumer(shared_nsqd, "d-due", "c", rdy=1)
+    msg = await c.message()
+    assert msg.body == b"late"

@@ -146,7 +146,13 @@ class Runner:
                               ) from exc
             if self.model.errors:
                 raise Failure(f"after operation {i} {op!r}: {self.model.errors}")
-        await self.verify()
+        try:
+            await self.verify()
+        except Failure:
+            raise
+        except Exception as exc:
+            said = self.daemon.output()[-3000:] if self.daemon is not None else ""
+            raise Failure(f"at the end: {exc!r}\nnsqd's last lines:\n{said}") from exc
         self.stop(signal.SIGTERM)
         for output in self.outputs:
             for bad in ("Traceback", "FATAL"):

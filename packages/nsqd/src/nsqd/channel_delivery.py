@@ -136,16 +136,24 @@ class Subscribers:
             want = sum(slots)
             if states.waiting.records_fit():
                 runs = states.waiting.read_log(min(want, READ_BATCH, states.waiting.room()))
+                if runs is None:
+                    return  # being read from disk (the log wakes us)
                 if not runs:
-                    return  # nothing more, or being read from disk (the log wakes us)
-                if all(plain or all(map(is_plain, records)) for _, records, plain in runs):
+                    # the end of what may be read (the records read were all passed over):
+                    # what waited for a turn the read has now passed comes next (a deferral
+                    # come due while nobody was subscribed, say), or nothing more
+                    msgs = states.take(want)
+                    if not msgs:
+                        return
+                elif all(plain or all(map(is_plain, records)) for _, records, plain in runs):
                     self._deliver_runs(ready, slots, runs, now)
                     ready = [c for c in ready if c.ready_slots() > 0]
                     continue
-                wall = states.clock.wall_ns()
-                msgs = [m for m in states.decoded(runs) if states.keep(m, wall)]
-                if not msgs:
-                    continue  # all set aside (deferred, expired...): the cursor moved on
+                else:
+                    wall = states.clock.wall_ns()
+                    msgs = [m for m in states.decoded(runs) if states.keep(m, wall)]
+                    if not msgs:
+                        continue  # all set aside (deferred, expired...): the cursor moved on
             else:
                 msgs = states.take(want)
                 if not msgs:
