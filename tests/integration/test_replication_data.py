@@ -492,3 +492,49 @@ async def test_an_old_leader_back_cuts_its_uncommitted_records_and_follows(
         assert got == ["c0", "c1", "c2", "n0"]
         await consumer.nothing_for(0.5)
     clean(follower, again)
+
+
+async def test_a_restarted_replica_that_lost_its_memory_tail_may_not_lead_until_caught_up(
+        run_daemon: Callable[..., Daemon], etcd: Etcd, client: EtcdClient) -> None:
+    # the leader fsyncs every record before answering; the follower keeps them in memory
+    # (acknowledged once there, as its --sync-every allows): a kill -9 loses them
+    leader = start_node(run_daemon, etcd, "--mem-queue-size=0", "--sync-every=1")
+    follower = start_node(run_daemon, etcd, "--mem-queue-size=10000")
+    await placed(client, "orders", leader, follower)
+    async with await WireClient.connect(leader.tcp_address) as producer:
+        for i in range(5):
+            await producer.pub("orders", f"o{i}".encode())  # each OK: held by both
+    leader_args, leader_port = leader.process.args, leader.tcp_port  # type: ignore[union-attr]
+    follower_args, follower_port = follower.process.args, follower.tcp_port  # type: ignore[union-attr]
+    follower.kill()
+    leader.kill()  # both gone at once: the ISR in etcd still names both
+
+    def restart(args: object, port: int) -> Daemon:
+        return run_daemon("nsqd", *[a for a in args[1:]  # type: ignore[index]
+                                    if not str(a).startswith("--tcp-address=")],
+                          f"--tcp-address=127.0.0.1:{port}")
+
+    back = restart(follower_args, follower_port)
+
+    async def epoch() -> int:
+        read_ = await read_state(client, "orders")
+        assert read_ is not None
+        return read_[0].epoch
+    # the old leader's lease lapses; the follower, in the ISR, would be elected at once but
+    # for what it lost: it waits instead
+    await until(lambda: "may not lead before it has caught up" in back.output()
+                or "leading topic orders at epoch 2" in back.output(), timeout=FAILOVER,
+                what="the restarted follower asked to campaign")
+    assert await epoch() == 1
+    assert "leading topic orders" not in back.output()
+    again = restart(leader_args, leader_port)  # its records on disk: it may lead at once
+    await until(lambda: "leading topic orders at epoch 2" in again.output(), timeout=FAILOVER)
+    expected = [(i, f"o{i}") for i in range(5)]
+    await until(lambda: _is(bodies(back, "orders"), expected), timeout=FAILOVER,
+                what="the follower caught up from the leader's disk")
+    await until(lambda: "caught up with the leader's HW" in back.output())
+    async with await WireClient.connect(again.tcp_address) as consumer:
+        await consumer.subscribe("orders", "ch", rdy=10)
+        assert [m.body.decode() for m in await consumer.messages(5)] == [
+            f"o{i}" for i in range(5)]
+    clean(back, again)

@@ -75,6 +75,13 @@ class Replica:
         self.followers: dict[str, Progress] = {}
         #: a follower: the epoch it truncated at (it fetches only at that epoch)
         self.fetching_epoch = 0
+        #: it may lead (docs/design/replication.md, RECOVERING): it has led or fetched up to
+        #: its leader's HW in this process, or its log lost nothing at its last stop (a
+        #: clean one: no ``hole``; or every record fsynced before its fetch said it held it)
+        self.eligible = (topic.log.hole is None
+                          or (topic.log.mem_queue_size == 0 and topic.sync_every == 1))
+        #: when it was made (the clock's now): how long it has been recovering
+        self.since = topic.clock.now()
         #: a follower: publishes sent to the leader (``DataPath.forward``)
         self.forwarder = forwarder
         #: set (and replaced) when the log grows: held fetches answer
@@ -104,6 +111,7 @@ class Replica:
             log.info("replication: topic %s: leading at epoch %d from offset %d (HW %d)",
                      self.topic.name, epoch, self.epoch_start, self.hw)
         self.leading, self.leader, self.epoch = True, self.node, epoch
+        self.eligible = True
         self.set_isr(isr, replicas)
 
     def follow(self, leader: str, epoch: int, isr: tuple[str, ...], replicas: int) -> None:
@@ -232,6 +240,10 @@ class Replica:
 
     def follower_hw(self, hw: int) -> None:
         """The leader's HW as a fetch answer carried it (never past this log's end)."""
+        if not self.eligible and self.log.end >= hw:
+            self.eligible = True
+            log.info("replication: topic %s: caught up with the leader's HW %d: may lead",
+                     self.topic.name, hw)
         hw = min(hw, self.log.end)
         if hw > self.hw:
             self.hw = hw
