@@ -98,7 +98,7 @@ class DataPath:
                 self._recovering.discard(topic)
                 log.warning("replication: topic %s: no leader to catch up with for %gs: "
                             "may lead as it is", topic, RECOVERY_WAIT)
-            replica.eligible = True
+            replica.eligible_as_it_is()
             return True
         if not quiet and topic not in self._recovering:
             self._recovering.add(topic)

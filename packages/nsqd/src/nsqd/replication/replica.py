@@ -235,6 +235,10 @@ class Replica:
         """Cut back (or nothing to cut) at its epoch: it fetches at it from now on."""
         self.fetching_epoch = self.epoch
 
+    def eligible_as_it_is(self) -> None:
+        """No leader to catch up with for long enough: it may lead with what it holds."""
+        self.eligible = True
+
     def truncate_again(self) -> None:
         self.fetching_epoch = 0
 
