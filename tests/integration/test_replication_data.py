@@ -538,3 +538,38 @@ async def test_a_restarted_replica_that_lost_its_memory_tail_may_not_lead_until_
         assert [m.body.decode() for m in await consumer.messages(5)] == [
             f"o{i}" for i in range(5)]
     clean(back, again)
+
+
+async def test_a_leader_cut_off_from_etcd_stops_acknowledging_and_delivering_at_its_fence(
+        run_daemon: Callable[..., Daemon], etcd: Etcd, client: EtcdClient) -> None:
+    async with trio.open_nursery() as nursery:
+        to_etcd = Gate()  # the leader's way to etcd, and only its
+        to_etcd.target = int(etcd.endpoint.rsplit(":", 1)[1])
+        port = await nursery.start(to_etcd.run)
+        leader = run_daemon("nsqd", "--broadcast-address=127.0.0.1",
+                            f"--etcd-endpoints=http://127.0.0.1:{port}")
+        follower = start_node(run_daemon, etcd)
+        await placed(client, "fenced", leader, follower)
+        async with (await WireClient.connect(leader.tcp_address) as producer,
+                    await WireClient.connect(leader.tcp_address) as consumer):
+            await consumer.subscribe("fenced", "ch", rdy=10)
+            await producer.pub("fenced", b"before")
+            assert (await consumer.message()).body == b"before"
+            to_etcd.close()  # its follower still fetches from it, and reaches etcd
+            # (or its lease's own warning, which comes later: the keep-alive times out)
+            await until(lambda: "topic fenced: fenced" in leader.output()
+                        or "may expire within" in leader.output(), timeout=FAILOVER,
+                        what="the leader at its fence")
+            await producer.send(commands.pub("fenced", b"after-the-fence"))
+            error = await producer.error(timeout=FAILOVER)
+            assert error.startswith(b"E_PUB_FAILED") and b"is fenced" in error, error
+            await consumer.nothing_for(0.5)
+        # its lease lapses in etcd: the follower leads at the next epoch
+        await until(lambda: "leading topic fenced at epoch 2" in follower.output(),
+                    timeout=FAILOVER)
+        async with await WireClient.connect(follower.tcp_address) as consumer:
+            await consumer.subscribe("fenced", "ch", rdy=10)
+            assert (await consumer.message()).body == b"before"
+            await consumer.nothing_for(0.5)
+        nursery.cancel_scope.cancel()
+    clean(follower)

@@ -81,6 +81,7 @@ class DataPath:
             while True:
                 await trio.sleep(CHECK)
                 for topic, replica in list(self.replicas.items()):
+                    replica.check_fence()
                     if replica.leading and topic not in self._isr_changing:
                         self._check_isr(topic, replica)
                 if any(self.may_lead(t, quiet=True) for t in self._recovering):
@@ -118,7 +119,8 @@ class DataPath:
 
     def _replica(self, topic: Topic) -> Replica:
         replica = Replica(topic, node=self.node, min_insync=self.min_insync,
-                          lag_max=self.lag_max, forwarder=self.forward)
+                          lag_max=self.lag_max, forwarder=self.forward,
+                          fence_from=self.coordinator.membership.fence_from)
         self.replicas[topic.name] = replica
         topic.replicate(replica)
         return replica
