@@ -88,3 +88,18 @@ async def test_a_gap_past_the_records_is_given_back_as_cut_back_does(tmp_path: P
     await log.truncate(9)  # (not below the end: nothing)
     assert log.end == 4
     await log.close()
+
+
+async def test_a_cut_below_every_segment_keeps_one_named_after_the_offset(
+        tmp_path: Path) -> None:
+    log = open_log(tmp_path, max_bytes_per_file=200)
+    await log.append_at(5, records("a", 3))
+    await log.append_at(50, records("b", 3))
+    await log.truncate(2)
+    assert sorted(p.name for p in tmp_path.glob("*.log")) == [f"{2:020d}.log"]
+    assert log.end == 2 and await read_all(log) == []
+    await log.append_at(2, records("c", 2))
+    await log.close()
+    again = open_log(tmp_path)
+    assert await read_all(again) == [(2, b"c-0"), (3, b"c-1")]
+    await again.close()

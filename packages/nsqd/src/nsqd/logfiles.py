@@ -244,8 +244,8 @@ class LogFiles:
             self._forget(segment)
         if self.segments:
             last = self.segments[-1]
-            if last.base >= offset:  # (the only one: kept as the active one, emptied)
-                last.cut_to(last.base)
+            if last.base >= offset:  # (the only one: emptied, named after the offset)
+                self.reset_active(offset)
             else:
                 last.cut_to(offset)
         if self.directory.is_dir():
