@@ -313,6 +313,9 @@ class Segment:
                 if not kept:
                     first = base
                 kept += records[:max(offset - base, 0)]
+            i = index.batch_at(offset)  # (again: a damaged batch found is out of the index)
+            if i >= len(index):
+                return 0
         gone = 0
         positions = index.positions
         for j in range(i, len(index)):
