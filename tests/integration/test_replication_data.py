@@ -4,7 +4,8 @@ the leader's log over ``  R1`` at the leader's offsets (with the epochs file), a
 the publishes it gets to the leader; a publish is
 acknowledged only once the in-sync set holds it and the minimum is in sync; channels and
 ``/topic/read`` see only what is committed; a follower that falls behind leaves the in-sync
-set and joins it again when caught up."""
+set and joins it again when caught up; an old leader back after a failover cuts out of its
+log the records it never committed (KIP-101) and fetches the new leader's."""
 
 from __future__ import annotations
 
@@ -439,3 +440,136 @@ async def test_a_channels_cursor_is_shipped_and_the_new_leader_goes_on_from_it(
 def _mark_delete(journal: Path) -> int | None:
     state = cursorfile.load(journal)
     return state.mark_delete if state is not None else None
+
+
+def data_path(daemon: Daemon) -> Path:
+    return Path(next(str(a).split("=", 1)[1] for a in daemon.process.args  # type: ignore[union-attr]
+                     if str(a).startswith("--data-path=")))
+
+
+async def test_an_old_leader_back_cuts_its_uncommitted_records_and_follows(
+        run_daemon: Callable[..., Daemon], etcd: Etcd, client: EtcdClient) -> None:
+    # every record of the old leader written (and fsynced) at once: they are stored records
+    # on disk when it is killed, not a memory tail a kill -9 loses anyway
+    durable = ("--mem-queue-size=0", "--sync-every=1")
+    async with trio.open_nursery() as nursery:
+        old, gate = await gated_leader(nursery, run_daemon, etcd, "--replica-lag-max=60s",
+                                       "--min-insync-replicas=1", *durable)
+        follower = start_node(run_daemon, etcd, "--min-insync-replicas=1")
+        await placed(client, "events", old, follower)
+        async with await WireClient.connect(old.tcp_address) as producer:
+            for i in range(3):
+                await producer.pub("events", f"c{i}".encode())  # committed: on both
+            gate.close()  # the follower cut off from the old leader (still in its ISR)
+            await producer.send(commands.mpub("events", [f"u{i}".encode() for i in range(3)]))
+            await until(lambda: _latest(old, 5), what="appended on the old leader alone")
+            args, port = old.process.args, old.tcp_port  # type: ignore[union-attr]
+            old.kill()  # unanswered: never acknowledged
+        nursery.cancel_scope.cancel()
+
+    async def elected() -> bool:
+        read_ = await read_state(client, "events")
+        return read_ is not None and read_[0].epoch == 2
+    await until(elected, timeout=FAILOVER, what="the follower elected at epoch 2")
+    await until(lambda: "leading topic events at epoch 2" in follower.output(),
+                timeout=FAILOVER)
+    async with await WireClient.connect(follower.tcp_address) as producer:
+        await producer.pub("events", b"n0")  # acknowledged by the new leader, at offset 3
+    segments = data_path(old) / "topics" / "events"
+    assert sum(p.stat().st_size for p in segments.glob("*.log")) > 0
+
+    again = run_daemon("nsqd", *[a for a in args[1:] if not str(a).startswith(  # type: ignore[index]
+        "--tcp-address=")], f"--tcp-address=127.0.0.1:{port}")
+    await until(lambda: "log cut back to 3 (epoch 1)" in again.output(), timeout=FAILOVER,
+                what="the old leader's uncommitted records cut")
+    expected = [(0, "c0"), (1, "c1"), (2, "c2"), (3, "n0")]
+    await until(lambda: _is(bodies(again, "events"), expected), timeout=FAILOVER,
+                what="the new leader's record fetched at the offset the cut gave back")
+    assert (segments / "epochs").read_text() == "1 0\n2 3\n"
+    async with await WireClient.connect(follower.tcp_address) as consumer:
+        await consumer.subscribe("events", "ch", rdy=10)
+        got = [m.body.decode() for m in await consumer.messages(4)]
+        assert got == ["c0", "c1", "c2", "n0"]
+        await consumer.nothing_for(0.5)
+    clean(follower, again)
+
+
+async def test_a_restarted_replica_that_lost_its_memory_tail_may_not_lead_until_caught_up(
+        run_daemon: Callable[..., Daemon], etcd: Etcd, client: EtcdClient) -> None:
+    # the leader fsyncs every record before answering; the follower keeps them in memory
+    # (acknowledged once there, as its --sync-every allows): a kill -9 loses them
+    leader = start_node(run_daemon, etcd, "--mem-queue-size=0", "--sync-every=1")
+    follower = start_node(run_daemon, etcd, "--mem-queue-size=10000")
+    await placed(client, "orders", leader, follower)
+    async with await WireClient.connect(leader.tcp_address) as producer:
+        for i in range(5):
+            await producer.pub("orders", f"o{i}".encode())  # each OK: held by both
+    leader_args, leader_port = leader.process.args, leader.tcp_port  # type: ignore[union-attr]
+    follower_args, follower_port = follower.process.args, follower.tcp_port  # type: ignore[union-attr]
+    follower.kill()
+    leader.kill()  # both gone at once: the ISR in etcd still names both
+
+    def restart(args: object, port: int) -> Daemon:
+        return run_daemon("nsqd", *[a for a in args[1:]  # type: ignore[index]
+                                    if not str(a).startswith("--tcp-address=")],
+                          f"--tcp-address=127.0.0.1:{port}")
+
+    back = restart(follower_args, follower_port)
+
+    async def epoch() -> int:
+        read_ = await read_state(client, "orders")
+        assert read_ is not None
+        return read_[0].epoch
+    # the old leader's lease lapses; the follower, in the ISR, would be elected at once but
+    # for what it lost: it waits instead
+    await until(lambda: "may not lead before it has caught up" in back.output()
+                or "leading topic orders at epoch 2" in back.output(), timeout=FAILOVER,
+                what="the restarted follower asked to campaign")
+    assert await epoch() == 1
+    assert "leading topic orders" not in back.output()
+    again = restart(leader_args, leader_port)  # its records on disk: it may lead at once
+    await until(lambda: "leading topic orders at epoch 2" in again.output(), timeout=FAILOVER)
+    expected = [(i, f"o{i}") for i in range(5)]
+    await until(lambda: _is(bodies(back, "orders"), expected), timeout=FAILOVER,
+                what="the follower caught up from the leader's disk")
+    await until(lambda: "caught up with the leader's HW" in back.output())
+    async with await WireClient.connect(again.tcp_address) as consumer:
+        await consumer.subscribe("orders", "ch", rdy=10)
+        assert [m.body.decode() for m in await consumer.messages(5)] == [
+            f"o{i}" for i in range(5)]
+    clean(back, again)
+
+
+async def test_a_leader_cut_off_from_etcd_stops_acknowledging_and_delivering_at_its_fence(
+        run_daemon: Callable[..., Daemon], etcd: Etcd, client: EtcdClient) -> None:
+    async with trio.open_nursery() as nursery:
+        to_etcd = Gate()  # the leader's way to etcd, and only its
+        to_etcd.target = int(etcd.endpoint.rsplit(":", 1)[1])
+        port = await nursery.start(to_etcd.run)
+        leader = run_daemon("nsqd", "--broadcast-address=127.0.0.1",
+                            f"--etcd-endpoints=http://127.0.0.1:{port}")
+        follower = start_node(run_daemon, etcd)
+        await placed(client, "fenced", leader, follower)
+        async with (await WireClient.connect(leader.tcp_address) as producer,
+                    await WireClient.connect(leader.tcp_address) as consumer):
+            await consumer.subscribe("fenced", "ch", rdy=10)
+            await producer.pub("fenced", b"before")
+            assert (await consumer.message()).body == b"before"
+            to_etcd.close()  # its follower still fetches from it, and reaches etcd
+            # (or its lease's own warning, which comes later: the keep-alive times out)
+            await until(lambda: "topic fenced: fenced" in leader.output()
+                        or "may expire within" in leader.output(), timeout=FAILOVER,
+                        what="the leader at its fence")
+            await producer.send(commands.pub("fenced", b"after-the-fence"))
+            error = await producer.error(timeout=FAILOVER)
+            assert error.startswith(b"E_PUB_FAILED") and b"is fenced" in error, error
+            await consumer.nothing_for(0.5)
+        # its lease lapses in etcd: the follower leads at the next epoch
+        await until(lambda: "leading topic fenced at epoch 2" in follower.output(),
+                    timeout=FAILOVER)
+        async with await WireClient.connect(follower.tcp_address) as consumer:
+            await consumer.subscribe("fenced", "ch", rdy=10)
+            assert (await consumer.message()).body == b"before"
+            await consumer.nothing_for(0.5)
+        nursery.cancel_scope.cancel()
+    clean(follower)

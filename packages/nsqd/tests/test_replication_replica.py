@@ -144,3 +144,26 @@ async def test_lagging_and_caught_up_followers(autojump_clock: trio.testing.Mock
     assert replica.caught_up((ME, A, B)) == [A]
     replica.fetched(B, 4, 0)
     assert replica.caught_up((ME, A, B)) == [A, B]
+
+
+async def test_at_its_fence_a_leader_acknowledges_and_delivers_nothing_unless_etcd_is_down_for_all(
+        ) -> None:
+    topic, replica = replicated()
+    fence = [float("inf")]
+    replica.fence_from = lambda: fence[0]
+    replica.lead(1, (ME, A, B), 3)
+    await publish(topic, 2)
+    replica.fetched(A, 2, 0)
+    replica.fetched(B, 2, 0)
+    assert topic.visible_end == 2
+    fence[0] = topic.clock.now()  # its lease may have expired from now on
+    assert replica.fenced() and topic.visible_end == 0
+    with pytest.raises(StoreFailed, match="fenced"):
+        replica.check_publish()
+    replica.fetched(A, 2, 1)  # A cannot reach etcd either; B has not said so
+    assert replica.fenced()
+    replica.fetched(B, 2, 1)  # nobody who could be elected reaches etcd: it serves on
+    assert not replica.fenced() and topic.visible_end == 2
+    replica.check_publish()
+    replica.fetched(B, 2, 0)  # B reaches etcd again: it may be elected
+    assert replica.fenced()

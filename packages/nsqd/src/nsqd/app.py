@@ -203,7 +203,7 @@ def _replication() -> Callable[[Options, Broker], Awaitable[None]]:
         data = DataPath(broker, coordinator, min_insync=opts.min_insync_replicas,
                         lag_max=opts.replica_lag_max)
         coordinator.attach(host_topic=data.host, on_change=data.sync,
-                           progress_of=data.progress)
+                           progress_of=data.progress, may_lead=data.may_lead)
         broker.serve_replication(data.server.handle)
         broker.replicated(Edge(coordinator, opts.default_replicas, data.forward))
         try:

@@ -30,6 +30,7 @@ from nsq_common import write_atomically
 
 from .deletion import aside_name
 from .errors import SegmentError
+from .gofiles import sync_path
 from .segment import MAGIC, Segment
 
 __all__ = ["MAX_OFFSET", "OFFSETS_FILE", "SEGMENT_SUFFIX", "LogFiles", "segment_name"]
@@ -230,6 +231,25 @@ class LogFiles:
         active.index_path.unlink(missing_ok=True)
         os.rename(path, new_path)
         self.segments[-1] = Segment.open(new_path, active=True, logger=self.log)
+
+    # -- a follower's truncation ---------------------------------------------------------------
+    def cut(self, offset: int) -> None:
+        """Keep only the records below ``offset`` (KIP-101's truncation): segments named at
+        or past it are unlinked, the one holding it cut (``Segment.cut_to``), and the
+        directory fsynced, so that a start after a crash finds the log cut."""
+        assert self.directory is not None
+        while self.segments and self.segments[-1].base >= offset and len(self.segments) > 1:
+            segment = self.segments.pop()
+            segment.remove()
+            self._forget(segment)
+        if self.segments:
+            last = self.segments[-1]
+            if last.base >= offset:  # (the only one: emptied, named after the offset)
+                self.reset_active(offset)
+            else:
+                last.cut_to(offset)
+        if self.directory.is_dir():
+            sync_path(self.directory)
 
     # -- the end -----------------------------------------------------------------------------
     def close(self) -> None:

@@ -162,6 +162,24 @@ class RunStore:
         self.count -= dropped
         return dropped
 
+    def drop_from(self, offset: int) -> int:
+        """Forget every record at or after ``offset`` (a follower's truncation); how many
+        were dropped."""
+        dropped = 0
+        firsts, chunks = self._firsts, self._records
+        while firsts and firsts[-1] >= offset:
+            dropped += len(chunks[-1])
+            self.bytes -= sum(map(len, chunks[-1]))
+            del firsts[-1], chunks[-1], self._plain[-1]
+        if firsts and firsts[-1] + len(chunks[-1]) > offset:
+            keep = offset - firsts[-1]
+            tail = chunks[-1]
+            self.bytes -= sum(map(len, tail[keep:]))
+            dropped += len(tail) - keep
+            chunks[-1] = list(tail[:keep])
+        self.count -= dropped
+        return dropped
+
     def drop_oldest_run(self, keep: Container[int] = ()) -> int:
         """Forget the oldest run but those starting at an offset of ``keep`` (a cache making
         room, keeping what was just read for a waiting reader); how many records it held (0:

@@ -284,6 +284,58 @@ class Segment:
         finally:
             os.close(fd)
 
+    def cut_to(self, offset: int) -> int:
+        """Keep only the records below ``offset`` (a follower's truncation, KIP-101); how
+        many records went.
+
+        The file is cut (``ftruncate``) at the start of the batch holding the first record
+        at or after ``offset``; when that batch also holds records below ``offset`` they are
+        written again after the cut as one batch of their own, and the file is fdatasync'ed.
+        The index file goes (the segment is the active one from now on: scanned at the next
+        open). A crash between the cut and that write loses those few records from this
+        file: the log then ends before them, and its follower fetches them again (a
+        restarted replica does not lead before it has).
+
+        Raises:
+            SegmentError, OSError: as read() and append(); the file may be cut already.
+        """
+        if self._fd < 0:
+            raise ValueError(f"segment {self.path} is closed")
+        index = self._index
+        i = index.batch_at(offset)
+        if i >= len(index):
+            return 0
+        kept: list[bytes] = []
+        batch_start = index.start_of(i, self.base)
+        first = batch_start
+        if batch_start < offset:
+            for base, records in self.read(batch_start, 0):  # (batch i alone)
+                if not kept:
+                    first = base
+                kept += records[:max(offset - base, 0)]
+            i = index.batch_at(offset)  # (again: a damaged batch found is out of the index)
+            if i >= len(index):
+                return 0
+        gone = 0
+        positions = index.positions
+        for j in range(i, len(index)):
+            head = os.pread(self._fd, _HEAD, positions[j])
+            if len(head) == _HEAD:
+                gone += BATCH_HEAD.unpack(head)[2]
+        cut = positions[i]
+        with contextlib.suppress(FileNotFoundError):
+            self.index_path.unlink()
+        os.ftruncate(self._fd, cut)
+        index.cut(i)
+        self.size = cut
+        self.end = index.end if index.end is not None else self.base
+        self.count = max(self.count - gone, 0)
+        self._torn = False
+        if kept:
+            self.append([(first, kept)])
+        os.fdatasync(self._fd)
+        return max(gone - len(kept), 0)
+
     # ---- reading ----------------------------------------------------------------------------
 
     def read(self, offset: int, max_bytes: int) -> list[DiskRun]:

@@ -257,6 +257,50 @@ class TopicLog:
         if self.hole is not None:
             self.hole = (self.hole[0], offset) if self.hole[0] < offset else None
 
+    async def truncate(self, offset: int) -> None:
+        """A follower's log cut back to ``offset`` (docs/design/replication.md, KIP-101),
+        records stored at or past it included: they go from memory (the tail, the read
+        cache) and from disk (``LogFiles.cut``: later segments unlinked, the one holding
+        ``offset`` cut at a batch boundary, the records of that batch below ``offset``
+        written again as a batch of their own, fsynced), so that a start after a crash finds
+        the log cut. The caller keeps it at or above its HW (nothing committed is cut). What
+        is given back but stored nowhere (a gap, a ``hole``) goes as ``cut_back`` gives it.
+        Nothing if ``offset`` is not below the end.
+
+        Raises:
+            LogError: an append is under way, or the files could not be cut (the log then
+                ends where the disk says; its follower fetches the rest again).
+        """
+        if offset >= self._end:
+            return
+        if offset >= self.stored_end:
+            self.cut_back(offset)
+            return
+        if not self._commits.idle or self._closed:
+            raise LogError(f"cannot cut the log back to {offset}: an append is under way")
+        async with self._io_lock:
+            self._tail.drop_from(offset)
+            self._cache.clear()
+            error = None
+            if self.directory is not None and self._files.end > offset:
+                try:
+                    await self._in_thread(self._files.cut, offset)
+                except OSError as exc:
+                    error = exc
+                    self.healthy = False
+                    self.write_errors += 1
+            if error is not None:  # (where the disk says it ends now)
+                offset = min(offset, max(self._files.end, self._tail.end if self._tail else 0))
+            self._end = offset
+            self._written_end = min(self._written_end, offset)
+            self._unwritten = self._tail.count_between(self._written_end, offset)
+            if self.hole is not None:
+                self.hole = (self.hole[0], offset) if self.hole[0] < offset else None
+            if self.hold > offset:
+                self.hold = offset
+        if error is not None:
+            raise LogError(f"failed to cut the log back to {offset} - {error}")
+
     # -- writing -----------------------------------------------------------------------------
     async def append(self, records: Sequence[bytes], *, plain: bool) -> int:
         """Store ``records`` at the log's end (``plain``: all of them plain records); the

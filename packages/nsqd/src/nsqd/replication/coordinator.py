@@ -83,7 +83,7 @@ class Coordinator:
     endpoints: Sequence[str]
     info: NodeInfo
     clock: Clock = attrs.field(factory=SystemClock)
-    #: whether this node may campaign for a topic (the data path: caught up since start)
+    #: whether this node may campaign for a topic (the data path: not RECOVERING)
     may_lead: Callable[[str], bool] = lambda topic: True
     view: ClusterView = attrs.field(factory=ClusterView)
     roles: dict[str, Role] = attrs.field(factory=dict)
@@ -229,9 +229,12 @@ class Coordinator:
             self.reconciled = trio.Event()
 
     def attach(self, *, host_topic: Callable[[str], object], on_change: Callable[[], None],
-               progress_of: Callable[[str], tuple[int | None, dict[str, int]]]) -> None:
+               progress_of: Callable[[str], tuple[int | None, dict[str, int]]],
+               may_lead: Callable[[str], bool] | None = None) -> None:
         """The data path's hooks (``replication.datapath``): see the fields."""
         self.host_topic, self.on_change, self.progress_of = host_topic, on_change, progress_of
+        if may_lead is not None:
+            self.may_lead = may_lead
 
     def progress(self, topic: str) -> tuple[int | None, dict[str, int]]:
         """The topic's high watermark as this node knows it, and (on its leader) each

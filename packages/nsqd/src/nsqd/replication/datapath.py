@@ -47,6 +47,10 @@ log = logging.getLogger("nsqd")
 
 #: how often a leader looks at its followers' lag
 CHECK = 0.5
+#: a replica recovering (restarted after it may have lost its memory tail) campaigns only
+#: once caught up with a leader, or after this long with none to catch up from (every
+#: in-sync replica restarted so: what each lost is lost, as one node's would be)
+RECOVERY_WAIT = 60.0
 
 
 class DataPath:
@@ -62,6 +66,8 @@ class DataPath:
         self.forwarders: dict[str, Forwarder] = {}
         self._nursery: trio.Nursery | None = None
         self._isr_changing: set[str] = set()
+        #: topics this node may not lead yet (``may_lead``), logged once
+        self._recovering: set[str] = set()
 
     @property
     def node(self) -> str:
@@ -75,8 +81,31 @@ class DataPath:
             while True:
                 await trio.sleep(CHECK)
                 for topic, replica in list(self.replicas.items()):
+                    replica.check_fence()
                     if replica.leading and topic not in self._isr_changing:
                         self._check_isr(topic, replica)
+                if any(self.may_lead(t, quiet=True) for t in self._recovering):
+                    nursery.start_soon(self.coordinator.reconcile)  # (it may campaign now)
+
+    def may_lead(self, topic: str, *, quiet: bool = False) -> bool:
+        """Whether this node may campaign for ``topic``: its replica is caught up (not
+        RECOVERING), or has waited ``RECOVERY_WAIT`` for a leader to catch up with."""
+        replica = self.replicas.get(topic)
+        if replica is None or replica.eligible:
+            self._recovering.discard(topic)
+            return True
+        if replica.topic.clock.now() - replica.since >= RECOVERY_WAIT:
+            if topic in self._recovering:
+                self._recovering.discard(topic)
+                log.warning("replication: topic %s: no leader to catch up with for %gs: "
+                            "may lead as it is", topic, RECOVERY_WAIT)
+            replica.eligible_as_it_is()
+            return True
+        if not quiet and topic not in self._recovering:
+            self._recovering.add(topic)
+            log.info("replication: topic %s: recovering (restarted, its memory tail may be "
+                     "lost): may not lead before it has caught up with a leader", topic)
+        return False
 
     # -- roles -------------------------------------------------------------------------------
     def host(self, name: str) -> None:
@@ -90,7 +119,8 @@ class DataPath:
 
     def _replica(self, topic: Topic) -> Replica:
         replica = Replica(topic, node=self.node, min_insync=self.min_insync,
-                          lag_max=self.lag_max, forwarder=self.forward)
+                          lag_max=self.lag_max, forwarder=self.forward,
+                          fence_from=self.coordinator.membership.fence_from)
         self.replicas[topic.name] = replica
         topic.replicate(replica)
         return replica

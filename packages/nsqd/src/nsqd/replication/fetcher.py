@@ -3,7 +3,8 @@ protocol" and "The leader epoch on disk").
 
 One connection per leader node, for every topic this node follows there: ``HELLO``, then per
 topic not fetched at its current epoch yet the truncation (its gap or lost memory tail given
-back, then ``EPOCH_END`` of its last epoch, and its log cut back to the answer), then
+back, then ``EPOCH_END`` of its last epoch, and its log cut back to the answer, records it
+stores past it included: ``TopicLog.truncate``), then
 ``FETCH`` after ``FETCH`` from each log's end. The batches of a ``DATA`` are appended with
 ``TopicLog.append_at`` at the leader's offsets, its epoch lines written, its end moved past
 a gap at the leader's tail, and its HW kept.
@@ -158,8 +159,8 @@ class Fetcher:
             self._later[topic] = self.now() + 10 * RETRY
             return False
         if cut < log_.end:
-            try:
-                log_.cut_back(cut)
+            try:  # (records stored past it too: they were never committed)
+                await log_.truncate(cut)
             except LogError as exc:
                 log.error("replication: topic %s: truncation to %d: %s; not fetched", topic,
                           cut, exc)
@@ -181,7 +182,7 @@ class Fetcher:
             return
         log_ = replica.log
         if data.error == wire.OUT_OF_RANGE:
-            self._out_of_range(replica, data)
+            await self._out_of_range(replica, data)
             return
         if data.error != wire.NONE:
             self._retry_later(data.topic, data.error)
@@ -208,10 +209,10 @@ class Fetcher:
         for channel, kind, payload in wire.decode_channel_records(data.channels):
             await self.apply_channel(replica, channel, kind, payload)
 
-    def _out_of_range(self, replica: Replica, data: wire.TopicData) -> None:
+    async def _out_of_range(self, replica: Replica, data: wire.TopicData) -> None:
         """This log's end is below the leader's log start (retention removed the records
-        between: fetched from the start, a gap), or past its log end (``next offset``: what
-        this log gave past its records goes back, if it stores none there)."""
+        between: fetched from the start, a gap), or past its log end (``next offset``: this
+        log is cut back to it, never below its HW)."""
         log_ = replica.log
         if log_.end < data.log_start:
             log.info("replication: topic %s: the leader's log starts at %d, past this "
@@ -220,7 +221,9 @@ class Fetcher:
             log_.skip_to(data.log_start)
             return
         try:
-            log_.cut_back(data.next_offset)
+            if data.next_offset < replica.hw:
+                raise LogError(f"that is below this replica's HW {replica.hw}")
+            await log_.truncate(data.next_offset)
         except LogError as exc:
             log.error("replication: topic %s: past the leader's end %d: %s", data.topic,
                       data.next_offset, exc)

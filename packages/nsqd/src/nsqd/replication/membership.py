@@ -51,7 +51,11 @@ class Membership:
 
     def fenced(self) -> bool:
         """Whether the lease may have expired (or will within ``FENCE_MARGIN``)."""
-        return self.clock.now() >= self.valid_until - FENCE_MARGIN
+        return self.clock.now() >= self.fence_from()
+
+    def fence_from(self) -> float:
+        """The clock's ``now()`` from which the lease may have expired (less the margin)."""
+        return self.valid_until - FENCE_MARGIN
 
     async def join(self) -> None:
         """Take a lease and put the node key under it, revoking the lease of this node's

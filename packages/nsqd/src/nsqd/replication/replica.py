@@ -43,10 +43,13 @@ class Progress:
     answered_end: int = 0
     #: its last fetch said etcd is unreachable from it
     etcd_unreachable: bool = False
+    #: when its last fetch came
+    fetched_at: float = 0.0
 
     def fetch(self, offset: int, flags: int, now: float) -> None:
         self.offset = offset
         self.etcd_unreachable = bool(flags & 1)
+        self.fetched_at = now
         if offset >= self.answered_end:
             self.caught_up_at = now
 
@@ -57,7 +60,8 @@ class Progress:
 class Replica:
     def __init__(self, topic: Topic, *, node: str, min_insync: int, lag_max: float,
                  forwarder: Callable[[str, str, list[QueuedMessage] | Records],
-                                     Awaitable[None]] | None = None) -> None:
+                                     Awaitable[None]] | None = None,
+                 fence_from: Callable[[], float] = lambda: float("inf")) -> None:
         self.topic = topic
         self.log = topic.log
         self.node = node
@@ -75,17 +79,60 @@ class Replica:
         self.followers: dict[str, Progress] = {}
         #: a follower: the epoch it truncated at (it fetches only at that epoch)
         self.fetching_epoch = 0
+        #: it may lead (docs/design/replication.md, RECOVERING): it has led or fetched up to
+        #: its leader's HW in this process, or its log lost nothing at its last stop (a
+        #: clean one: no ``hole``; or every record fsynced before its fetch said it held it)
+        self.eligible = (topic.log.hole is None
+                          or (topic.log.mem_queue_size == 0 and topic.sync_every == 1))
+        #: when it was made (the clock's now): how long it has been recovering
+        self.since = topic.clock.now()
         #: a follower: publishes sent to the leader (``DataPath.forward``)
         self.forwarder = forwarder
         #: set (and replaced) when the log grows: held fetches answer
         self.appended = trio.Event()
         #: set (and replaced) when the HW, the ISR or the role changes: publishes look again
         self.changed = trio.Event()
+        #: from when this node's lease may have expired in etcd (the clock's now; the
+        #: membership's fence): a leader stops acknowledging and delivering then
+        self.fence_from = fence_from
+        self._was_fenced = False
 
     @property
     def deliver_end(self) -> int:
-        """How far the topic's channels may read: the HW while leading, else nothing."""
-        return self.hw if self.leading else 0
+        """How far the topic's channels may read: the HW while leading (and not fenced),
+        else nothing."""
+        return self.hw if self.leading and not self.fenced() else 0
+
+    # -- the fence ---------------------------------------------------------------------------
+    def fenced(self) -> bool:
+        """A leader whose lease may have expired (docs/design/replication.md, "The fence"):
+        it neither acknowledges nor delivers, unless every other ISR member's fetch since
+        then says it cannot reach etcd either (then nothing can elect another: etcd down)."""
+        since = self.fence_from()
+        if not self.leading or self.topic.clock.now() < since:
+            return False
+        for node in self.isr:
+            if node == self.node:
+                continue
+            progress = self.followers.get(node)
+            if progress is None or not progress.etcd_unreachable or progress.fetched_at < since:
+                return True
+        return False
+
+    def check_fence(self) -> None:
+        """Looked at every little while: a fence raised or lifted wakes the channels and the
+        waiting publishes."""
+        fenced = self.fenced()
+        if fenced != self._was_fenced:
+            self._was_fenced = fenced
+            if fenced:
+                log.warning("replication: topic %s: fenced (this node's lease may have "
+                            "expired): not acknowledging or delivering", self.topic.name)
+            else:
+                log.info("replication: topic %s: the fence lifted", self.topic.name)
+            for channel in self.topic.channels.values():
+                channel.changed()
+            self._changed()
 
     @property
     def insync_needed(self) -> int:
@@ -104,6 +151,7 @@ class Replica:
             log.info("replication: topic %s: leading at epoch %d from offset %d (HW %d)",
                      self.topic.name, epoch, self.epoch_start, self.hw)
         self.leading, self.leader, self.epoch = True, self.node, epoch
+        self.eligible = True
         self.set_isr(isr, replicas)
 
     def follow(self, leader: str, epoch: int, isr: tuple[str, ...], replicas: int) -> None:
@@ -134,6 +182,9 @@ class Replica:
         """
         if not self.leading:
             raise StoreFailed(f"not the leader of the replicated topic {self.topic.name}")
+        if self.fenced():
+            raise StoreFailed(f"the leader of {self.topic.name} is fenced (its lease may "
+                              "have expired)")
         if len(self.isr) < self.insync_needed:
             raise StoreFailed(f"{len(self.isr)} in-sync replicas, {self.insync_needed} needed")
 
@@ -227,11 +278,19 @@ class Replica:
         """Cut back (or nothing to cut) at its epoch: it fetches at it from now on."""
         self.fetching_epoch = self.epoch
 
+    def eligible_as_it_is(self) -> None:
+        """No leader to catch up with for long enough: it may lead with what it holds."""
+        self.eligible = True
+
     def truncate_again(self) -> None:
         self.fetching_epoch = 0
 
     def follower_hw(self, hw: int) -> None:
         """The leader's HW as a fetch answer carried it (never past this log's end)."""
+        if not self.eligible and self.log.end >= hw:
+            self.eligible = True
+            log.info("replication: topic %s: caught up with the leader's HW %d: may lead",
+                     self.topic.name, hw)
         hw = min(hw, self.log.end)
         if hw > self.hw:
             self.hw = hw
