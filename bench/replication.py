@@ -16,7 +16,8 @@ docs/design/replication.md and docs/performance.md, "Replication"):
   nodes, a consumer connected to every node (as NSQ consumers are, through nsqlookupd) and a
   producer publishing over HTTP to the nodes still alive; the leader is killed with SIGKILL,
   and the time is taken from the kill to the first message delivered by another node. Its
-  lease has to lapse first (``LEASE_TTL``, 6 s), so that is the floor.
+  lease has to lapse first (``LEASE_TTL``, 6 s, renewed every 2 s: 4 to 6 s after the kill),
+  so that is the floor.
 
 The producer and consumers are plain sockets in this process. The load average is printed
 beside the figures: on a shared machine it says how far to trust them.
@@ -112,9 +113,10 @@ def node_id(nsqd: Nsqd) -> str:
     return nsqd.tcp_address  # 127.0.0.1:<tcp port>, its --broadcast-address and port
 
 
-def replicated(nsqd: Nsqd, topic: str, replicas: int, timeout: float = 120.0) -> None:
+def replicated(nsqd: Nsqd, topic: str, replicas: int, timeout: float = 120.0) -> list[str]:
     """Create ``topic`` with ``replicas`` through ``nsqd`` and wait until it leads it with the
-    whole set in sync (so that a run measures the steady state, not the catching up)."""
+    whole set in sync (so that a run measures the steady state, not the catching up); the
+    nodes it was placed on."""
     deadline = time.monotonic() + timeout
     while True:  # INVALID_REPLICAS until enough nodes have joined
         try:
@@ -134,6 +136,8 @@ def replicated(nsqd: Nsqd, topic: str, replicas: int, timeout: float = 120.0) ->
         raise RuntimeError(f"{topic} not led by {node_id(nsqd)} with {replicas} in sync "
                            f"after {timeout:.0f}s: {stats and stats.get('replication')}\n"
                            f"{nsqd.log()[-3000:]}")
+    assert stats is not None
+    return [str(node) for node in stats["replication"]["replicas"]]
 
 
 # -- publishing ------------------------------------------------------------------------------
@@ -195,8 +199,9 @@ def publish_run(leader: Nsqd, nodes: list[Nsqd], replicas: int, mode: str,
     topic = f"bench_{secrets.token_hex(4)}"
     if replicas == NONE:
         leader.post("/topic/create", topic=topic)
+        placed = [node_id(leader)]
     else:
-        replicated(leader, topic, replicas)
+        placed = replicated(leader, topic, replicas)
     body = b"x" * args.size
     if mode == "pub":
         cmd, per, window = commands.pub(topic, body), 1, args.pub_window
@@ -208,11 +213,18 @@ def publish_run(leader: Nsqd, nodes: list[Nsqd], replicas: int, mode: str,
     after = [n.cpu_seconds() for n in nodes]
     messages = count * per
     leader.delete_topic(topic)  # the cluster's copies too; the next run starts clean
+    us = [None if b is None or a is None else (a - b) / messages * 1e6
+          for b, a in zip(before, after, strict=True)]
+    followers = [u for n, u in zip(nodes, us, strict=True)
+                 if n is not leader and node_id(n) in placed]
     return {
         "messages": messages, "seconds": seconds, "msgs_per_s": messages / seconds,
         "p50_ms": percentile(latencies, 0.5) * 1e3, "p99_ms": percentile(latencies, 0.99) * 1e3,
-        "nsqd_us_per_msg": [None if b is None or a is None else (a - b) / messages * 1e6
-                            for b, a in zip(before, after, strict=True)],
+        "nsqd_us_per_msg": us,  # every node, the leader first
+        "leader_us_per_msg": us[0],
+        "follower_us_per_msg": (None if not followers or None in followers
+                                else sum(f for f in followers if f is not None) / len(followers)),
+        "all_us_per_msg": None if None in us else sum(u for u in us if u is not None),
     }
 
 
@@ -347,6 +359,11 @@ def _ms(values: list[float]) -> str:
     return f"{statistics.median(values):,.1f}"
 
 
+def _us(rs: list[dict[str, Any]], name: str) -> str:
+    values = [r[name] for r in rs if r[name] is not None]
+    return f"{statistics.median(values):.1f}" if values else "-"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -395,16 +412,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n# {args.size} B messages; pub: window {args.pub_window}; mpub: {args.batch} per "
           f"MPUB, window {args.mpub_window}; {args.count:,} msgs per run; {args.runs} runs, "
           f"medians; load average (1 min) {lows:.2f}-{highs:.2f} on {os.cpu_count()} CPUs")
-    print(f"{'mode, setup':<24} {'msg/s':>9} {'p50 ms':>8} {'p99 ms':>8}  "
-          f"{'nsqd us/msg per node (leader first)':<36} {'runs (msg/s)'}")
+    print("# nsqd CPU in us per message: the leader's, each follower's (the mean of the "
+          "topic's other replicas), every node's together")
+    print(f"{'mode, setup':<24} {'msg/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'leader':>7} "
+          f"{'follower':>8} {'all':>6}  {'runs (msg/s)'}")
     for key, rs in runs.items():
-        per_node = []
-        for k in range(len(rs[0]["nsqd_us_per_msg"])):
-            vals = [r["nsqd_us_per_msg"][k] for r in rs if r["nsqd_us_per_msg"][k] is not None]
-            per_node.append(f"{statistics.median(vals):.1f}" if vals else "-")
         print(f"{key:<24} {statistics.median(r['msgs_per_s'] for r in rs):>9,.0f} "
-              f"{_ms([r['p50_ms'] for r in rs]):>8} {_ms([r['p99_ms'] for r in rs]):>8}  "
-              f"{' / '.join(per_node):<36} "
+              f"{_ms([r['p50_ms'] for r in rs]):>8} {_ms([r['p99_ms'] for r in rs]):>8} "
+              f"{_us(rs, 'leader_us_per_msg'):>7} {_us(rs, 'follower_us_per_msg'):>8} "
+              f"{_us(rs, 'all_us_per_msg'):>6}  "
               f"{' '.join(format(r['msgs_per_s'], ',.0f') for r in rs)}")
     if failovers:
         print("\n# failover: SIGKILL of the leader to the first publish accepted by a survivor "

@@ -194,6 +194,8 @@ def test_replication_publishes_in_every_setup_and_times_a_failover(tmp_path: Pat
         assert 0 < run["p50_ms"] <= run["p99_ms"]
         # one nsqd without etcd; the two nodes of the cluster otherwise, the leader first
         assert len(run["nsqd_us_per_msg"]) == (1 if "none" in key else 2)
+        assert run["leader_us_per_msg"] is not None  # (/proc/<pid>/stat; 10 ms ticks)
+        assert (run["follower_us_per_msg"] is None) == ("replicas 2" not in key)
     (failover,) = doc["failovers"]["2"]  # the lease (6 s) lapses before anyone may lead
     assert failover["first_delivery_s"] > 1 and failover["first_publish_s"] > 1
     assert "failover replicas 2" in done.stdout
