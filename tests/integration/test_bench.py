@@ -179,3 +179,23 @@ def test_writer_reader_channels_and_bytes_written(tmp_path: Path) -> None:
     assert set(runs) == {"this mem0 2ch"}
     (run,) = runs["this mem0 2ch"]
     assert 125 < run["write"]["written_bytes_per_msg"] < 200, run["write"]
+
+
+def test_replication_publishes_in_every_setup_and_times_a_failover(tmp_path: Path) -> None:
+    out = tmp_path / "repl.json"
+    done = run_module("bench.replication", "--runs", "1", "--count", "300", "--batch", "20",
+                      "--replicas", "1,2", "--json", str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    doc = json.loads(out.read_text())
+    assert set(doc["runs"]) == {f"{mode} {setup}" for mode in ("pub", "mpub")
+                                for setup in ("none (no etcd)", "replicas 1", "replicas 2")}
+    for key, (run,) in doc["runs"].items():
+        assert run["messages"] == 300 and run["msgs_per_s"] > 0
+        assert 0 < run["p50_ms"] <= run["p99_ms"]
+        # one nsqd without etcd; the two nodes of the cluster otherwise, the leader first
+        assert len(run["nsqd_us_per_msg"]) == (1 if "none" in key else 2)
+        assert run["leader_us_per_msg"] is not None  # (/proc/<pid>/stat; 10 ms ticks)
+        assert (run["follower_us_per_msg"] is None) == ("replicas 2" not in key)
+    (failover,) = doc["failovers"]["2"]  # the lease (6 s) lapses before anyone may lead
+    assert failover["first_delivery_s"] > 1 and failover["first_publish_s"] > 1
+    assert "failover replicas 2" in done.stdout
