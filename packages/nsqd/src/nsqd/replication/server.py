@@ -175,7 +175,15 @@ class ReplicationServer:
                 runs_out.append((first, taken))
             if len(taken) < len(records):
                 break
-        next_offset = runs_out[-1][0] + len(runs_out[-1][1]) if runs_out else log_.end
+        if runs_out:
+            next_offset = runs_out[-1][0] + len(runs_out[-1][1])
+        elif log_.hole is not None and log_.hole[0] <= ask.offset < log_.hole[1]:
+            next_offset = log_.hole[1]  # offsets a crash gave no record: passed, as a gap
+        else:
+            # nothing readable there yet (an append placed, not stored): the follower asks
+            # again from where it is; never told to pass offsets that will hold records
+            # (it would claim them, and the HW pass what it lacks)
+            next_offset = ask.offset
         lines = replica.epochs.lines
         covering = [i for i, (_, s) in enumerate(lines) if s <= ask.offset]
         since = covering[-1] if covering else 0
