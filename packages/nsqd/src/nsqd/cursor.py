@@ -114,6 +114,8 @@ class Cursor:
         if self._ahead:
             self._ahead.difference_update(offsets)
         self._mark_delete = md
+        if self._read < md:  # as in ``ack``: acknowledged ranges ahead of ``read`` passed
+            self._read = md
         self.changes += len(offsets)
 
     def skip(self, start: int, end: int) -> None:
