@@ -15,9 +15,9 @@ from nsqd.broker import Broker
 from nsqd.client import Client
 from nsqd.clock import Clock, VirtualClock
 from nsqd.errors import (
-    DiskQueueClosed,
-    DiskQueueError,
     Exiting,
+    LogClosed,
+    LogError,
     NsqdError,
     StartError,
     StoreFailed,
@@ -39,7 +39,7 @@ async def test_publish_errors(nursery: trio.Nursery, tmp_path: Path,
                               monkeypatch: pytest.MonkeyPatch) -> None:
     broker = await start(nursery, tmp_path)
     await broker.publish("t", broker.new_messages([b"a"]))
-    failure: DiskQueueError = DiskQueueError("write failed - no space left on device")
+    failure: LogError = LogError("write failed - no space left on device")
 
     async def failing(self: Topic, msgs: object) -> None:
         raise failure
@@ -49,7 +49,7 @@ async def test_publish_errors(nursery: trio.Nursery, tmp_path: Path,
         await broker.publish("t", broker.new_messages([b"b"]))
     assert info.value.__cause__ is failure
     assert broker.health == "NOK - write failed - no space left on device"
-    failure = DiskQueueClosed()
+    failure = LogClosed()
     with pytest.raises(Exiting, match=r"^exiting$"):
         await broker.publish("t", broker.new_messages([b"c"]))
     monkeypatch.undo()

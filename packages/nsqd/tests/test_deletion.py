@@ -22,7 +22,7 @@ from nsqd import cursorfile
 from nsqd.broker import Broker
 from nsqd.channel import Channel
 from nsqd.clock import SystemClock
-from nsqd.errors import DiskQueueClosed
+from nsqd.errors import LogClosed
 from nsqd.options import Options
 from nsqd.privatelog import PrivateLog
 
@@ -310,7 +310,7 @@ async def test_a_task_waiting_for_records_ends_when_the_log_is_moved_aside(
     ended: list[str] = []
 
     async def wait() -> None:
-        with pytest.raises(DiskQueueClosed):
+        with pytest.raises(LogClosed):
             await private.wait_readable()
         ended.append("closed")
 

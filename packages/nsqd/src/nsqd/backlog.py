@@ -59,7 +59,7 @@ class Backlog:
         """New messages: memory while there is room, the rest to disk (awaited).
 
         Raises:
-            DiskQueueError: the disk write failed; nothing of ``msgs`` past memory was kept.
+            LogError: the disk write failed; nothing of ``msgs`` past memory was kept.
         """
         room = max(self.mem_size - len(self.memory), 0)
         self.memory.extend(msgs[:room])

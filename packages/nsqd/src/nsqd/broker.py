@@ -36,9 +36,9 @@ from .deadletters import DeadLetters
 from .deletion import remove_deleted
 from .e2e import LatencyStream
 from .errors import (
-    DiskQueueClosed,
-    DiskQueueError,
     Exiting,
+    LogClosed,
+    LogError,
     StoreFailed,
     SubscribeRefused,
 )
@@ -362,7 +362,7 @@ class Broker:
     async def store_dead_letters(self, channel: Channel) -> None:
         try:
             await channel.store_dead_letters()
-        except DiskQueueError as exc:
+        except LogError as exc:
             if channel.deleted:  # the deletion caught the write: nothing left to keep them for
                 return
             self.health = f"NOK - {exc}"
@@ -477,9 +477,9 @@ class Broker:
                 await topic.put_records(msgs)
             else:
                 await topic.put(msgs)
-        except DiskQueueClosed as exc:  # the topic was deleted meanwhile (as Go's "exiting":
+        except LogClosed as exc:  # the topic was deleted meanwhile (as Go's "exiting":
             raise Exiting from exc       # no health change, no log line)
-        except DiskQueueError as exc:
+        except LogError as exc:
             self.health = f"NOK - {exc}"
             log.error("TOPIC(%s): failed to store messages - %s", topic_name, exc)
             raise StoreFailed(str(exc)) from exc

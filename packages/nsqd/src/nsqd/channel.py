@@ -413,7 +413,7 @@ class Channel:
         """Write the dead letters decided since the last call (``MessageStates``).
 
         Raises:
-            DiskQueueError: they could not be written (they stay pending).
+            LogError: they could not be written (they stay pending).
         """
         await self.states.store_dead_letters()
 

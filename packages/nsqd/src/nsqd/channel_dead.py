@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .errors import DiskQueueError
+from .errors import LogError
 from .lifecycle import Event
 from .message import OWN
 
@@ -42,7 +42,7 @@ class DeadLetterDoor:
         How many.
 
         Raises:
-            DiskQueueError: the own queue could not store them (they stay dead letters).
+            LogError: the own queue could not store them (they stay dead letters).
         """
         states = self.states
         dead = states.dead_letters_if_any
@@ -86,7 +86,7 @@ class DeadLetterDoor:
         if disk is not None and disk.depth() and not dead.backlog.has_ready():
             try:
                 await disk.wait_readable()
-            except DiskQueueError:  # closed: nsqd is stopping, or the channel was deleted
+            except LogError:  # closed: nsqd is stopping, or the channel was deleted
                 pass
         return dead.peek(n)
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from .channel_state import PULLER, READ_BATCH
-from .errors import DiskQueueError
+from .errors import LogError
 from .lifecycle import Event
 from .record import decode_record, record_id
 
@@ -54,7 +54,7 @@ class PullDoor:
         if own is not None and own.disk is not None and own.disk.depth() and not own.has_ready():
             try:
                 await own.disk.wait_readable()
-            except DiskQueueError:  # closed: nsqd is stopping, or the channel was deleted
+            except LogError:  # closed: nsqd is stopping, or the channel was deleted
                 pass
         if states.cursor.read < states.topic.visible_end:
             await states.log.fetch(states.cursor.read)

@@ -489,7 +489,7 @@ class MessageStates:
         originals.
 
         Raises:
-            DiskQueueError: they could not be written (they stay pending).
+            LogError: they could not be written (they stay pending).
         """
         if self._dead_letters is not None and self._dead_letters.pending:
             for msg in await self._dead_letters.store():

@@ -33,7 +33,7 @@ class DeadLetters:
         found) until they are in the backlog: never out of sight while the write runs.
 
         Raises:
-            DiskQueueError: they could not be written (they stay pending).
+            LogError: they could not be written (they stay pending).
         """
         async with self._storing:  # the pump's store and an API's may meet
             count = len(self.pending)

@@ -10,10 +10,10 @@
     ├── InFlightError          FIN/REQ/TOUCH of a message this client cannot answer
     │   ├── NotInFlight        no message with that id is in flight
     │   └── NotOwner           it is in flight to another client
-    ├── LogError               a topic log's append/close/delete failed (and a go-diskqueue's
-    │   │                      put/empty/close/delete: ``DiskQueueError`` is this class)
+    ├── LogError               a log's append/close/delete failed (a topic's, or a channel's
+    │   │                      private log: its own queue, its dead letters)
     │   ├── LogClosed          ... because the log is closed (nsqd is exiting, the topic
-    │   │                      deleted); ``DiskQueueClosed`` is this class
+    │   │                      deleted)
     │   ├── OffsetOverlap      a follower's append (``TopicLog.append_at``) at offsets the log
     │   │                      holds or has given already
     │   └── SegmentError       a segment of a topic's log is damaged (a wrong magic, a bad
@@ -22,7 +22,7 @@
     ├── StartError             nsqd cannot start (a port taken, the data path locked, ...)
     └── ExportError            --export-go-data-path cannot be made (a directory not empty, ...)
 
-The broker, channels, logs, disk queues and auth raise these; each boundary translates them once
+The broker, channels, logs and auth raise these; each boundary translates them once
 and only there:
 
 - TCP (``protocol.py``): ``ProtocolError`` with NSQ's code and text, e.g. ``E_PUB_FAILED PUB
@@ -45,8 +45,6 @@ from __future__ import annotations
 
 __all__ = [
     "AuthError",
-    "DiskQueueClosed",
-    "DiskQueueError",
     "Exiting",
     "InFlightError",
     "LogClosed",
@@ -96,21 +94,15 @@ class NotOwner(InFlightError):
 
 
 class LogError(NsqdError):
-    """A log's append/close/delete that failed (an I/O error, the log closed), or a
-    go-diskqueue's put/empty/close/delete (a bad size too)."""
+    """A log's append/close/delete that failed (an I/O error, the log closed): a topic's,
+    or a channel's private log (its own queue, its dead letters)."""
 
 
 class LogClosed(LogError):
-    """The log (or go-diskqueue) is closed: nsqd is exiting, or its topic was deleted."""
+    """The log is closed: nsqd is exiting, or its topic (or channel) was deleted."""
 
     def __init__(self) -> None:
         super().__init__("exiting")
-
-
-#: The names the go-diskqueue code (``diskqueue``: Go's data directory, the channels' own
-#: queues and dead letters) and its callers use: the same classes.
-DiskQueueError = LogError
-DiskQueueClosed = LogClosed
 
 
 class OffsetOverlap(LogError):

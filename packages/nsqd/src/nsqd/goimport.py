@@ -54,7 +54,7 @@ import trio
 from nsq_common import write_atomically
 
 from . import cursorfile, gofiles, metadata
-from .errors import DiskQueueError, StartError
+from .errors import LogError, StartError
 from .logfiles import SEGMENT_SUFFIX
 from .privatelog import OWN, directory_name
 from .record import decode_record, encode_record, is_plain, record_id
@@ -180,7 +180,7 @@ class _Importer:
                 continue
             try:
                 topics[i] = await self._bring_in(topics, i, plan)
-            except (OSError, DiskQueueError, ValueError) as exc:
+            except (OSError, LogError, ValueError) as exc:
                 self.log.error("GOIMPORT: TOPIC(%s): not brought in, its files are left for "
                                "the next start - %s", meta.name, exc)
                 if not await trio.to_thread.run_sync(self.settle):

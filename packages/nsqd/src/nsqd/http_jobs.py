@@ -26,7 +26,7 @@ from nsq_serving import (
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .errors import DiskQueueError
+from .errors import LogError
 from .http_args import (
     ApiError,
     decimal_seconds,
@@ -108,7 +108,7 @@ class JobApi:
         a disk queue's failure otherwise is a 500, logged."""
         try:
             yield
-        except DiskQueueError as exc:
+        except LogError as exc:
             still_existing(self.broker, channel)
             log.error("%s on %s:%s failed: %s", what, channel.topic_name, channel.name, exc)
             raise ApiError(500, "INTERNAL_ERROR") from exc

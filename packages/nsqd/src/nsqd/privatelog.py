@@ -24,7 +24,7 @@ taken what was read): ``ready`` says whether ``pop`` can hand out a record
 now, ``wait_readable`` waits until it can (or nothing is left), ``wait_read_in`` for each
 read from disk. ``each_unread`` reads one without taking anything (``goexport``).
 
-Errors: ``put`` raises ``DiskQueueError`` (``DiskQueueClosed`` once closed or detached), as
+Errors: ``put`` raises ``LogError`` (``LogClosed`` once closed or detached), as
 ``TopicLog.append`` does; so do ``empty`` and ``close`` when they cannot finish.
 """
 
@@ -39,7 +39,7 @@ import trio
 
 from . import cursorfile
 from .cursor import Cursor
-from .errors import DiskQueueClosed, DiskQueueError
+from .errors import LogClosed, LogError
 from .record import is_plain
 from .runs import pass_gaps, without_acked
 from .topiclog import TopicLog
@@ -136,11 +136,11 @@ class PrivateLog:
         """Append ``records``: written before this returns (fsynced with --sync-every=1).
 
         Raises:
-            DiskQueueError: they could not be written (none of them is stored);
-                ``DiskQueueClosed``: the log is closed or detached.
+            LogError: they could not be written (none of them is stored);
+                ``LogClosed``: the log is closed or detached.
         """
         if self._closed:
-            raise DiskQueueClosed
+            raise LogClosed
         if not records:
             await trio.lowlevel.checkpoint()
             return
@@ -208,13 +208,13 @@ class PrivateLog:
         """Return once ``pop`` can hand out a record, or none is left.
 
         Raises:
-            DiskQueueClosed: closed, or detached during the wait (a waiting request ends at
+            LogClosed: closed, or detached during the wait (a waiting request ends at
                 once: nothing would ever be read any more).
         """
         await trio.lowlevel.checkpoint()
         while True:
             if self._closed:
-                raise DiskQueueClosed
+                raise LogClosed
             if not self.depth() or self.ready():
                 return
             await self._read_in.wait()
@@ -244,16 +244,16 @@ class PrivateLog:
             await self.cursor.flush(sync=sync, force=force)
         except (OSError, ValueError) as exc:
             self._logger.error("%s: failed to persist its cursor - %s", self.name, exc)
-            raise DiskQueueError(f"failed to persist the cursor - {exc}") from exc
+            raise LogError(f"failed to persist the cursor - {exc}") from exc
 
     async def empty(self) -> None:
         """Every record done with (persisted, fsynced); the log removes them.
 
         Raises:
-            DiskQueueError: the cursor could not be persisted (a restart may find them).
+            LogError: the cursor could not be persisted (a restart may find them).
         """
         if self._closed:
-            raise DiskQueueClosed
+            raise LogClosed
         self.cursor.move_to(self.log.end)
         self.log.poke()
         await self._persist(sync=True, force=True)
@@ -262,21 +262,21 @@ class PrivateLog:
         """Close the log (fsynced), then persist the cursor (fsynced).
 
         Raises:
-            DiskQueueError: either could not finish (logged).
+            LogError: either could not finish (logged).
         """
         if self._closed:
             return
         self._closed = True
         self._wake.set()
-        error: DiskQueueError | None = None
+        error: LogError | None = None
         with trio.CancelScope(shield=True):
             try:
                 await self.log.close()
-            except DiskQueueError as exc:
+            except LogError as exc:
                 error = exc
             try:
                 await self._persist(sync=True, force=True)
-            except DiskQueueError as exc:
+            except LogError as exc:
                 error = error or exc
             journal = self.cursor.journal
             if journal is not None:
@@ -287,7 +287,7 @@ class PrivateLog:
     def detach(self) -> None:
         """Its channel is deleted: no more records, and the directory is renamed aside at
         once with the journal in it (``deletion``), waiting for a file operation under way;
-        whoever waits for records gets ``DiskQueueClosed`` at once."""
+        whoever waits for records gets ``LogClosed`` at once."""
         self._closed = True
         self._wake.set()
         self._records_read_in()

@@ -22,7 +22,7 @@ import attrs
 
 from . import cursorfile, metadata
 from .cursor import Cursor
-from .errors import DiskQueueError, StartError
+from .errors import LogError, StartError
 from .logfiles import MAX_OFFSET
 
 if TYPE_CHECKING:
@@ -181,7 +181,7 @@ async def save(registry: Registry, metadata_writer: metadata.MetadataWriter) -> 
         await topic.persist_cursors(in_flight=True)
         try:
             await topic.log.close()
-        except DiskQueueError as exc:
+        except LogError as exc:
             log.error("TOPIC(%s): %s", topic.name, exc)
         for channel in topic.channels.values():
             await _close_private(channel)
@@ -199,5 +199,5 @@ async def _close_private(channel: Channel) -> None:
         if backlog is not None and backlog.disk is not None:
             try:
                 await backlog.disk.close()
-            except DiskQueueError as exc:
+            except LogError as exc:
                 log.error("%s: %s", backlog.disk.name, exc)

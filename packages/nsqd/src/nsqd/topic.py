@@ -167,7 +167,7 @@ class Topic:
         """Publish new messages as their plain records (``record.new_records``).
 
         Raises:
-            DiskQueueError: the messages could not be stored.
+            LogError: the messages could not be stored.
         """
         if self.message_ttl:  # each needs its expiry: as messages
             from .record import decode_records
@@ -182,7 +182,7 @@ class Topic:
         or are plain but made as messages.
 
         Raises:
-            DiskQueueError: the messages could not be stored.
+            LogError: the messages could not be stored.
         """
         if self.message_ttl:
             ttl_ns = self.message_ttl * 1_000_000_000

@@ -25,7 +25,7 @@ import trio
 
 from ..broker import Broker
 from ..channel import Channel
-from ..errors import DiskQueueError
+from ..errors import LogError
 from ..message import Job, QueuedMessage
 from . import ids, names
 from .state import State
@@ -227,7 +227,7 @@ class JobQueues:
         try:
             await self.broker.store_dead_letters(channel)
             count = await work()
-        except DiskQueueError:
+        except LogError:
             if not channel.deleted:
                 raise
             return 0
