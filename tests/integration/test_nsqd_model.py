@@ -19,6 +19,7 @@ import signal
 import struct
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ import trio
 from nsq_common import FrameType, commands, decode_message
 from nsq_testing import DEADLINE, WireClient, start_daemon, until
 from nsq_testing.daemon import Daemon
+from nsq_testing.forkserver import ForkServer
 
 from ._crash_model import (
     MODES,
@@ -56,8 +58,9 @@ class Failure(AssertionError):
 class Runner:
     """One sequence on one nsqd (restarted as the sequence says) in a temp directory."""
 
-    def __init__(self, mode: str, ops: list[list[Any]]) -> None:
+    def __init__(self, mode: str, ops: list[list[Any]], forks: ForkServer | None) -> None:
         self.mode, self.ops = mode, ops
+        self.forks = forks
         self.model = Model(mode)
         self.tag = secrets.token_hex(3)
         self.seq = 0
@@ -79,7 +82,7 @@ class Runner:
                 "--https-address=127.0.0.1:0", "--lmstfy-http-address=127.0.0.1:0",
                 "--lmstfy-admin-http-address=127.0.0.1:0", f"--data-path={self.data}",
                 "--max-bytes-per-file=8192", *MODES[self.mode]]
-        self.daemon = start_daemon("nsqd", args, expect=EXPECT)
+        self.daemon = start_daemon("nsqd", args, expect=EXPECT, forks=self.forks)
         if not self.token:
             r = self.admin("POST", f"/token/{'ns'}", params={"description": "model"})
             assert r.status_code in (200, 201), r.text
@@ -602,9 +605,11 @@ def damage_segment(path: Path, kind: str, rng: random.Random, known: set[bytes])
 # -- the sequences ---------------------------------------------------------------------------
 
 
-async def run_sequence(mode: str, ops: list[list[Any]]) -> str | None:
-    """The failure's description, or None when the sequence passes."""
-    runner = Runner(mode, ops)
+async def run_sequence(mode: str, ops: list[list[Any]], forks: ForkServer | None = None
+                       ) -> str | None:
+    """The failure's description, or None when the sequence passes. With ``forks``, each
+    start of nsqd is a fork of that server (see ``forks``), else a new process."""
+    runner = Runner(mode, ops, forks)
     try:
         await runner.run()
     except (Failure, TimeoutError, trio.TooSlowError, RuntimeError, EOFError) as exc:
@@ -614,7 +619,8 @@ async def run_sequence(mode: str, ops: list[list[Any]]) -> str | None:
     return None
 
 
-async def shrink(mode: str, ops: list[list[Any]], budget: float) -> list[list[Any]]:
+async def shrink(mode: str, ops: list[list[Any]], budget: float, forks: ForkServer | None
+                 ) -> list[list[Any]]:
     """A shorter sequence that still fails (chunks removed while it fails, within
     ``budget`` seconds)."""
     deadline = time.monotonic() + budget
@@ -625,7 +631,7 @@ async def shrink(mode: str, ops: list[list[Any]], budget: float) -> list[list[An
             candidate = ops[:i] + ops[i + size:]
             if time.monotonic() > deadline:
                 break
-            if await run_sequence(mode, candidate) is not None:
+            if await run_sequence(mode, candidate, forks) is not None:
                 ops, n = candidate, max(n - 1, 2)
                 break
         else:
@@ -635,13 +641,14 @@ async def shrink(mode: str, ops: list[list[Any]], budget: float) -> list[list[An
     return ops
 
 
-async def check(mode: str, seed: int | None, ops: list[list[Any]]) -> None:
-    failure = await run_sequence(mode, ops)
+async def check(mode: str, seed: int | None, ops: list[list[Any]], forks: ForkServer | None
+                ) -> None:
+    failure = await run_sequence(mode, ops, forks)
     if failure is None:
         return
     budget = float(os.environ.get("NSQ_MODEL_SHRINK", "300"))
-    shrunk = await shrink(mode, ops, budget) if budget > 0 else ops
-    again = await run_sequence(mode, shrunk) if shrunk is not ops else failure
+    shrunk = await shrink(mode, ops, budget, forks) if budget > 0 else ops
+    again = await run_sequence(mode, shrunk, forks) if shrunk is not ops else failure
     pytest.fail(f"mode {mode}, seed {seed}: {failure}\n"
                 f"replay: NSQ_MODEL_MODE={mode} NSQ_MODEL_SEED={seed} or\n"
                 f"NSQ_MODEL_MODE={mode} NSQ_MODEL_OPS='{json.dumps(shrunk)}'\n"
@@ -664,18 +671,35 @@ def _modes() -> list[str]:
     return [os.environ["NSQ_MODEL_MODE"]] if "NSQ_MODEL_MODE" in os.environ else list(MODES)
 
 
+@pytest.fixture(scope="module")
+def forks() -> Iterator[ForkServer | None]:
+    """The random sequences start nsqd hundreds of times: each start a fork of one process
+    that imported nsqd already (``nsq_testing.forkserver``: the same ``main`` in a process of
+    its own; only the interpreter's start and the imports, most of a sequence's CPU, are
+    spared). NSQ_MODEL_FORK=0: a new process each time, as the regressions below do."""
+    if os.environ.get("NSQ_MODEL_FORK") == "0":
+        yield None
+        return
+    server = ForkServer("nsqd")
+    try:
+        yield server
+    finally:
+        server.close()
+
+
 @pytest.mark.parametrize("mode", _modes())
 @pytest.mark.parametrize("seed", _seeds())
-async def test_random_sequences_lose_nothing(mode: str, seed: int) -> None:
+async def test_random_sequences_lose_nothing(mode: str, seed: int, forks: ForkServer | None
+                                             ) -> None:
     if "NSQ_MODEL_OPS" in os.environ:
-        await check(mode, None, json.loads(os.environ["NSQ_MODEL_OPS"]))
+        await check(mode, None, json.loads(os.environ["NSQ_MODEL_OPS"]), forks)
     else:
-        await check(mode, seed, generate(seed, LENGTH))
+        await check(mode, seed, generate(seed, LENGTH), forks)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", list(MODES))
-async def test_soak_thousands_of_sequences(mode: str) -> None:
+async def test_soak_thousands_of_sequences(mode: str, forks: ForkServer | None) -> None:
     count = int(os.environ.get("NSQ_MODEL_SOAK", "1000"))
     base = int(os.environ.get("NSQ_MODEL_BASE", str(random.randrange(1 << 30))))
     print(f"soak: mode {mode}, seeds {base}..{base + count - 1}", flush=True)
@@ -683,7 +707,7 @@ async def test_soak_thousands_of_sequences(mode: str) -> None:
     for seed in range(base, base + count):
         verdict = "ok"
         try:
-            await check(mode, seed, generate(seed, LENGTH))
+            await check(mode, seed, generate(seed, LENGTH), forks)
         except pytest.fail.Exception as exc:
             failed.append(str(exc))
             verdict = f"FAILED\n{exc}"

@@ -25,10 +25,14 @@ import time
 import weakref
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import attrs
 
 from .wait import DEADLINE
+
+if TYPE_CHECKING:
+    from .forkserver import ForkedProcess, ForkServer
 
 _LISTEN = re.compile(r"(TCP|HTTP|HTTPS|LMSTFY|LMSTFY_ADMIN): listening on (\S+)")
 
@@ -43,7 +47,7 @@ def free_port() -> int:
 @attrs.define(eq=False)  # hashable by identity: kept in a WeakSet
 class Daemon:
     name: str
-    process: subprocess.Popen[bytes]
+    process: subprocess.Popen[bytes] | ForkedProcess
     addresses: dict[str, str]
     log: list[str]
     _reader: threading.Thread | None = None
@@ -81,7 +85,9 @@ class Daemon:
             self._reader.join(5)
         if self.process.stderr is not None:
             self.process.stderr.close()
-        return self.process.returncode
+        code = self.process.poll()
+        assert code is not None  # (waited for above)
+        return code
 
     def kill(self) -> int:
         return self.stop(signal.SIGKILL)
@@ -114,16 +120,22 @@ def _executable(name: str) -> str:
 
 def start_daemon(name: str, args: Sequence[str], *, cwd: str | os.PathLike[str] | None = None,
                  expect: Sequence[str] = ("TCP", "HTTP"), timeout: float = DEADLINE,
-                 env: dict[str, str] | None = None) -> Daemon:
+                 env: dict[str, str] | None = None, forks: ForkServer | None = None) -> Daemon:
     """Run ``name`` (an executable next to this Python) with ``args``; wait for its listeners.
+    With ``forks`` (a ``ForkServer`` of ``name``'s package), forked from that server instead
+    (``env`` is then the server's).
 
     Raises:
         RuntimeError: the process exited, or did not report every address in ``expect`` in time.
     """
-    process = subprocess.Popen(
-        [_executable(name), *args], cwd=cwd, stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
-    )
+    process: subprocess.Popen[bytes] | ForkedProcess
+    if forks is not None:
+        process = forks.start(list(args), cwd=None if cwd is None else os.fspath(cwd))
+    else:
+        process = subprocess.Popen(
+            [_executable(name), *args], cwd=cwd, stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+        )
     log: list[str] = []
     addresses: dict[str, str] = {}
     ready = threading.Event()
@@ -163,7 +175,8 @@ def start_daemon(name: str, args: Sequence[str], *, cwd: str | os.PathLike[str] 
 _STARTING = (500, b"NOK - starting")  # the early start's answer to /ping: not ready yet
 
 
-def _serving(address: str, process: subprocess.Popen[bytes], deadline: float) -> bool:
+def _serving(address: str, process: subprocess.Popen[bytes] | ForkedProcess,
+             deadline: float) -> bool:
     """Whether the daemon at ``address`` came to serve before ``deadline``: its ``/ping``
     answered something other than the early start's "not yet" (OK, or its health)."""
     host, _, port = address.rpartition(":")

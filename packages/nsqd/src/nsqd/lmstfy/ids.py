@@ -34,6 +34,8 @@ _FROM_CROCKFORD = bytes.maketrans(_CROCKFORD_ANY_CASE, _INT_DIGITS + _INT_DIGITS
 _BYTE_TO_DIGIT = bytes(_CROCKFORD[b & 31] for b in range(256))
 _DELAY = struct.Struct("<I")
 _rng = random.Random(os.urandom(32))
+# a process forked from one that imported this module (a fork server) draws its own ids
+os.register_at_fork(after_in_child=lambda: _rng.seed(os.urandom(32)))
 
 
 _PAIRS = [chr(_CROCKFORD[i >> 5]) + chr(_CROCKFORD[i & 31]) for i in range(1024)]
