@@ -10,11 +10,10 @@ log the records it never committed (KIP-101) and fetches the new leader's."""
 from __future__ import annotations
 
 import base64
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
-import pytest
 import trio
 from nsq_common import commands
 from nsq_testing import Daemon, Etcd, WireClient, until
@@ -48,24 +47,15 @@ def node_of(daemon: Daemon) -> str:
     return f"127.0.0.1:{daemon.tcp_port}"
 
 
-@pytest.fixture
-async def client(etcd: Etcd) -> AsyncIterator[EtcdClient]:
-    c = EtcdClient([etcd.endpoint])
-    try:
-        yield c
-    finally:
-        await c.aclose()
-
-
-async def joined(client: EtcdClient, *daemons: Daemon) -> None:
+async def joined(etcd_client: EtcdClient, *daemons: Daemon) -> None:
     for daemon in daemons:
-        await until(lambda d=daemon: client.get(node_key(node_of(d))), what="joined")
+        await until(lambda d=daemon: etcd_client.get(node_key(node_of(d))), what="joined")
 
 
-async def placed(client: EtcdClient, topic: str, leader: Daemon, follower: Daemon) -> None:
+async def placed(etcd_client: EtcdClient, topic: str, leader: Daemon, follower: Daemon) -> None:
     """``topic`` placed on both, ``leader`` leading, and the follower fetching from it."""
-    await joined(client, leader, follower)
-    _, state = await place(client, topic, 2, prefer=node_of(leader))
+    await joined(etcd_client, leader, follower)
+    _, state = await place(etcd_client, topic, 2, prefer=node_of(leader))
     assert state.leader == node_of(leader)
     await until(lambda: f"leading topic {topic} at epoch 1" in leader.output())
     await until(lambda: f"following topic {topic} (leader {node_of(leader)}" in
@@ -87,18 +77,18 @@ async def bodies(daemon: Daemon, topic: str) -> list[tuple[int, str]]:
             for m in doc["messages"]]  # type: ignore[attr-defined]
 
 
-async def isr(client: EtcdClient, topic: str) -> tuple[str, ...]:
-    read_ = await read_state(client, topic)
+async def isr(etcd_client: EtcdClient, topic: str) -> tuple[str, ...]:
+    read_ = await read_state(etcd_client, topic)
     assert read_ is not None
     return read_[0].isr
 
 
 async def test_the_follower_holds_the_leaders_records_at_its_offsets_before_the_ok(
-        run_daemon: Callable[..., Daemon], etcd: Etcd, client: EtcdClient,
+        run_daemon: Callable[..., Daemon], etcd: Etcd, etcd_client: EtcdClient,
         tmp_path: Path) -> None:
     leader = start_node(run_daemon, etcd)
     follower = start_node(run_daemon, etcd)
-    await placed(client, "clicks", leader, follower)
+    await placed(etcd_client, "clicks", leader, follower)
 
     async with await WireClient.connect(leader.tcp_address) as producer:
         for i in range(3):
@@ -150,14 +140,14 @@ async def _is(got: object, expected: object) -> bool:
 
 
 async def test_below_the_minimum_in_sync_a_publish_fails_at_once(
-        run_daemon: Callable[..., Daemon], etcd: Etcd, client: EtcdClient) -> None:
+        run_daemon: Callable[..., Daemon], etcd: Etcd, etcd_client: EtcdClient) -> None:
     leader = start_node(run_daemon, etcd, "--min-insync-replicas=2")
     follower = start_node(run_daemon, etcd)
-    await placed(client, "orders", leader, follower)
+    await placed(etcd_client, "orders", leader, follower)
     async with await WireClient.connect(leader.tcp_address) as producer:
         await producer.pub("orders", b"kept")
     follower.kill()
-    await until(lambda: _is(isr(client, "orders"), (node_of(leader),)), timeout=FAILOVER,
+    await until(lambda: _is(isr(etcd_client, "orders"), (node_of(leader),)), timeout=FAILOVER,
                 what="the killed follower shrunk out")
     async with await WireClient.connect(leader.tcp_address) as producer:
         await producer.send(commands.pub("orders", b"refused"))
@@ -216,11 +206,11 @@ async def gated_leader(nursery: trio.Nursery, run_daemon: Callable[..., Daemon],
 
 
 async def test_only_committed_records_are_acknowledged_and_delivered(
-        run_daemon: Callable[..., Daemon], etcd: Etcd, client: EtcdClient) -> None:
+        run_daemon: Callable[..., Daemon], etcd: Etcd, etcd_client: EtcdClient) -> None:
     async with trio.open_nursery() as nursery:
         leader, gate = await gated_leader(nursery, run_daemon, etcd, "--replica-lag-max=60s")
         follower = start_node(run_daemon, etcd)
-        await placed(client, "events", leader, follower)
+        await placed(etcd_client, "events", leader, follower)
         async with (await WireClient.connect(leader.tcp_address) as consumer,
                     await WireClient.connect(leader.tcp_address) as producer,
                     await WireClient.connect(follower.tcp_address) as idle):
@@ -253,22 +243,22 @@ async def _latest(daemon: Daemon, offset: int) -> bool:
 
 
 async def test_a_follower_behind_for_the_lag_max_leaves_the_isr_and_rejoins_caught_up(
-        run_daemon: Callable[..., Daemon], etcd: Etcd, client: EtcdClient) -> None:
+        run_daemon: Callable[..., Daemon], etcd: Etcd, etcd_client: EtcdClient) -> None:
     async with trio.open_nursery() as nursery:
         leader, gate = await gated_leader(nursery, run_daemon, etcd, "--replica-lag-max=1s",
                                           "--min-insync-replicas=1")
         follower = start_node(run_daemon, etcd, "--replica-lag-max=1s")
-        await placed(client, "jobs", leader, follower)
+        await placed(etcd_client, "jobs", leader, follower)
         both = sorted((node_of(leader), node_of(follower)))
-        assert sorted(await isr(client, "jobs")) == both
+        assert sorted(await isr(etcd_client, "jobs")) == both
         gate.close()
         async with await WireClient.connect(leader.tcp_address) as producer:
             # waits for the follower until it is shrunk out (it is alive: its lease is
             # there), then OK with the leader alone in sync (the minimum, 1)
             await producer.pub("jobs", b"while-cut-off")
-        assert await isr(client, "jobs") == (node_of(leader),)
+        assert await isr(etcd_client, "jobs") == (node_of(leader),)
         assert f"{node_of(follower)} not caught up for over 1s" in leader.output()
-        assert await client.get(node_key(node_of(follower))) is not None
+        assert await etcd_client.get(node_key(node_of(follower))) is not None
         # a publish to the follower, forwarded to a leader it cannot reach: refused once it
         # waited as long as the leader may (2 x its --replica-lag-max, and 5 s)
         async with await WireClient.connect(follower.tcp_address) as producer:
@@ -277,7 +267,7 @@ async def test_a_follower_behind_for_the_lag_max_leaves_the_isr_and_rejoins_caug
         assert error == b"E_PUB_FAILED PUB failed no answer from the leader " + \
             node_of(leader).encode()
         gate.reopen()
-        await until(lambda: _is(_sorted(isr(client, "jobs")), both), timeout=FAILOVER,
+        await until(lambda: _is(_sorted(isr(etcd_client, "jobs")), both), timeout=FAILOVER,
                     what="the follower back in sync")
         assert f"{node_of(follower)} caught up: into the in-sync set" in leader.output()
         # (the forward held by the cut reached the leader after all: a message the
@@ -311,13 +301,13 @@ async def ask_raw(daemon: Daemon, frames: list[wire.Frame]) -> list[wire.Frame]:
 
 
 async def test_the_magic_r1_is_served_only_with_etcd_endpoints(
-        run_daemon: Callable[..., Daemon], etcd: Etcd, client: EtcdClient) -> None:
+        run_daemon: Callable[..., Daemon], etcd: Etcd, etcd_client: EtcdClient) -> None:
     plain = run_daemon("nsqd")
     async with await WireClient.connect(plain.tcp_address, magic=wire.MAGIC) as peer:
         assert await peer.error() == b"E_BAD_PROTOCOL"
 
     node = start_node(run_daemon, etcd)
-    await joined(client, node)
+    await joined(etcd_client, node)
     stream = await trio.open_tcp_stream("127.0.0.1", node.tcp_port)
     try:
         reader = wire.FrameReader()
@@ -342,11 +332,11 @@ async def test_the_magic_r1_is_served_only_with_etcd_endpoints(
 
 
 async def test_after_the_leaders_kill_the_new_leader_delivers_every_acknowledged_record(
-        run_daemon: Callable[..., Daemon], etcd: Etcd, client: EtcdClient) -> None:
+        run_daemon: Callable[..., Daemon], etcd: Etcd, etcd_client: EtcdClient) -> None:
     nodes = [start_node(run_daemon, etcd) for _ in range(3)]
     leader, others = nodes[0], nodes[1:]
-    await joined(client, *nodes)
-    await place(client, "pay", 3, prefer=node_of(leader))
+    await joined(etcd_client, *nodes)
+    await place(etcd_client, "pay", 3, prefer=node_of(leader))
     for daemon in others:
         await until(lambda d=daemon: f"fetching from leader {node_of(leader)}" in d.output())
     async with await WireClient.connect(leader.tcp_address) as producer:
@@ -355,7 +345,7 @@ async def test_after_the_leaders_kill_the_new_leader_delivers_every_acknowledged
 
     leader.kill()
     async def elected() -> str | None:
-        read_ = await read_state(client, "pay")
+        read_ = await read_state(etcd_client, "pay")
         return read_[0].leader if read_ is not None and read_[0].epoch == 2 else None
     new = await until(elected, timeout=FAILOVER, what="a new leader at epoch 2")
     new_leader = next(d for d in others if node_of(d) == new)
@@ -384,24 +374,24 @@ def _epochs(daemon: Daemon, topic: str) -> str:
 
 
 async def test_a_follower_killed_and_restarted_fetches_what_it_lost_and_rejoins(
-        run_daemon: Callable[..., Daemon], etcd: Etcd, client: EtcdClient,
+        run_daemon: Callable[..., Daemon], etcd: Etcd, etcd_client: EtcdClient,
         tmp_path: Path) -> None:
     leader = start_node(run_daemon, etcd, "--min-insync-replicas=1")
     follower = start_node(run_daemon, etcd, "--mem-queue-size=10000")  # all in memory
-    await placed(client, "logs", leader, follower)
+    await placed(etcd_client, "logs", leader, follower)
     async with await WireClient.connect(leader.tcp_address) as producer:
         for i in range(5):
             await producer.pub("logs", f"a{i}".encode())
     both = sorted((node_of(leader), node_of(follower)))
     port = follower.tcp_port
     follower.kill()  # its memory tail lost: it restarts at its reservation, a hole
-    await until(lambda: _is(isr(client, "logs"), (node_of(leader),)), timeout=FAILOVER)
+    await until(lambda: _is(isr(etcd_client, "logs"), (node_of(leader),)), timeout=FAILOVER)
     async with await WireClient.connect(leader.tcp_address) as producer:
         await producer.pub("logs", b"a5")  # (ISR of one, the minimum 1)
     again = run_daemon("nsqd", "--broadcast-address=127.0.0.1",
                        f"--etcd-endpoints={etcd.endpoint}", f"--tcp-address=127.0.0.1:{port}",
                        f"--data-path={tmp_path / 'nsqd-1'}", "--mem-queue-size=10000")
-    await until(lambda: _is(_sorted(isr(client, "logs")), both), timeout=FAILOVER,
+    await until(lambda: _is(_sorted(isr(etcd_client, "logs")), both), timeout=FAILOVER,
                 what="the restarted follower back in sync")
     expected = [(i, f"a{i}") for i in range(6)]
     await until(lambda: _is(bodies(again, "logs"), expected), what="what it lost, fetched")
@@ -409,11 +399,11 @@ async def test_a_follower_killed_and_restarted_fetches_what_it_lost_and_rejoins(
 
 
 async def test_a_channels_cursor_is_shipped_and_the_new_leader_goes_on_from_it(
-        run_daemon: Callable[..., Daemon], etcd: Etcd, client: EtcdClient,
+        run_daemon: Callable[..., Daemon], etcd: Etcd, etcd_client: EtcdClient,
         tmp_path: Path) -> None:
     leader = start_node(run_daemon, etcd)
     follower = start_node(run_daemon, etcd)
-    await placed(client, "mail", leader, follower)
+    await placed(etcd_client, "mail", leader, follower)
     async with (await WireClient.connect(leader.tcp_address) as producer,
                 await WireClient.connect(leader.tcp_address) as consumer):
         await consumer.subscribe("mail", "send", rdy=10)
@@ -448,7 +438,7 @@ def data_path(daemon: Daemon) -> Path:
 
 
 async def test_an_old_leader_back_cuts_its_uncommitted_records_and_follows(
-        run_daemon: Callable[..., Daemon], etcd: Etcd, client: EtcdClient) -> None:
+        run_daemon: Callable[..., Daemon], etcd: Etcd, etcd_client: EtcdClient) -> None:
     # every record of the old leader written (and fsynced) at once: they are stored records
     # on disk when it is killed, not a memory tail a kill -9 loses anyway
     durable = ("--mem-queue-size=0", "--sync-every=1")
@@ -456,7 +446,7 @@ async def test_an_old_leader_back_cuts_its_uncommitted_records_and_follows(
         old, gate = await gated_leader(nursery, run_daemon, etcd, "--replica-lag-max=60s",
                                        "--min-insync-replicas=1", *durable)
         follower = start_node(run_daemon, etcd, "--min-insync-replicas=1")
-        await placed(client, "events", old, follower)
+        await placed(etcd_client, "events", old, follower)
         async with await WireClient.connect(old.tcp_address) as producer:
             for i in range(3):
                 await producer.pub("events", f"c{i}".encode())  # committed: on both
@@ -468,7 +458,7 @@ async def test_an_old_leader_back_cuts_its_uncommitted_records_and_follows(
         nursery.cancel_scope.cancel()
 
     async def elected() -> bool:
-        read_ = await read_state(client, "events")
+        read_ = await read_state(etcd_client, "events")
         return read_ is not None and read_[0].epoch == 2
     await until(elected, timeout=FAILOVER, what="the follower elected at epoch 2")
     await until(lambda: "leading topic events at epoch 2" in follower.output(),
@@ -495,12 +485,12 @@ async def test_an_old_leader_back_cuts_its_uncommitted_records_and_follows(
 
 
 async def test_a_restarted_replica_that_lost_its_memory_tail_may_not_lead_until_caught_up(
-        run_daemon: Callable[..., Daemon], etcd: Etcd, client: EtcdClient) -> None:
+        run_daemon: Callable[..., Daemon], etcd: Etcd, etcd_client: EtcdClient) -> None:
     # the leader fsyncs every record before answering; the follower keeps them in memory
     # (acknowledged once there, as its --sync-every allows): a kill -9 loses them
     leader = start_node(run_daemon, etcd, "--mem-queue-size=0", "--sync-every=1")
     follower = start_node(run_daemon, etcd, "--mem-queue-size=10000")
-    await placed(client, "orders", leader, follower)
+    await placed(etcd_client, "orders", leader, follower)
     async with await WireClient.connect(leader.tcp_address) as producer:
         for i in range(5):
             await producer.pub("orders", f"o{i}".encode())  # each OK: held by both
@@ -517,7 +507,7 @@ async def test_a_restarted_replica_that_lost_its_memory_tail_may_not_lead_until_
     back = restart(follower_args, follower_port)
 
     async def epoch() -> int:
-        read_ = await read_state(client, "orders")
+        read_ = await read_state(etcd_client, "orders")
         assert read_ is not None
         return read_[0].epoch
     # the old leader's lease lapses; the follower, in the ISR, would be elected at once but
@@ -541,7 +531,7 @@ async def test_a_restarted_replica_that_lost_its_memory_tail_may_not_lead_until_
 
 
 async def test_a_leader_cut_off_from_etcd_stops_acknowledging_and_delivering_at_its_fence(
-        run_daemon: Callable[..., Daemon], etcd: Etcd, client: EtcdClient) -> None:
+        run_daemon: Callable[..., Daemon], etcd: Etcd, etcd_client: EtcdClient) -> None:
     async with trio.open_nursery() as nursery:
         to_etcd = Gate()  # the leader's way to etcd, and only its
         to_etcd.target = int(etcd.endpoint.rsplit(":", 1)[1])
@@ -549,7 +539,7 @@ async def test_a_leader_cut_off_from_etcd_stops_acknowledging_and_delivering_at_
         leader = run_daemon("nsqd", "--broadcast-address=127.0.0.1",
                             f"--etcd-endpoints=http://127.0.0.1:{port}")
         follower = start_node(run_daemon, etcd)
-        await placed(client, "fenced", leader, follower)
+        await placed(etcd_client, "fenced", leader, follower)
         async with (await WireClient.connect(leader.tcp_address) as producer,
                     await WireClient.connect(leader.tcp_address) as consumer):
             await consumer.subscribe("fenced", "ch", rdy=10)

@@ -25,7 +25,7 @@ import sys
 import textwrap
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import attrs
@@ -123,26 +123,17 @@ class Cluster:
         return [f"127.0.0.1:{port}" for port in self.ports]
 
 
-@pytest.fixture
-async def client(etcd: Etcd) -> AsyncIterator[EtcdClient]:
-    c = EtcdClient([etcd.endpoint])
-    try:
-        yield c
-    finally:
-        await c.aclose()
-
-
-async def state(client: EtcdClient) -> TopicState | None:
-    read = await read_state(client, TOPIC)
+async def state(etcd_client: EtcdClient) -> TopicState | None:
+    read = await read_state(etcd_client, TOPIC)
     return read[0] if read is not None else None
 
 
-async def full_isr(client: EtcdClient) -> bool:
-    now = await state(client)
+async def full_isr(etcd_client: EtcdClient) -> bool:
+    now = await state(etcd_client)
     return now is not None and len(now.isr) == 3
 
 
-async def start_cluster(run_daemon: Callable[..., Daemon], etcd: Etcd, client: EtcdClient,
+async def start_cluster(run_daemon: Callable[..., Daemon], etcd: Etcd, etcd_client: EtcdClient,
                         tmp_path: Path, *extra: str) -> Cluster:
     lookupd = run_daemon("nsqlookupd")
     cluster = Cluster(run_daemon, etcd, lookupd, tmp_path, extra)
@@ -154,7 +145,7 @@ async def start_cluster(run_daemon: Callable[..., Daemon], etcd: Etcd, client: E
                                 params={"topic": TOPIC, "replicas": 3})
             return r.status_code == 200  # (until every node has joined: INVALID_REPLICAS)
         await until(created, timeout=FAILOVER, what="the topic placed on three nodes")
-    await until(lambda: full_isr(client), timeout=FAILOVER, what="three replicas in sync")
+    await until(lambda: full_isr(etcd_client), timeout=FAILOVER, what="three replicas in sync")
     return cluster
 
 
@@ -329,23 +320,23 @@ class NotCutBack(Exception):
     rejoins the in-sync set and the next kill would leave one replica."""
 
 
-async def rejoined(cluster: Cluster, client: EtcdClient) -> bool:
+async def rejoined(cluster: Cluster, etcd_client: EtcdClient) -> bool:
     """Three replicas in sync again; NotCutBack when a node said it cannot be."""
     for daemon in cluster.nodes:
         for line in daemon.output().splitlines():
             if "cannot cut the log back" in line:
                 raise NotCutBack(line.split("ERROR: ", 1)[-1])
-    return await full_isr(client)
+    return await full_isr(etcd_client)
 
 
 def duplicates(counts: Counter[int]) -> int:
     return sum(n - 1 for n in counts.values() if n > 1)
 
 
-async def run_leader_kills(run_daemon: Callable[..., Daemon], etcd: Etcd, client: EtcdClient,
+async def run_leader_kills(run_daemon: Callable[..., Daemon], etcd: Etcd, etcd_client: EtcdClient,
                            tmp_path: Path, pynsq: PynsqConsumer, count: int,
                            *extra: str) -> None:
-    cluster = await start_cluster(run_daemon, etcd, client, tmp_path, *extra)
+    cluster = await start_cluster(run_daemon, etcd, etcd_client, tmp_path, *extra)
     rng = random.Random()
     # a kill at a random point of each third of the run, the producer kept from going
     # further than a little past it until the kill is done, so that it is under load
@@ -381,9 +372,9 @@ async def run_leader_kills(run_daemon: Callable[..., Daemon], etcd: Etcd, client
         for k, target in enumerate(targets):
             await until(lambda t=target: len(producer.acked) >= t, timeout=FAILOVER * 2,
                         what=f"{target} acknowledged")
-            await until(lambda: rejoined(cluster, client), timeout=FAILOVER,
+            await until(lambda: rejoined(cluster, etcd_client), timeout=FAILOVER,
                         what="the restarted node back in sync")
-            before = await state(client)
+            before = await state(etcd_client)
             assert before is not None
             slot = cluster.slot_of(before.leader)
             kills.append(time.time())
@@ -391,7 +382,7 @@ async def run_leader_kills(run_daemon: Callable[..., Daemon], etcd: Etcd, client
 
             async def elected(epoch: int = before.epoch,
                               old: str = before.leader) -> TopicState | None:
-                now = await state(client)
+                now = await state(etcd_client)
                 return now if now is not None and now.epoch > epoch and \
                     now.leader != old else None
             await until(elected, timeout=FAILOVER, what=f"a new leader after kill {k + 1}")
@@ -461,33 +452,33 @@ ACKED_LOST = ("acknowledged messages lost across a leader's kill -9 in some runs
 @pytest.mark.xfail(reason=ACKED_LOST, strict=False)
 @pytest.mark.parametrize("sync", [["--sync-every=1"], []], ids=["sync-every-1", "default"])
 async def test_the_leader_killed_three_times_under_load_loses_nothing_acknowledged(
-        run_daemon: Callable[..., Daemon], etcd: Etcd, client: EtcdClient, tmp_path: Path,
+        run_daemon: Callable[..., Daemon], etcd: Etcd, etcd_client: EtcdClient, tmp_path: Path,
         pynsq_consumer: PynsqConsumer, sync: list[str]) -> None:
-    await run_leader_kills(run_daemon, etcd, client, tmp_path, pynsq_consumer, MESSAGES, *sync)
+    await run_leader_kills(run_daemon, etcd, etcd_client, tmp_path, pynsq_consumer, MESSAGES, *sync)
 
 
 @pytest.mark.slow
 @pytest.mark.xfail(reason=ACKED_LOST, strict=False)
 @pytest.mark.parametrize("sync", [["--sync-every=1"], []], ids=["sync-every-1", "default"])
 async def test_the_leader_killed_three_times_in_20000_messages(
-        run_daemon: Callable[..., Daemon], etcd: Etcd, client: EtcdClient, tmp_path: Path,
+        run_daemon: Callable[..., Daemon], etcd: Etcd, etcd_client: EtcdClient, tmp_path: Path,
         pynsq_consumer: PynsqConsumer, sync: list[str]) -> None:
-    await run_leader_kills(run_daemon, etcd, client, tmp_path, pynsq_consumer, 20_000, *sync)
+    await run_leader_kills(run_daemon, etcd, etcd_client, tmp_path, pynsq_consumer, 20_000, *sync)
 
 
-async def leader_mark(client: EtcdClient) -> LeaderMark | None:
-    kv = await client.get(leader_key(TOPIC))
+async def leader_mark(etcd_client: EtcdClient) -> LeaderMark | None:
+    kv = await etcd_client.get(leader_key(TOPIC))
     return LeaderMark.decode(kv.value) if kv is not None else None
 
 
 async def test_etcd_killed_and_restarted_under_load_loses_nothing_and_keeps_the_leader(
-        run_daemon: Callable[..., Daemon], etcd: Etcd, client: EtcdClient,
+        run_daemon: Callable[..., Daemon], etcd: Etcd, etcd_client: EtcdClient,
         tmp_path: Path) -> None:
-    cluster = await start_cluster(run_daemon, etcd, client, tmp_path)
+    cluster = await start_cluster(run_daemon, etcd, etcd_client, tmp_path)
     count = MESSAGES // 2
     producer = Producer(cluster.addresses(), count, limit=count // 3)
     ours = Deliveries("ours")
-    before = await leader_mark(client)
+    before = await leader_mark(etcd_client)
     assert before is not None
     async with trio.open_nursery() as nursery:
         nursery.start_soon(our_consumer, cluster.lookupd, ours)
@@ -507,9 +498,9 @@ async def test_etcd_killed_and_restarted_under_load_loses_nothing_and_keeps_the_
         await until(lambda: acked <= set(ours.counts()), timeout=FAILOVER * 2, interval=0.2,
                     what="every acknowledged message delivered")
         nursery.cancel_scope.cancel()
-    after = await leader_mark(client)
+    after = await leader_mark(etcd_client)
     assert after == before  # the same node, at the same epoch
-    now = await state(client)
+    now = await state(etcd_client)
     assert now is not None and (now.leader, now.epoch) == (before.node, before.epoch)
     assert len(acked) == count
     clean(*cluster.every)

@@ -7,38 +7,19 @@ deletes it on its leader, then its keys, and so on every replica."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 
 import httpx
-import pytest
 from nsq_common import commands
 from nsq_testing import DEADLINE, Daemon, Etcd, WireClient, until
 from nsqd.replication.etcd import EtcdClient
-from nsqd.replication.keys import Placement, node_key, placement_key, topic_prefix
+from nsqd.replication.keys import Placement, placement_key, topic_prefix
 
-from .test_replication_data import bodies, clean, start_node
-
-
-def node_id(daemon: Daemon) -> str:
-    return f"127.0.0.1:{daemon.tcp_port}"
+from .test_replication_data import bodies, clean, joined, node_of, start_node
 
 
-@pytest.fixture
-async def client(etcd: Etcd) -> AsyncIterator[EtcdClient]:
-    c = EtcdClient([etcd.endpoint])
-    try:
-        yield c
-    finally:
-        await c.aclose()
-
-
-async def joined(client: EtcdClient, *daemons: Daemon) -> None:
-    for daemon in daemons:
-        await until(lambda d=daemon: client.get(node_key(node_id(d))), what="joined")
-
-
-async def placement(client: EtcdClient, topic: str) -> Placement | None:
-    kv = await client.get(placement_key(topic))
+async def placement(etcd_client: EtcdClient, topic: str) -> Placement | None:
+    kv = await etcd_client.get(placement_key(topic))
     return Placement.decode(kv.value) if kv is not None else None
 
 
@@ -49,10 +30,10 @@ async def post(daemon: Daemon, path: str, body: bytes, **params: str) -> httpx.R
 
 
 async def test_the_first_publish_places_the_topic_and_is_acknowledged_once_copied(
-        run_daemon: Callable[..., Daemon], etcd: Etcd, client: EtcdClient) -> None:
+        run_daemon: Callable[..., Daemon], etcd: Etcd, etcd_client: EtcdClient) -> None:
     a = start_node(run_daemon, etcd, "--default-replicas=2")
     b = start_node(run_daemon, etcd, "--default-replicas=2")
-    await joined(client, a, b)
+    await joined(etcd_client, a, b)
 
     # PUB, MPUB and DPUB over TCP, each to a topic nobody made: placed on both, led by the
     # node published to, and the follower holds the records (the OK waited for it)
@@ -64,9 +45,9 @@ async def test_the_first_publish_places_the_topic_and_is_acknowledged_once_copie
         assert await producer.response() == b"OK"
     for topic, expected in (("t_pub", [(0, "p0")]), ("t_mpub", [(0, "m0"), (1, "m1")]),
                             ("t_dpub", [(0, "d0")])):
-        placed = await placement(client, topic)
-        assert placed is not None and placed.nodes[0] == node_id(a), a.output()
-        assert set(placed.nodes) == {node_id(a), node_id(b)}
+        placed = await placement(etcd_client, topic)
+        assert placed is not None and placed.nodes[0] == node_of(a), a.output()
+        assert set(placed.nodes) == {node_of(a), node_of(b)}
         assert f"leading topic {topic} at epoch 1" in a.output()
         assert await bodies(a, topic) == expected
         # acknowledged means copied: the follower has them by the time of the OK (its HW
@@ -79,28 +60,28 @@ async def test_the_first_publish_places_the_topic_and_is_acknowledged_once_copie
     r = await post(b, "/mpub", b"h1\nh2", topic="h_mpub")
     assert r.status_code == 200 and r.text == "OK", r.text
     for topic in ("h_pub", "h_mpub"):
-        placed = await placement(client, topic)
-        assert placed is not None and placed.nodes[0] == node_id(b), topic
+        placed = await placement(etcd_client, topic)
+        assert placed is not None and placed.nodes[0] == node_of(b), topic
     assert await bodies(b, "h_mpub") == [(0, "h1"), (1, "h2")]
     await until(lambda: _same(bodies(a, "h_mpub"), [(0, "h1"), (1, "h2")]), what="h_mpub on a")
 
     # an ephemeral topic is never placed: made here, as by any nsqd
     async with await WireClient.connect(a.tcp_address) as producer:
         await producer.pub("t_eph#ephemeral", b"e")
-    kvs, _ = await client.range(topic_prefix("t_eph#ephemeral"), prefix=True)
+    kvs, _ = await etcd_client.range(topic_prefix("t_eph#ephemeral"), prefix=True)
     assert kvs == []
     clean(a, b)
 
 
 async def test_a_first_publish_to_a_topic_placed_elsewhere_goes_to_its_leader(
-        run_daemon: Callable[..., Daemon], etcd: Etcd, client: EtcdClient) -> None:
+        run_daemon: Callable[..., Daemon], etcd: Etcd, etcd_client: EtcdClient) -> None:
     a = start_node(run_daemon, etcd)
     b = start_node(run_daemon, etcd)
-    await joined(client, a, b)
+    await joined(etcd_client, a, b)
     async with await WireClient.connect(a.tcp_address) as producer:
         await producer.pub("solo", b"s0")  # one replica (--default-replicas 1): on a only
-    placed = await placement(client, "solo")
-    assert placed is not None and placed.nodes == (node_id(a),)
+    placed = await placement(etcd_client, "solo")
+    assert placed is not None and placed.nodes == (node_of(a),)
     # b holds no replica: its publish goes to a, and b makes no topic of that name
     async with await WireClient.connect(b.tcp_address) as producer:
         await producer.pub("solo", b"s1")
@@ -120,10 +101,10 @@ async def topic_names(daemon: Daemon) -> list[str]:
 
 
 async def test_deleting_a_placed_topic_deletes_it_on_every_replica_and_in_etcd(
-        run_daemon: Callable[..., Daemon], etcd: Etcd, client: EtcdClient) -> None:
+        run_daemon: Callable[..., Daemon], etcd: Etcd, etcd_client: EtcdClient) -> None:
     a = start_node(run_daemon, etcd, "--default-replicas=2")
     b = start_node(run_daemon, etcd, "--default-replicas=2")
-    await joined(client, a, b)
+    await joined(etcd_client, a, b)
     for topic in ("gone_a", "gone_b"):
         async with await WireClient.connect(a.tcp_address) as producer:
             await producer.pub(topic, b"x")  # placed on both, led by a
@@ -133,7 +114,7 @@ async def test_deleting_a_placed_topic_deletes_it_on_every_replica_and_in_etcd(
     for topic, to in (("gone_a", a), ("gone_b", b)):
         r = await post(to, "/topic/delete", b"", topic=topic)
         assert r.status_code == 200, r.text
-        kvs, _ = await client.range(topic_prefix(topic), prefix=True)
+        kvs, _ = await etcd_client.range(topic_prefix(topic), prefix=True)
         assert kvs == [], topic  # no key left once answered
         assert topic not in await topic_names(a)  # the leader deleted its copy first
         await until(lambda t=topic: _absent(b, t), what=f"{topic} deleted on b")
@@ -169,10 +150,10 @@ async def channel_doc(daemon: Daemon, topic: str) -> dict[str, dict[str, object]
 
 
 async def test_channels_and_settings_made_on_the_leader_are_so_on_every_replica(
-        run_daemon: Callable[..., Daemon], etcd: Etcd, client: EtcdClient) -> None:
+        run_daemon: Callable[..., Daemon], etcd: Etcd, etcd_client: EtcdClient) -> None:
     a = start_node(run_daemon, etcd, "--default-replicas=2")
     b = start_node(run_daemon, etcd, "--default-replicas=2")
-    await joined(client, a, b)
+    await joined(etcd_client, a, b)
     async with await WireClient.connect(a.tcp_address) as producer:
         await producer.pub("settled", b"x")  # placed on both, led by a
     for path, params in (("/channel/create", {"channel": "kept"}),

@@ -5,8 +5,8 @@ Its parts live apart: delivery and timeouts in ``pump.py`` (the pump and queue-s
 nsqd.dat in ``metadata.py`` (its writer task), what is kept across a restart (loaded at start,
 saved at close) in ``restart.py``, storage in ``topiclog.py`` (a log per topic) and
 ``cursor.py`` (a cursor per channel). Each topic has one task (its log's disk work and its
-cursors' persistence), and each channel's private queues (own, dead letters) one each; the
-broker starts and stops them with their topic or channel.
+cursors' persistence), and each channel's private queues (own, dead letters: made by
+``channelqueues``) one each; the broker starts and stops them with their topic or channel.
 
 Everything runs on the one Trio thread, so no locks are needed: a handler's changes are
 atomic between its awaits. ``close`` persists every cursor (with what it holds: attempts and
@@ -27,12 +27,11 @@ from nsq_common import NSQ_VERSION, ServerFeatures
 from nsq_serving import ConnectionCounts
 
 from . import metadata, restart
-from .backlog import Backlog
 from .channel import Channel
+from .channelqueues import ChannelQueues
 from .client import Client
 from .clock import Clock, SystemClock
 from .cursor import Cursor
-from .deadletters import DeadLetters
 from .deletion import remove_deleted
 from .e2e import LatencyStream
 from .errors import (
@@ -46,7 +45,6 @@ from .guid import GuidFactory
 from .lookup import Lookup
 from .message import QueuedMessage
 from .options import Options, Settings
-from .privatelog import DEAD, OWN, PrivateLog, directory_name
 from .pump import Pump
 from .record import Records, new_records
 from .statsd import run_statsd
@@ -57,6 +55,8 @@ from .topiclog import TopicLog
 if TYPE_CHECKING:
     import httpx
 
+    from .backlog import Backlog
+    from .deadletters import DeadLetters
     from .replicas import Replicas
 
 log = logging.getLogger("nsqd")
@@ -121,6 +121,8 @@ class Broker:
         self.metadata_changed: Callable[[], None] = self.metadata.changed
         self._nursery: trio.Nursery | None = None
         self._scopes: dict[object, trio.CancelScope] = {}
+        self.queues = ChannelQueues(opts, self.clock, self.topic_directory, spawn=self._spawn,
+                                    stop=self._stop, background=self._background)
         self.lookup = Lookup(self)
         # Without auth servers the client is never used: it is then made on first use, since
         # httpx and a TLS context with the system's CAs are a good part of nsqd's start-up. A
@@ -207,13 +209,9 @@ class Broker:
         if scope is not None:
             scope.cancel()
 
-    def _private_log(self, channel: Channel, kind: str) -> PrivateLog:
-        """A channel's internal log (``privatelog``: its own queue, its dead letters)."""
-        o = self.opts
-        directory = self.topic_directory(channel.topic_name) / directory_name(channel.name, kind)
-        return PrivateLog(f"{channel.topic_name}:{channel.name}{kind}", directory,
-                          clock=self.clock, max_bytes_per_file=o.max_bytes_per_file,
-                          sync_every=o.sync_every, sync_timeout=o.sync_timeout, logger=log)
+    def _background(self, fn: Callable[[], Awaitable[None]]) -> None:
+        if self._nursery is not None:
+            self._nursery.start_soon(fn)
 
     def topic_directory(self, name: str) -> Path:
         return Path(self.opts.data_path or ".") / TOPICS_DIR / name
@@ -262,10 +260,10 @@ class Broker:
                           default_max_attempts=self.opts.max_attempts)
         topic.add_channel(channel)
         if durable:
-            directory = self.topic_directory(topic.name)
-            if (directory / directory_name(name, OWN)).is_dir():
+            own, dead = self.queues.on_disk(topic.name, name)
+            if own:
                 channel.own_queue  # noqa: B018 - its messages are delivered from the start
-            if (directory / directory_name(name, DEAD)).is_dir():
+            if dead:
                 channel.dead_letters  # noqa: B018 - stored ones are counted from the start
             if changed:  # a new channel: its position is kept from now on
                 self._spawn_once(cursor.flush(channel.cursor_state, sync=self.opts.sync_every == 1))
@@ -326,38 +324,16 @@ class Broker:
         if channel.cursor.journal is not None:
             channel.cursor.journal.detach()  # a channel made again starts anew
             self._spawn_once(channel.cursor.forget())
-        for queue in (channel.own, channel.dead_letters_if_any):
-            if queue is not None:
-                self._stop(queue)
-                backlog = queue.backlog if isinstance(queue, DeadLetters) else queue
-                if backlog.disk is not None:
-                    backlog.disk.detach()  # its files too: the new channel's are its own
-                    if self._nursery is not None:
-                        self._nursery.start_soon(backlog.disk.delete)
+        self.queues.remove(channel)
 
     def dead_letters_for(self, channel: Channel) -> DeadLetters:
         """The dead-letter queue of ``channel``, made when it first needs one (or at start
         when it has one on disk); in memory only for an ephemeral channel."""
-        dead = DeadLetters(self._private_queue(channel, DEAD, lambda: None))
-        self._spawn(dead, dead.backlog.run)
-        return dead
+        return self.queues.dead_letters_for(channel)
 
     def own_queue_for(self, channel: Channel) -> Backlog:
         """The own queue of ``channel`` (see ``backlog``), made with its first message."""
-        own = self._private_queue(channel, OWN, channel.changed)
-        self._spawn(own, own.run)
-        return own
-
-    def _private_queue(self, channel: Channel, kind: str, on_readable: Callable[[], None]
-                       ) -> Backlog:
-        # Not for a deleted channel either: its name's files are a new channel's now.
-        durable = channel.cursor.journal is not None and not channel.deleted
-        disk = self._private_log(channel, kind) if durable else None
-        return Backlog(0 if durable else 1 << 62, disk, on_readable)
-
-    @staticmethod
-    def _dead_letter_name(channel: Channel) -> str:
-        return f"{channel.topic_name}:{channel.name}{DEAD}"
+        return self.queues.own_queue_for(channel)
 
     async def store_dead_letters(self, channel: Channel) -> None:
         try:
@@ -366,7 +342,7 @@ class Broker:
             if channel.deleted:  # the deletion caught the write: nothing left to keep them for
                 return
             self.health = f"NOK - {exc}"
-            log.error("%s: failed to store dead letters - %s", self._dead_letter_name(channel),
+            log.error("%s: failed to store dead letters - %s", self.queues.dead_letter_name(channel),
                       exc)
 
     async def empty_topic(self, topic: Topic) -> None:

@@ -26,7 +26,8 @@ write leaves the log as it was: nothing of the group is visible, the segment is 
 ``segment``), and the publishers get the error.
 
 Files. The segments and the ``offsets`` file are ``logfiles.LogFiles``'s: this module decides
-what is written, read and removed, and when; ``LogFiles`` does it, blocking.
+what is written, read and removed, and when; ``LogFiles`` does it, blocking. How a write goes
+to disk (a new segment first, an fsync with it, inline or in a thread) is ``logwriter``'s.
 
 Concurrency: all file work runs in worker threads (or inline, for a small write with no fsync
 due) under one ``trio.Lock``; every other method is synchronous on the Trio thread. A
@@ -55,6 +56,7 @@ from .groupcommit import Append, GroupCommit, overlap, place, refuse
 from .logfiles import MAX_OFFSET, LogFiles
 from .logreads import LogReads
 from .logretention import Retention
+from .logwriter import LogWriter
 from .readcache import READ_BYTES, READ_CACHE_BYTES, ReadCache
 from .record import is_plain
 from .runs import Run, RunStore
@@ -70,8 +72,6 @@ TAIL_CACHE_BYTES = 16 << 20
 #: given, so that no offset is given twice even when a crash loses the memory tail: the next
 #: start begins past the last reservation (a gap, never a reuse).
 RESERVE = 1 << 20
-#: A write this small, with no fsync due, is done on the Trio thread (a page-cache copy).
-_INLINE_WRITE_BYTES = 256 << 10
 
 
 def _all_needed() -> int:
@@ -87,8 +87,6 @@ class TopicLog:
                  read_cache_bytes: int = READ_CACHE_BYTES) -> None:
         self.name = name
         self.mem_queue_size = mem_queue_size
-        self.max_bytes_per_file = max_bytes_per_file
-        self.sync_every = sync_every
         self.sync_timeout = sync_timeout
         self.clock = clock
         self.log = logger if logger is not None else logging.getLogger("nsqd")
@@ -113,8 +111,9 @@ class TopicLog:
         self._wake = trio.Event()
         self._reads = LogReads(self, self._tail, self._cache, self._files, self._io_lock,
                                self._in_thread, self._wake_task)
+        self._writer = LogWriter(self._files, self._in_thread,
+                                 max_bytes_per_file=max_bytes_per_file, sync_every=sync_every)
         self._tidy_now = False  # poked: remove what nobody needs without waiting for the tick
-        self._ops_since_sync = 0
         self._closed = False
         self.healthy = True  # False after a failed write or sync, True after a good write
         self.write_errors = 0
@@ -406,7 +405,7 @@ class TopicLog:
                     break
         if runs:
             try:
-                await self._write(runs)
+                await self._writer.write(runs)
             except OSError as exc:
                 if self._closed:
                     refuse(group, LogClosed())
@@ -446,31 +445,6 @@ class TopicLog:
             self._unwritten -= self._tail.count_between(self._written_end, needed)
             self._written_end = needed
             self._tail.drop_before(needed)
-
-    async def _write(self, runs: list[tuple[int, Sequence[bytes]]]) -> None:
-        """Write ``runs`` as one batch each into the active segment (a new one first when
-        it is full); fsync when the sync policy says so (lock held).
-
-        Raises:
-            OSError: nothing of ``runs`` was written.
-        """
-        assert self.directory is not None
-        count = sum(len(r) for _, r in runs)
-        nbytes = sum(sum(map(len, r)) for _, r in runs) + 32 * len(runs) + 4 * count
-        sync = self._ops_since_sync + count >= self.sync_every
-        active = self._files.segments[-1] if self._files.segments else None
-        roll = active is None or (active.count > 0
-                                  and active.size + nbytes > self.max_bytes_per_file)
-        if not sync and not roll and nbytes <= _INLINE_WRITE_BYTES:
-            assert active is not None
-            # (on the Trio thread, as ``detach`` is: never at once, so without ``busy``)
-            active.append(runs)  # type: ignore[arg-type]
-        else:
-            await self._in_thread(self._files.write, runs, roll, sync)
-        if sync:
-            self._ops_since_sync = 0
-        else:
-            self._ops_since_sync += count
 
     # -- reading (``logreads``) --------------------------------------------------------------
     def read(self, offset: int, n: int) -> list[Run] | None:
@@ -542,10 +516,9 @@ class TopicLog:
         if self.directory is None:
             self._trim_memory()
             return
-        if sync and self._ops_since_sync and self._files.segments:
+        if sync:
             try:
-                await self._in_thread(self._files.sync)
-                self._ops_since_sync = 0
+                await self._writer.sync()
             except OSError as exc:
                 self.sync_errors += 1
                 self.healthy = False
@@ -657,16 +630,15 @@ class TopicLog:
                 error = None
                 if self._unwritten:
                     runs = self._tail.runs_between(self._written_end, self._end)
-                    self._ops_since_sync = self.sync_every  # fsync with this write
                     try:
-                        await self._write(runs)
+                        await self._writer.write(runs, sync=True)
                         self._written_end = self._end
                         self._unwritten = 0
                     except OSError as exc:
                         error = LogError(f"failed to write messages at close - {exc}")
-                elif self._ops_since_sync and self._files.segments:
+                else:
                     try:
-                        await self._in_thread(self._files.sync)
+                        await self._writer.sync()
                     except OSError as exc:
                         error = LogError(f"failed to sync at close - {exc}")
                 await self._in_thread(self._files.close)
