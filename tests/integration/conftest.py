@@ -1,11 +1,13 @@
 """Fixtures of the integration tests beyond nsq_testing's: ``browser``, Debian's Chromium
 driven by Playwright, headless, for nsqadmin's browser tests (``_browser`` has their helpers;
-skipped, saying why, where either is missing), and ``etcd_client``, an etcd client of the
-``etcd`` fixture's server for the replication tests."""
+skipped, saying why, where either is missing); ``etcd_client``, an etcd client of the
+``etcd`` fixture's server for the replication tests; ``small_tmpfs``, a small disk to fill."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import shutil
+import subprocess
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -41,3 +43,25 @@ async def etcd_client(etcd: Etcd) -> AsyncIterator[EtcdClient]:
         yield client
     finally:
         await client.aclose()
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
+    """An 8 MiB tmpfs mounted on a fresh directory (needs root, which CI has; skipped with the
+    reason elsewhere). Listed before ``run_daemon`` so that the daemons stop before it is
+    unmounted."""
+    mount, umount = shutil.which("mount"), shutil.which("umount")
+    if mount is None or umount is None:
+        pytest.skip("no mount/umount command here to make a small tmpfs for a full disk")
+    where = tmp_path / "small-fs"
+    where.mkdir()
+    done = subprocess.run([mount, "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(where)],
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs to fill up (needs root): {done.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        if subprocess.run([umount, str(where)], capture_output=True, check=False).returncode:
+            subprocess.run([umount, "-l", str(where)], capture_output=True, check=False)
+        shutil.rmtree(where, ignore_errors=True)

@@ -8,8 +8,6 @@ import os
 import random
 import shutil
 import signal
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -62,28 +60,6 @@ async def pub_until_refused(daemon, topic, prefix, size, window=32):
 def free_bytes(path: Path) -> int:
     st = os.statvfs(path)
     return st.f_bavail * st.f_frsize
-
-
-@pytest.fixture
-def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
-    """An 8 MiB tmpfs mounted on a fresh directory (needs root, which CI has; skipped with the
-    reason elsewhere). Listed before ``run_daemon`` so that the daemons stop before it is
-    unmounted."""
-    mount, umount = shutil.which("mount"), shutil.which("umount")
-    if mount is None or umount is None:
-        pytest.skip("no mount/umount command here to make a small tmpfs for a full disk")
-    where = tmp_path / "small-fs"
-    where.mkdir()
-    done = subprocess.run([mount, "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(where)],
-                          capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs to fill up (needs root): {done.stderr.strip()}")
-    try:
-        yield where
-    finally:
-        if subprocess.run([umount, str(where)], capture_output=True, check=False).returncode:
-            subprocess.run([umount, "-l", str(where)], capture_output=True, check=False)
-        shutil.rmtree(where, ignore_errors=True)
 
 
 # -- a full disk -----------------------------------------------------------------------------
