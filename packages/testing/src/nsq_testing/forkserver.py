@@ -129,7 +129,6 @@ def _run_child(package: str, args: list[str], cwd: str | None, stderr: int) -> N
     code = 1
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        os.setpgid(0, 0)  # (a signal to the test's process group is not the daemon's)
         devnull = os.open(os.devnull, os.O_RDWR)
         os.dup2(devnull, 0)
         os.dup2(devnull, 1)
