@@ -74,7 +74,7 @@ class Waiting:
     @property
     def backend_depth(self) -> int:
         """Those of ``depth`` that are on disk only."""
-        on_disk = max(0, min(self.log.written_end, self.topic.visible_end) - self.cursor.read)
+        on_disk = max(0, self.cursor.unread(min(self.log.written_end, self.topic.visible_end)))
         return on_disk + (self.own.disk_depth if self.own is not None else 0)
 
     def has_waiting(self) -> bool:

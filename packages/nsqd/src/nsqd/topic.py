@@ -215,7 +215,8 @@ class Topic:
     # -- channels ----------------------------------------------------------------------------
     def add_channel(self, channel: Channel) -> None:
         if not self.channels:
-            channel.counted(max(self.visible_end - channel.cursor.read, 0))
+            # (not what the cursor passes over: a crash's gap, what was done with ahead)
+            channel.counted(max(channel.cursor.unread(self.visible_end), 0))
         self.channels[channel.name] = channel
         channel.changed()
 
