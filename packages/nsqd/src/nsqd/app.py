@@ -18,7 +18,9 @@ Task tree::
 The listeners are bound before anything is served, so the real ports (port 0 included) are
 known to tell the lookupds and to print. Everything that serves is imported and built
 before them (the apps, lmstfy's state), and nothing is served before the broker has loaded
-its metadata and told every lookupd about it (``Lookup.run``). HTTP is served last: the
+its metadata and told every lookupd about it (``Lookup.run``), nor, with --etcd-endpoints,
+before the topics this node held as replicas are held as followers of no leader (they take
+no publish until etcd gives them their role: ``DataPath.hold_replicas``). HTTP is served last: the
 first ``/ping`` answered OK means nsqd is registered and serves every listener (the early
 start answers "not yet" before). Nothing is imported on the event loop from then on.
 """
