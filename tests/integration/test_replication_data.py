@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import trio
 from nsq_common import commands
-from nsq_testing import Daemon, Etcd, WireClient, until
+from nsq_testing import Daemon, Etcd, WireClient, free_port, until
 from nsqd import cursorfile
 from nsqd.replication import wire
 from nsqd.replication.election import read_state
@@ -482,6 +482,52 @@ async def test_an_old_leader_back_cuts_its_uncommitted_records_and_follows(
         assert got == ["c0", "c1", "c2", "n0"]
         await consumer.nothing_for(0.5)
     clean(follower, again)
+
+
+async def test_a_replica_restarted_before_it_hears_from_etcd_takes_no_publish_and_delivers_nothing(
+        run_daemon: Callable[..., Daemon], etcd: Etcd, client: EtcdClient) -> None:
+    # A restarted node serves clients before etcd has told it what its topics are. A topic
+    # it held as a replica must not act as an unreplicated one meanwhile: a publish
+    # acknowledged on its own write would be cut back when it truncates to its leader (an
+    # acknowledged message lost), and its consumers would get its uncommitted tail. Here
+    # etcd is unreachable for it, so that moment lasts.
+    durable = ("--mem-queue-size=0", "--sync-every=1", "--min-insync-replicas=1")
+    old = start_node(run_daemon, etcd, *durable)
+    follower = start_node(run_daemon, etcd, *durable)
+    await placed(client, "events", old, follower)
+    async with await WireClient.connect(old.tcp_address) as producer:
+        for i in range(3):
+            await producer.pub("events", f"c{i}".encode())
+    args, port = old.process.args, old.tcp_port  # type: ignore[union-attr]
+    old.kill()
+    await until(lambda: "leading topic events at epoch 2" in follower.output(),
+                timeout=FAILOVER)
+
+    nowhere = f"--etcd-endpoints=http://127.0.0.1:{free_port()}"
+    again = run_daemon("nsqd", *[a for a in args[1:] if not str(a).startswith(  # type: ignore[index]
+        ("--tcp-address=", "--etcd-endpoints="))], f"--tcp-address=127.0.0.1:{port}", nowhere)
+    async with (await WireClient.connect(again.tcp_address) as producer,
+                await WireClient.connect(again.tcp_address) as consumer):
+        await producer.send(commands.pub("events", b"x"))
+        assert (await producer.error()).startswith(b"E_PUB_FAILED")
+        await consumer.subscribe("events", "ch", rdy=10)
+        await consumer.nothing_for(1.0)
+    assert await bodies(again, "events") == []  # (nothing below its HW: it has none yet)
+    again.kill()
+
+    back = run_daemon("nsqd", *[a for a in args[1:] if not str(a).startswith(  # type: ignore[index]
+        "--tcp-address=")], f"--tcp-address=127.0.0.1:{port}")
+    async with await WireClient.connect(follower.tcp_address) as producer:
+        await producer.pub("events", b"n0")
+    await until(lambda: _is(_sorted(isr(client, "events")),
+                            sorted((node_of(follower), node_of(back)))),
+                timeout=FAILOVER, what="the restarted replica back in sync")
+    async with await WireClient.connect(follower.tcp_address) as consumer:
+        await consumer.subscribe("events", "ch", rdy=10)
+        got = [m.body.decode() for m in await consumer.messages(4)]
+        assert got == ["c0", "c1", "c2", "n0"]  # (the refused one nowhere)
+        await consumer.nothing_for(0.5)
+    clean(follower, again, back)
 
 
 async def test_a_restarted_replica_that_lost_its_memory_tail_may_not_lead_until_caught_up(

@@ -158,6 +158,7 @@ class Producer:
     addresses: list[str]
     count: int
     acked: dict[int, float] = attrs.field(factory=dict)  # message -> when acknowledged
+    acked_by: dict[int, str] = attrs.field(factory=dict)  # message -> the node that did
     refused: int = 0
     #: refusals that may have left the record in the log (not replicated in time, the
     #: forward to the leader unanswered): committed later, it is a second copy
@@ -212,6 +213,7 @@ class Producer:
             return False
         if kind == FrameType.RESPONSE and data == b"OK":
             self.acked[i] = time.time()
+            self.acked_by[i] = address
             return True
         assert kind == FrameType.ERROR and data.startswith(b"E_PUB_FAILED"), (kind, data)
         self.refused += 1
@@ -298,20 +300,57 @@ async def subscribed(cluster: Cluster, channels: tuple[str, ...]) -> bool:
     return True
 
 
-async def dump_logs(cluster: Cluster, missing: set[int]) -> None:
-    """(On failure) where the missing messages are on each node's log, in the test's
-    output."""
-    if not missing:
-        return
+async def where_lost(cluster: Cluster, producer: Producer, kills: list[float],
+                     lost: set[int]) -> str:
+    """(On failure) each lost message: which node acknowledged it and when (against the
+    kills), and where it is on each live node's log (``/topic/read``, from its start);
+    and each node's replication lines around each kill."""
+    if not lost:
+        return ""
+    wanted = {f"m{i}": i for i in lost}
+    found: dict[int, list[str]] = {i: [] for i in lost}
+    ends = []
     async with httpx.AsyncClient() as http:
         for daemon in cluster.nodes:
-            r = await http.get(f"http://{daemon.http_address}/topic/read",
-                               params={"topic": TOPIC, "offset": max(0, min(missing) - 40),
-                                       "n": 100})
-            doc = r.json()
-            print(daemon.tcp_address, {k: v for k, v in doc.items() if k != "messages"},
-                  [(m["offset"], base64.b64decode(m["body"]).decode())
-                   for m in doc["messages"]])
+            offset, seen = 0, 0
+            try:
+                while seen < 100_000:
+                    r = await http.get(f"http://{daemon.http_address}/topic/read",
+                                       params={"topic": TOPIC, "offset": offset, "n": 1000})
+                    doc = r.json()
+                    messages = doc.get("messages", [])
+                    for m in messages:
+                        body = base64.b64decode(m["body"]).decode()
+                        if body in wanted:
+                            found[wanted[body]].append(f"{daemon.tcp_address}@{m['offset']}")
+                    seen += len(messages)
+                    if not messages:
+                        break
+                    offset = messages[-1]["offset"] + 1
+                ends.append(f"{daemon.tcp_address}: read {seen}, "
+                            f"{ {k: v for k, v in doc.items() if k != 'messages'} }")
+            except (httpx.HTTPError, ValueError) as exc:
+                ends.append(f"{daemon.tcp_address}: {exc!r}")
+    lines = [f"m{i}: acknowledged by {producer.acked_by.get(i)} at "
+             f"{[round(producer.acked[i] - k, 3) for k in kills]} s from the kills, "
+             f"in the logs at {found[i] or 'none'}" for i in sorted(lost)]
+
+    def around(daemon: Daemon) -> list[str]:
+        out = []
+        for line in daemon.output().splitlines():
+            if "replication" not in line and "ERROR" not in line:
+                continue
+            try:
+                at = time.mktime(time.strptime(line.split(" ")[1] + " " + line.split(" ")[2]
+                                               .split(".")[0], "%Y/%m/%d %H:%M:%S"))
+            except (IndexError, ValueError):
+                continue
+            if any(-3 <= at - k <= 12 for k in kills):
+                out.append(line)
+        return out[-80:]
+    logs = "\n".join(f"--- {d.pid} {d.tcp_address}\n" + "\n".join(around(d))
+                     for d in cluster.every)
+    return "\n".join([*lines, *ends, logs])
 
 
 class NotCutBack(Exception):
@@ -410,9 +449,10 @@ async def run_leader_kills(run_daemon: Callable[..., Daemon], etcd: Etcd, etcd_c
                     f"{ {k: (len(v), v[:20]) for k, v in lost.items()} }; {situation()}")
         try:
             await until(caught_up, timeout=FAILOVER * 2, interval=0.2, what=missing)
-        except TimeoutError:
-            await dump_logs(cluster, acked - set(ours.counts()))
-            raise
+        except TimeoutError as exc:
+            theirs = pynsq.deliveries("pynsq")
+            lost = (acked - set(ours.counts())) | (acked - set(theirs.counts()))
+            raise AssertionError(await where_lost(cluster, producer, kills, lost)) from exc
         await trio.sleep(0)
         nursery.cancel_scope.cancel()
     theirs = pynsq.deliveries("pynsq")
@@ -441,15 +481,6 @@ async def run_leader_kills(run_daemon: Callable[..., Daemon], etcd: Etcd, etcd_c
         pytest.xfail(f"after {len(kills)} of {KILLS} kills: {blocked[0]} ({report})")
 
 
-#: seen in about one run in three (both sync policies): after a kill, the new leader is
-#: elected with a log end below records the old leader had acknowledged (e.g. "leading at
-#: epoch 2 from offset 337 (HW 330)" while messages the producer had OK for sat at 337 and
-#: after on the old leader only): acknowledged messages never delivered
-ACKED_LOST = ("acknowledged messages lost across a leader's kill -9 in some runs: the old "
-              "leader's HW passed what its in-sync followers held")
-
-
-@pytest.mark.xfail(reason=ACKED_LOST, strict=False)
 @pytest.mark.parametrize("sync", [["--sync-every=1"], []], ids=["sync-every-1", "default"])
 async def test_the_leader_killed_three_times_under_load_loses_nothing_acknowledged(
         run_daemon: Callable[..., Daemon], etcd: Etcd, etcd_client: EtcdClient, tmp_path: Path,
@@ -458,7 +489,6 @@ async def test_the_leader_killed_three_times_under_load_loses_nothing_acknowledg
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason=ACKED_LOST, strict=False)
 @pytest.mark.parametrize("sync", [["--sync-every=1"], []], ids=["sync-every-1", "default"])
 async def test_the_leader_killed_three_times_in_20000_messages(
         run_daemon: Callable[..., Daemon], etcd: Etcd, etcd_client: EtcdClient, tmp_path: Path,

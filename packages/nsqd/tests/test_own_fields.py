@@ -65,7 +65,8 @@ SITES = {
     # the cluster view's record of a topic (``replication.view.TopicView``), a plain record
     # only the view keeps
     **{("replication/view.py", f"ClusterView.{where}", f"view.{name}"): "a plain record"
-       for where in ("_put", "_delete") for name in ("placement", "state", "leader")},
+       for where in ("_put", "_delete")
+       for name in ("placement", "state", "state_revision", "leader")},
 }
 
 

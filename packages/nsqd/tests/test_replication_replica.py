@@ -167,3 +167,60 @@ async def test_at_its_fence_a_leader_acknowledges_and_delivers_nothing_unless_et
     replica.check_publish()
     replica.fetched(B, 2, 0)  # B reaches etcd again: it may be elected
     assert replica.fenced()
+
+
+async def test_a_follower_being_added_to_the_isr_holds_the_hw_from_the_moment_it_is_decided(
+        ) -> None:
+    # The expansion is written to etcd before the leader hears back; meanwhile the HW must
+    # not pass the joining follower, or etcd's ISR (which an election picks from) would hold
+    # a replica lacking acknowledged records.
+    topic, replica = replicated()
+    replica.lead(1, (ME, A), 3, revision=5)
+    await publish(topic, 4)
+    replica.fetched(A, 4, 0)
+    replica.fetched(B, 4, 0)
+    assert replica.hw == 4 and replica.caught_up((ME, A, B)) == [B]
+    replica.adding([B])
+    end = await publish(topic, 3)
+    replica.fetched(A, end, 0)
+    assert replica.hw == 4  # B has not fetched them: not committed
+    replica.fetched(B, end, 0)
+    assert replica.hw == end
+    replica.isr_written((ME, A, B), 7)
+    assert replica.isr == (ME, A, B) and not replica.joining
+
+
+async def test_an_isr_read_from_an_older_etcd_revision_is_not_taken() -> None:
+    # the watch's view may still show the state before the leader's own expansion when the
+    # answer to it has come: taking it would count one replica fewer than etcd's ISR holds
+    topic, replica = replicated()
+    replica.lead(1, (ME, A), 3, revision=5)
+    replica.adding([B])
+    replica.isr_written((ME, A, B), 7)
+    replica.lead(1, (ME, A), 3, revision=5)  # a reconcile on the older view
+    assert replica.isr == (ME, A, B)
+    end = await publish(topic, 2)
+    replica.fetched(A, end, 0)
+    assert replica.hw == 0  # B still counts
+    replica.lead(1, (ME, B), 3, revision=9)  # a newer state is taken
+    assert replica.isr == (ME, B)
+    replica.fetched(B, end, 0)
+    assert replica.hw == end
+
+
+async def test_an_expansion_not_answered_keeps_counting_its_follower_until_one_is(
+        autojump_clock: trio.testing.MockClock) -> None:
+    # etcd may have written an expansion whose answer was lost: the follower still counts,
+    # and, stuck, it is taken out as an ISR member would be
+    topic, replica = replicated(lag_max=10.0)
+    replica.lead(1, (ME, A), 3, revision=5)
+    replica.fetched(B, 0, 0)
+    replica.adding([B])
+    end = await publish(topic, 2)
+    replica.fetched(A, end, 0)
+    assert replica.hw == 0
+    await trio.sleep(11)
+    replica.fetched(A, end, 0)
+    assert replica.lagging(trio.current_time()) == [B]
+    replica.isr_written((ME, A), 8)  # the shrink that takes it out, answered
+    assert replica.hw == end

@@ -18,7 +18,9 @@ Task tree::
 The listeners are bound before anything is served, so the real ports (port 0 included) are
 known to tell the lookupds and to print. Everything that serves is imported and built
 before them (the apps, lmstfy's state), and nothing is served before the broker has loaded
-its metadata and told every lookupd about it (``Lookup.run``). HTTP is served last: the
+its metadata and told every lookupd about it (``Lookup.run``), nor, with --etcd-endpoints,
+before the topics this node held as replicas are held as followers of no leader (they take
+no publish until etcd gives them their role: ``DataPath.hold_replicas``). HTTP is served last: the
 first ``/ping`` answered OK means nsqd is registered and serves every listener (the early
 start answers "not yet" before). Nothing is imported on the event loop from then on.
 """
@@ -133,6 +135,8 @@ async def serve(opts: Options, *, data_lock: int | None = None,
             # any client is served, and before the lines that say where (as Go's nsqd logs
             # them when it starts serving): whoever waits for them finds nsqd registered.
             await nursery.start(broker.run)
+            if coordinate is not None:  # (its topics held before any client is served)
+                await nursery.start(coordinate, opts, broker)
             log.info("TCP: listening on %s", _shown(tcp_sock))
             if http_sock is not None:
                 log.info("HTTP: listening on %s", _shown(http_sock))
@@ -145,8 +149,6 @@ async def serve(opts: Options, *, data_lock: int | None = None,
                 serve_lmstfy, state = lmstfy
                 accounts = dict(a.split(":", 1) for a in opts.lmstfy_admin_accounts)
                 await nursery.start(serve_lmstfy, broker, state, *lmstfy_socks, accounts)
-            if coordinate is not None:
-                nursery.start_soon(coordinate, opts, broker)
             listener = trio.SocketListener(trio.socket.from_stdlib_socket(tcp_sock))
             await nursery.start(serve_tcp, broker, [listener])
             # HTTP last: its /ping says OK from now on (the early start's said "not yet"),
@@ -190,9 +192,13 @@ def _replication() -> Callable[[Options, Broker], Awaitable[None]]:
     from .replication.edge import Edge
     from .replication.keys import NodeInfo
 
-    async def coordinate(opts: Options, broker: Broker) -> None:
+    async def coordinate(opts: Options, broker: Broker, *,
+                         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                         ) -> None:
         """Join in the background: the node serves meanwhile, and while etcd is unreachable.
-        Followers' fetch connections are served from now on."""
+        Started once the topics this node held as replicas are held as followers of no
+        leader (``DataPath.hold_replicas``): none takes a publish or delivers before etcd
+        says what it is. Followers' fetch connections are served from now on."""
         tcp_port = opts.broadcast_tcp_port or broker.tcp_port
         info = NodeInfo(join_host_port(opts.broadcast_address, tcp_port),
                         opts.broadcast_address, tcp_port,
@@ -204,8 +210,10 @@ def _replication() -> Callable[[Options, Broker], Awaitable[None]]:
                         lag_max=opts.replica_lag_max)
         coordinator.attach(host_topic=data.host, on_change=data.sync,
                            progress_of=data.progress, may_lead=data.may_lead)
+        data.hold_replicas()
         broker.serve_replication(data.server.handle)
         broker.replicated(Edge(coordinator, opts.default_replicas, data.forward))
+        task_status.started()
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(data.run)

@@ -38,7 +38,7 @@ import attrs
 import trio
 
 from ..clock import Clock, SystemClock
-from .election import StaleEpoch, campaign, change_isr
+from .election import StaleEpoch, campaign, change_isr_at
 from .epochs import NAME as EPOCHS_FILE
 from .etcd import EtcdClient, EtcdError
 from .keys import ROOT, NodeInfo, TopicState
@@ -295,13 +295,14 @@ class Coordinator:
                         "that name was never a replica here and is kept", topic)
 
     async def change_isr(self, topic: str, state: TopicState, *, add: Sequence[str] = (),
-                         remove: Sequence[str] = ()) -> TopicState | None:
+                         remove: Sequence[str] = ()) -> tuple[TopicState, int] | None:
         """As ``topic``'s leader at ``state``, add and remove in-sync replicas (transaction
-        4), counted for /metrics; the state written, None when refused (logged)."""
+        4), counted for /metrics; the state written and its revision, None when refused or
+        not answered (logged: it may have been written all the same)."""
         try:
-            changed = await change_isr(self.client, topic, leader=self.node,
-                                       lease=self.membership.lease, epoch=state.epoch,
-                                       add=add, remove=remove)
+            changed, revision = await change_isr_at(
+                self.client, topic, leader=self.node, lease=self.membership.lease,
+                epoch=state.epoch, add=add, remove=remove)
         except StaleEpoch as exc:
             log.warning("replication: %s", exc)
             return None
@@ -310,7 +311,7 @@ class Coordinator:
             return None
         self.isr_shrinks[topic] += len(set(state.isr) - set(changed.isr))
         self.isr_expansions[topic] += len(set(changed.isr) - set(state.isr))
-        return changed
+        return changed, revision
 
     def _note_gone(self) -> None:
         """Since when each node of a placement this node leads has had no node key."""

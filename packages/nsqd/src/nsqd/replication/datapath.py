@@ -30,6 +30,7 @@ from nsq_common import ProtocolError, decode_mpub_body
 from ..errors import Exiting, StoreFailed
 from ..record import Records
 from .cursors import apply_record
+from .epochs import NAME as EPOCHS_FILE
 from .fetcher import Fetcher
 from .forwarder import Forwarder
 from .keys import NodeInfo
@@ -117,10 +118,27 @@ class DataPath:
                 and len(view.placement.nodes) > 1):
             self._replica(topic)
 
+    def hold_replicas(self) -> None:
+        """At the start, before any client is served: each local topic that was a replica
+        here (it has an ``epochs`` file) is a follower of no leader until ``sync`` gives it
+        its role. Without this, a restarted node would take publishes to it as an
+        unreplicated topic's (acknowledged on its own write, then cut back when it
+        truncates to its leader) and deliver from its uncommitted tail until the first
+        reconcile: it refuses publishes (no leader) and delivers nothing instead."""
+        for topic in list(self.broker.topics.values()):
+            directory = topic.log.directory
+            if (topic.replica is None and directory is not None
+                    and (directory / EPOCHS_FILE).exists()):
+                self._replica(topic)
+
     def _replica(self, topic: Topic) -> Replica:
         replica = Replica(topic, node=self.node, min_insync=self.min_insync,
                           lag_max=self.lag_max, forwarder=self.forward,
                           fence_from=self.coordinator.membership.fence_from)
+        try:  # (the mark of a replica here, for ``hold_replicas`` after a restart)
+            replica.epochs.mark()
+        except OSError as exc:
+            log.error("replication: topic %s: epochs file not written - %s", topic.name, exc)
         self.replicas[topic.name] = replica
         topic.replicate(replica)
         return replica
@@ -132,31 +150,41 @@ class DataPath:
         for name, role in coordinator.roles.items():
             view = coordinator.view.topics.get(name)
             topic = self.broker.topics.get(name)
+            replica = self.replicas.get(name)
+            if (view is not None and view.placement is not None and topic is not None
+                    and len(view.placement.nodes) < 2 and replica is not None
+                    and not replica.leading):  # (held at the start: one replica now)
+                self._drop(name)
+                continue
             if (view is None or view.placement is None or view.state is None or topic is None
                     or len(view.placement.nodes) < 2):
                 continue
-            replica = self.replicas.get(name)
             if replica is None or topic.replica is not replica:
                 replica = self._replica(topic)
             state, replicas = view.state, view.placement.replicas
             if role.leading:
                 try:
-                    replica.lead(role.epoch, state.isr, replicas)
+                    replica.lead(role.epoch, state.isr, replicas, view.state_revision)
                 except OSError as exc:
                     log.error("replication: topic %s: cannot lead, its epochs file not "
                               "written - %s", name, exc)
                     replica.follow("", role.epoch, state.isr, replicas)
             else:
-                replica.follow(role.leader, role.epoch, state.isr, replicas)
+                replica.follow(role.leader, role.epoch, state.isr, replicas,
+                               view.state_revision)
                 if role.leader:
                     following[name] = role.leader
         for name in list(self.replicas):
-            if name not in coordinator.roles:  # no longer placed here
-                replica = self.replicas.pop(name)
-                replica.follow("", replica.epoch, (), replica.replicas)
-                if replica.topic.replica is replica:
-                    replica.topic.replicate(None)
+            # no longer placed here (once etcd's keys are read: not those held at the start)
+            if name not in coordinator.roles and coordinator.view.revision:
+                self._drop(name)
         self._sync_fetchers(following)
+
+    def _drop(self, name: str) -> None:
+        replica = self.replicas.pop(name)
+        replica.follow("", replica.epoch, (), replica.replicas)
+        if replica.topic.replica is replica:
+            replica.topic.replicate(None)
 
     def _sync_fetchers(self, following: dict[str, str]) -> None:
         by_leader: dict[str, set[str]] = {}
@@ -192,6 +220,7 @@ class DataPath:
                if n in self.coordinator.view.nodes]
         if (remove or add) and self._nursery is not None:
             self._isr_changing.add(topic)
+            replica.adding(add)  # (counted in the HW before etcd may hold them)
             self._nursery.start_soon(self._change_isr, topic, replica, add, remove)
 
     async def _change_isr(self, topic: str, replica: Replica, add: list[str],
@@ -208,9 +237,12 @@ class DataPath:
             if seen is None or seen.epoch != replica.epoch:
                 return  # (the view moves on: the next look acts on what it says)
             # through the coordinator, which counts the changes for /metrics
-            state = await self.coordinator.change_isr(topic, seen, add=add, remove=remove)
-            if state is not None and replica.leading and state.epoch == replica.epoch:
-                replica.set_isr(state.isr, replica.replicas)
+            written = await self.coordinator.change_isr(topic, seen, add=add, remove=remove)
+            if written is None:
+                return  # (an expansion maybe written: still counted, until one is answered)
+            state, revision = written
+            if replica.leading and state.epoch == replica.epoch:
+                replica.isr_written(state.isr, revision)
         finally:
             self._isr_changing.discard(topic)
 

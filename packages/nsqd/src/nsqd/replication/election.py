@@ -77,6 +77,21 @@ async def change_isr(client: EtcdClient, topic: str, *, leader: str, lease: int,
         StaleEpoch: ``leader`` does not lead the topic at ``epoch`` any more.
         EtcdError, EtcdUnavailable.
     """
+    state, _ = await change_isr_at(client, topic, leader=leader, lease=lease, epoch=epoch,
+                                   add=add, remove=remove)
+    return state
+
+
+async def change_isr_at(client: EtcdClient, topic: str, *, leader: str, lease: int,
+                        epoch: int, add: Iterable[str] = (), remove: Iterable[str] = ()
+                        ) -> tuple[TopicState, int]:
+    """``change_isr``, with the revision the state returned was written at (what orders it
+    against the states a watch shows).
+
+    Raises:
+        StaleEpoch: ``leader`` does not lead the topic at ``epoch`` any more.
+        EtcdError, EtcdUnavailable.
+    """
     adding, removing = list(add), set(remove) - {leader}
     for _ in range(ATTEMPTS):
         read = await read_state(client, topic)
@@ -86,7 +101,7 @@ async def change_isr(client: EtcdClient, topic: str, *, leader: str, lease: int,
         isr = [n for n in state.isr if n not in removing]
         isr += [n for n in adding if n not in isr]
         if tuple(isr) == state.isr:
-            return state
+            return state, revision
         changed = TopicState(leader, epoch, tuple(isr))
         result = await client.txn(
             [Compare.mod(state_key(topic), revision),
@@ -95,7 +110,7 @@ async def change_isr(client: EtcdClient, topic: str, *, leader: str, lease: int,
         if result.succeeded:
             log.info("replication: topic %s in sync at epoch %d: %s", topic, epoch,
                      ", ".join(changed.isr))
-            return changed
+            return changed, result.revision
         mark = await client.get(leader_key(topic))
         if mark is None or mark.lease != lease:
             read = await read_state(client, topic)

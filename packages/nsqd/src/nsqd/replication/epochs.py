@@ -64,6 +64,16 @@ class Epochs:
         self._write([*self.lines, (epoch, start)])
         return True
 
+    def mark(self) -> None:
+        """The file written (empty) if it does not exist: the mark of a topic that is a
+        replica here, before any line.
+
+        Raises:
+            OSError: it could not be written.
+        """
+        if self.path is not None and not self.path.exists():
+            self._write(self.lines)
+
     def end_of(self, epoch: int, log_end: int) -> tuple[int, int]:
         """``EPOCH_END(epoch)`` on a leader: the highest epoch held at or below ``epoch``,
         and where it ends (the next epoch's start, or ``log_end`` for the last). (0, the

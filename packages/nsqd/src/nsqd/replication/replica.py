@@ -6,9 +6,14 @@ replica, and every topic of an nsqd without ``--etcd-endpoints``, has None and p
 nothing here.
 
 The leader's high watermark is the lowest of its own log end and the fetch offset of each
-other ISR member (one that has not fetched from it yet counts at the HW it had); it only
-moves up. When it moves the topic's channels may read further (``deliver_end``: the HW on
-the leader, nothing on a follower) and waiting publishes look again (``changed``).
+other ISR member (one that has not fetched from it yet counts at the HW it had), and of each
+follower an expansion of the ISR in flight is adding; it only moves up. So the ISR in etcd,
+which elections choose from, never holds a replica that lacks a record below the HW: an
+expansion counts its followers from the moment it is decided (they are at the HW then), a
+shrink stops counting its followers only once etcd has them out, and an ISR read from an
+older etcd revision than the one applied is not taken. When it moves the topic's channels
+may read further (``deliver_end``: the HW on the leader, nothing on a follower) and waiting
+publishes look again (``changed``).
 """
 
 from __future__ import annotations
@@ -73,6 +78,10 @@ class Replica:
         self.epoch = 0
         self.replicas = 1
         self.isr: tuple[str, ...] = ()
+        #: the etcd revision of the state ``isr`` was taken from (0: not known)
+        self.isr_revision = 0
+        #: followers an ISR expansion in flight adds (``adding``): counted in the HW already
+        self.joining: frozenset[str] = frozenset()
         self.hw = 0
         #: where this node's leadership began (its epoch's first offset)
         self.epoch_start = 0
@@ -139,10 +148,13 @@ class Replica:
         return min(self.min_insync, self.replicas)
 
     # -- roles -------------------------------------------------------------------------------
-    def lead(self, epoch: int, isr: tuple[str, ...], replicas: int) -> None:
-        """Lead at ``epoch`` (its line in the epochs file first: raises OSError when it
-        cannot be written, and then does not lead)."""
+    def lead(self, epoch: int, isr: tuple[str, ...], replicas: int, revision: int = 0
+             ) -> None:
+        """Lead at ``epoch`` with the ISR of the state etcd wrote at ``revision`` (its line in
+        the epochs file first: raises OSError when it cannot be written, and then does not
+        lead)."""
         if not self.leading or epoch != self.epoch:
+            self.joining = frozenset()
             end = self.log.end
             self.epochs.add(epoch, end)
             self.epoch_start = self.epochs.start_of(epoch) or end
@@ -152,26 +164,49 @@ class Replica:
                      self.topic.name, epoch, self.epoch_start, self.hw)
         self.leading, self.leader, self.epoch = True, self.node, epoch
         self.eligible = True
-        self.set_isr(isr, replicas)
+        self.set_isr(isr, replicas, revision)
 
-    def follow(self, leader: str, epoch: int, isr: tuple[str, ...], replicas: int) -> None:
+    def follow(self, leader: str, epoch: int, isr: tuple[str, ...], replicas: int,
+               revision: int = 0) -> None:
         was_leading = self.leading
         self.leading, self.leader, self.epoch = False, leader, epoch
         self.isr, self.replicas = isr, replicas
+        self.isr_revision = max(self.isr_revision, revision)
         self.followers = {}
+        self.joining = frozenset()
         if was_leading:
             log.info("replication: topic %s: no longer leading (epoch %d)", self.topic.name,
                      epoch)
         self._changed()
 
-    def set_isr(self, isr: tuple[str, ...], replicas: int) -> None:
-        self.isr, self.replicas = isr, replicas
+    def set_isr(self, isr: tuple[str, ...], replicas: int, revision: int = 0) -> None:
+        """The ISR of the state etcd wrote at ``revision`` (0: not known, taken as it is);
+        one older than the state applied last is not taken (a watch's view behind the answer
+        to this leader's own change: taking it could count fewer replicas than etcd's ISR
+        holds)."""
+        self.replicas = replicas
+        if revision and revision < self.isr_revision:
+            return
+        self.isr, self.isr_revision = isr, max(self.isr_revision, revision)
+        self.joining -= set(isr)
         now = self.topic.clock.now()
         for node in isr:
             if node != self.node and node not in self.followers:
                 self.followers[node] = Progress(caught_up_at=now)
         self.update_hw()
         self._changed()
+
+    def adding(self, nodes: list[str]) -> None:
+        """An ISR expansion of ``nodes`` is about to be written to etcd: they count in the
+        HW from now on (they are at it: ``caught_up``), so that once etcd has them in the
+        ISR, where an election may choose one, they hold every record below the HW."""
+        self.joining |= set(nodes)
+
+    def isr_written(self, isr: tuple[str, ...], revision: int) -> None:
+        """This leader's change of the ISR, as etcd wrote it at ``revision``: the ISR is
+        exactly that now (one change at a time), no expansion in flight."""
+        self.joining = frozenset()
+        self.set_isr(isr, self.replicas, revision)
 
     # -- the leader --------------------------------------------------------------------------
     def check_publish(self) -> None:
@@ -243,7 +278,7 @@ class Replica:
         if not self.leading:
             return
         hw = self.log.end
-        for node in self.isr:
+        for node in {*self.isr, *self.joining}:
             if node == self.node:
                 continue
             progress = self.followers.get(node)
@@ -256,9 +291,11 @@ class Replica:
             self._changed()
 
     def lagging(self, now: float) -> list[str]:
-        """ISR followers not caught up for longer than ``lag_max``."""
-        return [n for n in self.isr if n != self.node and (
-            (p := self.followers.get(n)) is None or now - p.caught_up_at > self.lag_max)]
+        """ISR followers (and followers an unanswered expansion may have added) not caught
+        up for longer than ``lag_max``."""
+        return [n for n in (*self.isr, *sorted(self.joining - set(self.isr)))
+                if n != self.node and (
+                    (p := self.followers.get(n)) is None or now - p.caught_up_at > self.lag_max)]
 
     def caught_up(self, placed: tuple[str, ...]) -> list[str]:
         """Placed followers out of the ISR that may join: their fetch offset at or past the

@@ -20,6 +20,9 @@ log = logging.getLogger("nsqd")
 class TopicView:
     placement: Placement | None = None
     state: TopicState | None = None
+    #: the etcd revision ``state`` was written at (0 while there is none): what tells an
+    #: older state from a newer one
+    state_revision: int = 0
     #: the leader key: (its lease, its value), None while the topic has no live leader
     leader: tuple[int, LeaderMark] | None = None
 
@@ -60,6 +63,7 @@ class ClusterView:
                 view.placement = Placement.decode(kv.value)
             elif part == "state":
                 view.state = TopicState.decode(kv.value)
+                view.state_revision = kv.mod_revision
             elif part == "leader":
                 view.leader = (kv.lease, LeaderMark.decode(kv.value))
         except (ValueError, KeyError, TypeError) as exc:
@@ -77,7 +81,7 @@ class ClusterView:
         if part == "placement":
             view.placement = None
         elif part == "state":
-            view.state = None
+            view.state, view.state_revision = None, 0
         elif part == "leader":
             view.leader = None
         if view == TopicView():
