@@ -485,7 +485,7 @@ async def test_an_old_leader_back_cuts_its_uncommitted_records_and_follows(
 
 
 async def test_a_replica_restarted_before_it_hears_from_etcd_takes_no_publish_and_delivers_nothing(
-        run_daemon: Callable[..., Daemon], etcd: Etcd, client: EtcdClient) -> None:
+        run_daemon: Callable[..., Daemon], etcd: Etcd, etcd_client: EtcdClient) -> None:
     # A restarted node serves clients before etcd has told it what its topics are. A topic
     # it held as a replica must not act as an unreplicated one meanwhile: a publish
     # acknowledged on its own write would be cut back when it truncates to its leader (an
@@ -494,7 +494,7 @@ async def test_a_replica_restarted_before_it_hears_from_etcd_takes_no_publish_an
     durable = ("--mem-queue-size=0", "--sync-every=1", "--min-insync-replicas=1")
     old = start_node(run_daemon, etcd, *durable)
     follower = start_node(run_daemon, etcd, *durable)
-    await placed(client, "events", old, follower)
+    await placed(etcd_client, "events", old, follower)
     async with await WireClient.connect(old.tcp_address) as producer:
         for i in range(3):
             await producer.pub("events", f"c{i}".encode())
@@ -519,7 +519,7 @@ async def test_a_replica_restarted_before_it_hears_from_etcd_takes_no_publish_an
         "--tcp-address=")], f"--tcp-address=127.0.0.1:{port}")
     async with await WireClient.connect(follower.tcp_address) as producer:
         await producer.pub("events", b"n0")
-    await until(lambda: _is(_sorted(isr(client, "events")),
+    await until(lambda: _is(_sorted(isr(etcd_client, "events")),
                             sorted((node_of(follower), node_of(back)))),
                 timeout=FAILOVER, what="the restarted replica back in sync")
     async with await WireClient.connect(follower.tcp_address) as consumer:
