@@ -564,11 +564,12 @@ class Runner:
             assert r.status_code == 200, r.text
             found = self.stats().get(LMSTFY_TOPIC, {"channels": {}})
             if r.json()["count"] == 0 and all(
-                    c["in_flight_count"] == c["deferred_count"] == 0
+                    c["in_flight_count"] == c["deferred_count"] == c["depth"] == 0
                     for c in found["channels"].values()):
                 break
+        found = self.stats().get(LMSTFY_TOPIC, {"channels": {}})
         m.errors.append(f"lmstfy: {len(m.jobs_owed)} jobs published (201) never delivered, "
-                        f"e.g. {sorted(m.jobs_owed)[:5]}")
+                        f"e.g. {sorted(m.jobs_owed)[:5]}; its channels: {found['channels']}")
 
 
 def damage_segment(path: Path, kind: str, rng: random.Random, known: set[bytes]) -> set[bytes]:
