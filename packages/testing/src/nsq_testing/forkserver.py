@@ -192,6 +192,9 @@ def _serve(package: str, fd: int) -> None:
                 sock.close()
                 _run_child(package, request["args"], request["cwd"], fds[0])
             os.close(fds[0])
+            # a pid is used again once the system's pids wrap: the status of an earlier
+            # daemon with this pid is not this one's
+            statuses.pop(pid, None)
             answer = pid
         else:  # status
             answer = statuses.get(request["pid"], _RUNNING)
