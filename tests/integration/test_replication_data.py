@@ -71,8 +71,8 @@ async def read(daemon: Daemon, topic: str, offset: int = 0) -> dict[str, object]
         return r.json()  # type: ignore[no-any-return]
 
 
-async def bodies(daemon: Daemon, topic: str) -> list[tuple[int, str]]:
-    doc = await read(daemon, topic)
+async def bodies(daemon: Daemon, topic: str, offset: int = 0) -> list[tuple[int, str]]:
+    doc = await read(daemon, topic, offset)
     return [(m["offset"], base64.b64decode(m["body"]).decode())
             for m in doc["messages"]]  # type: ignore[attr-defined]
 

@@ -8,7 +8,6 @@ committed and follows."""
 
 from __future__ import annotations
 
-import base64
 import os
 import signal
 import subprocess
@@ -27,11 +26,11 @@ from .test_replication_data import (
     Gate,
     _is,
     _sorted,
+    bodies,
     clean,
     isr,
     joined,
     node_of,
-    read,
     start_node,
 )
 
@@ -68,9 +67,7 @@ async def _all_bodies(daemon: Daemon, topic: str) -> list[tuple[int, str]]:
     """Everything ``/topic/read`` gives, page by page (100 a page)."""
     out: list[tuple[int, str]] = []
     while True:
-        doc = await read(daemon, topic, out[-1][0] + 1 if out else 0)
-        page = [(m["offset"], base64.b64decode(m["body"]).decode())
-                for m in doc["messages"]]  # type: ignore[attr-defined]
+        page = await bodies(daemon, topic, out[-1][0] + 1 if out else 0)
         out += page
         if len(page) < 100:
             return out
