@@ -9,9 +9,16 @@ docs/design/replication.md and docs/performance.md, "Replication"):
   ``/topic/create?replicas=N`` on the first node, which leads it; a publish is acknowledged once
   every member of the in-sync set holds it). Two modes: ``pub`` (one connection, at most
   ``--pub-window`` PUBs sent but not answered) and ``mpub`` (MPUBs of ``--batch``, at most
-  ``--mpub-window`` in flight). Per run: msgs/s, the p50 and p99 of each command's latency
-  (sent to its ``OK``), and every nsqd's CPU (user + system, ``/proc/<pid>/stat``) per message.
-  Runs alternate between the setups (run 1 of each, then run 2, ...); medians are shown.
+  ``--mpub-window`` in flight). Per run: msgs/s, each command's latency (sent to its ``OK``),
+  every nsqd's CPU (user + system, ``/proc/<pid>/stat``) per message, and the time the main
+  threads of the topic's nsqd and of the producer spent runnable but waiting for a CPU (the
+  run queue, ``/proc/<pid>/schedstat``). Runs alternate between the setups (run 1 of each,
+  then run 2, ...); the table shows the medians of the runs' rates and CPU, and the p50, p99
+  and maximum of every command of the setup's runs together, with their number: with the
+  defaults an ``mpub`` run is 300 MPUBs, 4 in flight, so its own p99 would be its slowest
+  stall (the 4 MPUBs that wait through it), whatever its cause. The run-queue wait says how
+  much of a tail is the machine's: a process that waits for a CPU holds every
+  acknowledgement that needs it.
 - failover, for each replicated setup of 2 or more replicas: a fresh cluster of that many
   nodes, a consumer connected to every node (as NSQ consumers are, through nsqlookupd) and a
   producer publishing over HTTP to the nodes still alive; the leader is killed with SIGKILL,
@@ -194,6 +201,24 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def run_queue_seconds(pid: int | None, tid: int | None = None) -> float | None:
+    """The time a process's main thread (or thread ``tid`` of it) has spent runnable but
+    waiting for a CPU so far (Linux ``/proc/<pid>/schedstat``, nanoseconds; None where it
+    cannot be read)."""
+    if pid is None:
+        return None
+    path = f"/proc/{pid}/schedstat" if tid is None else f"/proc/{pid}/task/{tid}/schedstat"
+    try:
+        return int(Path(path).read_text().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _waits(pids: list[int | None]) -> list[float | None]:
+    return [*(run_queue_seconds(p) for p in pids),
+            run_queue_seconds(os.getpid(), threading.get_native_id())]  # the producer
+
+
 def publish_run(leader: Nsqd, nodes: list[Nsqd], replicas: int, mode: str,
                 args: argparse.Namespace) -> dict[str, Any]:
     """One run: a fresh topic on ``leader`` (placed with ``replicas``, unless NONE), published
@@ -210,8 +235,12 @@ def publish_run(leader: Nsqd, nodes: list[Nsqd], replicas: int, mode: str,
     else:
         cmd, per, window = commands.mpub(topic, [body] * args.batch), args.batch, args.mpub_window
     count = max(1, args.count // per)
+    # the topic's nodes, the leader first, then the producer: their run-queue waits
+    waited_by = [n.pid for n in nodes if node_id(n) in placed]
     before = [n.cpu_seconds() for n in nodes]
+    waits_before = _waits(waited_by)
     seconds, latencies = publish(leader.tcp_address, cmd, per, count, window)
+    waits_after = _waits(waited_by)
     after = [n.cpu_seconds() for n in nodes]
     messages = count * per
     leader.delete_topic(topic)  # the cluster's copies too; the next run starts clean
@@ -219,9 +248,20 @@ def publish_run(leader: Nsqd, nodes: list[Nsqd], replicas: int, mode: str,
           for b, a in zip(before, after, strict=True)]
     followers = [u for n, u in zip(nodes, us, strict=True)
                  if n is not leader and node_id(n) in placed]
+    waits = [None if b is None or a is None else (a - b) * 1e3
+             for b, a in zip(waits_before, waits_after, strict=True)]
     return {
         "messages": messages, "seconds": seconds, "msgs_per_s": messages / seconds,
+        "commands": count,
         "p50_ms": percentile(latencies, 0.5) * 1e3, "p99_ms": percentile(latencies, 0.99) * 1e3,
+        "max_ms": max(latencies) * 1e3,
+        # not written to --json (a figure per command); the table pools them over the runs
+        "latencies_ms": [x * 1e3 for x in latencies],
+        # ms each of the topic's nodes (the leader first) and the producer spent waiting
+        # for a CPU during the run
+        "run_queue_ms": waits,
+        "run_queue_pct": (None if None in waits
+                          else sum(w for w in waits if w is not None) / seconds / 10),
         "nsqd_us_per_msg": us,  # every node, the leader first
         "leader_us_per_msg": us[0],
         "follower_us_per_msg": (None if not followers or None in followers
@@ -360,8 +400,9 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _ms(values: list[float]) -> str:
-    return f"{statistics.median(values):,.1f}"
+def _pct(rs: list[dict[str, Any]]) -> str:
+    values = [r["run_queue_pct"] for r in rs if r["run_queue_pct"] is not None]
+    return f"{statistics.median(values):.0f}%" if values else "-"
 
 
 def _us(rs: list[dict[str, Any]], name: str) -> str:
@@ -415,17 +456,22 @@ def main(argv: list[str] | None = None) -> int:
 
     lows, highs = min(x[0] for x in load), max(x[0] for x in load)
     print(f"\n# {args.size} B messages; pub: window {args.pub_window}; mpub: {args.batch} per "
-          f"MPUB, window {args.mpub_window}; {args.count:,} msgs per run; {args.runs} runs, "
-          f"medians; load average (1 min) {lows:.2f}-{highs:.2f} on {os.cpu_count()} CPUs")
+          f"MPUB, window {args.mpub_window}; {args.count:,} msgs per run; {args.runs} runs; "
+          f"load average (1 min) {lows:.2f}-{highs:.2f} on {os.cpu_count()} CPUs")
+    print("# msg/s and CPU: the runs' medians; latency (ms): p50, p99 and max of every command "
+          "of the runs together (n: how many)")
     print("# nsqd CPU in us per message: the leader's, each follower's (the mean of the "
-          "topic's other replicas), every node's together")
-    print(f"{'mode, setup':<24} {'msg/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'leader':>7} "
-          f"{'follower':>8} {'all':>6}  {'runs (msg/s)'}")
+          "topic's other replicas), every node's together; wait: the time the topic's nsqd and "
+          "the producer waited for a CPU, summed, in % of the run's (median)")
+    print(f"{'mode, setup':<24} {'msg/s':>9} {'p50':>6} {'p99':>7} {'max':>7} {'n':>6} "
+          f"{'leader':>7} {'follower':>8} {'all':>6} {'wait':>5}  {'runs (msg/s)'}")
     for key, rs in runs.items():
+        pooled = [x for r in rs for x in r["latencies_ms"]]
         print(f"{key:<24} {statistics.median(r['msgs_per_s'] for r in rs):>9,.0f} "
-              f"{_ms([r['p50_ms'] for r in rs]):>8} {_ms([r['p99_ms'] for r in rs]):>8} "
+              f"{percentile(pooled, 0.5):>6.1f} {percentile(pooled, 0.99):>7.1f} "
+              f"{max(pooled):>7.1f} {len(pooled):>6} "
               f"{_us(rs, 'leader_us_per_msg'):>7} {_us(rs, 'follower_us_per_msg'):>8} "
-              f"{_us(rs, 'all_us_per_msg'):>6}  "
+              f"{_us(rs, 'all_us_per_msg'):>6} {_pct(rs):>5}  "
               f"{' '.join(format(r['msgs_per_s'], ',.0f') for r in rs)}")
     if failovers:
         print("\n# failover: SIGKILL of the leader to the first publish accepted by a survivor "
@@ -443,7 +489,8 @@ def main(argv: list[str] | None = None) -> int:
             "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
             "machine": {"nproc": os.cpu_count(), "python": platform.python_version(),
                         "load": load},
-            "runs": runs,
+            "runs": {k: [{n: v for n, v in r.items() if n != "latencies_ms"} for r in rs]
+                     for k, rs in runs.items()},
             "failovers": {str(k): v for k, v in failovers.items()}}, indent=1))
     return 0
 

@@ -191,7 +191,12 @@ def test_replication_publishes_in_every_setup_and_times_a_failover(tmp_path: Pat
                                 for setup in ("none (no etcd)", "replicas 1", "replicas 2")}
     for key, (run,) in doc["runs"].items():
         assert run["messages"] == 300 and run["msgs_per_s"] > 0
-        assert 0 < run["p50_ms"] <= run["p99_ms"]
+        assert run["commands"] == (300 if key.startswith("pub ") else 15)
+        assert 0 < run["p50_ms"] <= run["p99_ms"] <= run["max_ms"]
+        assert "latencies_ms" not in run  # (pooled for the table, not written)
+        # the run-queue waits (/proc/<pid>/schedstat) of the topic's nodes, then the producer
+        assert len(run["run_queue_ms"]) == (3 if "replicas 2" in key else 2)
+        assert all(w is not None and w >= 0 for w in run["run_queue_ms"])
         # one nsqd without etcd; the two nodes of the cluster otherwise, the leader first
         assert len(run["nsqd_us_per_msg"]) == (1 if "none" in key else 2)
         assert run["leader_us_per_msg"] is not None  # (/proc/<pid>/stat; 10 ms ticks)
@@ -199,3 +204,4 @@ def test_replication_publishes_in_every_setup_and_times_a_failover(tmp_path: Pat
     (failover,) = doc["failovers"]["2"]  # the lease (6 s) lapses before anyone may lead
     assert failover["first_delivery_s"] > 1 and failover["first_publish_s"] > 1
     assert "failover replicas 2" in done.stdout
+    assert "wait" in done.stdout and "mpub replicas 2" in done.stdout
