@@ -19,6 +19,9 @@ docs/design/replication.md and docs/performance.md, "Replication"):
   stall (the 4 MPUBs that wait through it), whatever its cause. The run-queue wait says how
   much of a tail is the machine's: a process that waits for a CPU holds every
   acknowledgement that needs it.
+- ``--nsqd LABEL=PATH``: another nsqd without etcd (an older checkout's), published to as
+  ``none`` is, as the setup ``none LABEL``, alternated with the others: the unreplicated
+  path before and after, in the same session.
 - failover, for each replicated setup of 2 or more replicas: a fresh cluster of that many
   nodes, a consumer connected to every node (as NSQ consumers are, through nsqlookupd) and a
   producer publishing over HTTP to the nodes still alive; the leader is killed with SIGKILL,
@@ -78,6 +81,13 @@ def _replica_list(text: str) -> list[int]:
     if not values or any(v < 1 for v in values):
         raise argparse.ArgumentTypeError("give one or more replica counts >= 1")
     return values
+
+
+def _labelled(spec: str, parser: argparse.ArgumentParser) -> tuple[str, str]:
+    label, sep, binary = spec.partition("=")
+    if not sep or not label or not binary:
+        parser.error(f"--nsqd: give LABEL=PATH, not {spec!r}")
+    return label, binary
 
 
 def setup_label(replicas: int) -> str:
@@ -392,6 +402,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="PUBs sent but not yet answered (default 100)")
     p.add_argument("--mpub-window", type=_positive, default=4,
                    help="MPUBs sent but not yet answered (default 4)")
+    p.add_argument("--nsqd", action="append", default=None, metavar="LABEL=PATH",
+                   help="another nsqd to publish to without etcd, beside this environment's "
+                        "('none'), as the setup 'none LABEL' (repeat for more): an older "
+                        "checkout's .venv/bin/nsqd, to compare the unreplicated path in the "
+                        "same session")
     p.add_argument("--failover-runs", type=int, default=None,
                    help="failovers per replicated setup of 2 or more (default --runs; 0: none)")
     p.add_argument("--failover-timeout", type=float, default=120.0,
@@ -420,31 +435,43 @@ def main(argv: list[str] | None = None) -> int:
     if nodes_count < max(args.replicas):
         parser.error("--nodes must be at least the largest of --replicas")
     failover_runs = args.runs if args.failover_runs is None else args.failover_runs
-    setups = [NONE, *args.replicas]
+    others = [_labelled(spec, parser) for spec in args.nsqd or ()]
     load = [os.getloadavg()]
     runs: dict[str, list[dict[str, Any]]] = {}
     failovers: dict[int, list[dict[str, Any]]] = {}
 
-    single = Nsqd.start()
-    cluster = Cluster.start(nodes_count)
-    print(f"bench: etcd at {cluster.etcd.endpoint}, {nodes_count} nodes; nsqd without etcd at "
-          f"{single.tcp_address}; {args.runs} run(s) per setup", flush=True)
+    singles: dict[str, Nsqd] = {}
+    cluster: Cluster | None = None
     try:
+        # without etcd: this environment's nsqd ("none"), then each --nsqd
+        singles[setup_label(NONE)] = Nsqd.start()
+        for label, binary in others:
+            singles[f"{setup_label(NONE)} {label}"] = Nsqd.start(binary=binary)
+        cluster = Cluster.start(nodes_count)
+        print(f"bench: etcd at {cluster.etcd.endpoint}, {nodes_count} nodes; nsqd without etcd "
+              f"at {', '.join(n.tcp_address for n in singles.values())}; {args.runs} run(s) "
+              "per setup", flush=True)
+        setups: list[tuple[str, int, Nsqd, list[Nsqd]]] = [
+            *((label, NONE, n, [n]) for label, n in singles.items()),
+            *((setup_label(r), r, cluster.nodes[0], cluster.nodes) for r in args.replicas)]
         for i in range(args.runs):
             for mode in modes:
-                for replicas in setups:  # alternated, so that they share the machine's mood
-                    leader = single if replicas == NONE else cluster.nodes[0]
-                    nodes = [single] if replicas == NONE else cluster.nodes
+                # alternated, so that they share the machine's mood
+                for label, replicas, leader, nodes in setups:
                     result = publish_run(leader, nodes, replicas, mode, args)
                     load.append(os.getloadavg())
-                    key = f"{mode} {setup_label(replicas)}"
+                    key = f"{mode} {label}"
                     runs.setdefault(key, []).append(result)
                     print(f"  {key} run {i + 1}/{args.runs}: {result['msgs_per_s']:,.0f} msg/s, "
                           f"p50 {result['p50_ms']:.2f} ms, p99 {result['p99_ms']:.2f} ms",
                           flush=True)
     finally:
-        cluster.stop()
-        single.stop()
+        try:
+            if cluster is not None:
+                cluster.stop()
+        finally:
+            for n in singles.values():
+                n.stop()
     for i in range(failover_runs):
         for replicas in (r for r in args.replicas if r >= 2):
             result = failover_run(replicas, args.failover_timeout)

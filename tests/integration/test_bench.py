@@ -183,12 +183,15 @@ def test_writer_reader_channels_and_bytes_written(tmp_path: Path) -> None:
 
 def test_replication_publishes_in_every_setup_and_times_a_failover(tmp_path: Path) -> None:
     out = tmp_path / "repl.json"
+    # --nsqd: another nsqd without etcd beside this one (here the same program again)
+    again = Path(sys.executable).parent / "nsqd"
     done = run_module("bench.replication", "--runs", "1", "--count", "300", "--batch", "20",
-                      "--replicas", "1,2", "--json", str(out))
+                      "--replicas", "1,2", "--nsqd", f"again={again}", "--json", str(out))
     assert done.returncode == 0, done.stdout + done.stderr
     doc = json.loads(out.read_text())
     assert set(doc["runs"]) == {f"{mode} {setup}" for mode in ("pub", "mpub")
-                                for setup in ("none (no etcd)", "replicas 1", "replicas 2")}
+                                for setup in ("none (no etcd)", "none (no etcd) again",
+                                              "replicas 1", "replicas 2")}
     for key, (run,) in doc["runs"].items():
         assert run["messages"] == 300 and run["msgs_per_s"] > 0
         assert run["commands"] == (300 if key.startswith("pub ") else 15)
