@@ -9,17 +9,20 @@ the followers show it, the design's bound)."""
 from __future__ import annotations
 
 import base64
+import time
 from collections.abc import Callable
 from typing import Any
 
 import httpx
-from nsq_common import commands
+from nsq_common import LMSTFY_CHANNEL, commands
 from nsq_testing import Daemon, Etcd, WireClient, until
+from nsq_testing.lmstfy import EXPECT, LMSTFY
+from nsqd import cursorfile
 from nsqd.replication.election import read_state
 from nsqd.replication.etcd import EtcdClient
 from nsqd.replication.placement import place
 
-from .test_replication_data import FAILOVER, clean, joined, node_of, start_node
+from .test_replication_data import FAILOVER, clean, data_path, joined, node_of, start_node
 
 TOPIC, CHANNEL = "jobs", "work"
 
@@ -117,3 +120,128 @@ async def test_dead_letters_and_the_own_queue_survive_the_leaders_kill(
         await consumer.nothing_for(0.5)
     await until(lambda: holds(new, 0, 0), what="nothing left on the new leader")
     clean(*followers)
+
+
+# -- lmstfy ------------------------------------------------------------------------------------
+TOKEN = "replicated-namespace-token"
+QUEUE_TOPIC = "lmstfy.ns.q"
+
+
+class Node:
+    """One nsqd of the cluster serving lmstfy, its token for namespace ``ns`` the same as
+    every other node's (tokens are node settings, not replicated)."""
+
+    def __init__(self, run_daemon: Callable[..., Daemon], etcd: Etcd) -> None:
+        self.nsqd = run_daemon("nsqd", "--broadcast-address=127.0.0.1",
+                               f"--etcd-endpoints={etcd.endpoint}", "--default-replicas=3",
+                               *LMSTFY, expect=EXPECT)
+        self.url = f"http://{self.nsqd.addresses['LMSTFY']}/api/ns"
+        admin = f"http://{self.nsqd.addresses['LMSTFY_ADMIN']}"
+        r = httpx.post(f"{admin}/token/ns", data={"token": TOKEN, "description": "tests"})
+        assert r.status_code == 201, r.text
+
+    async def api(self, method: str, path: str, **params: object) -> httpx.Response:
+        async with httpx.AsyncClient(headers={"X-Token": TOKEN}) as http:
+            return await http.request(method, f"{self.url}{path}", params=params)
+
+    async def publish(self, body: bytes, **params: object) -> str:
+        async with httpx.AsyncClient(headers={"X-Token": TOKEN}) as http:
+            r = await http.put(f"{self.url}/q", params=params, content=body)
+        assert r.status_code == 201, r.text
+        return r.json()["job_id"]  # type: ignore[no-any-return]
+
+    async def consume(self, **params: object) -> list[dict[str, Any]]:
+        r = await self.api("GET", "/q", **params)
+        if r.status_code == 404:
+            return []
+        assert r.status_code == 200, r.text
+        got = r.json()
+        return got if isinstance(got, list) else [got]  # type: ignore[no-any-return]
+
+    async def dead_size(self) -> int:
+        return (await self.api("GET", "/q/deadletter/size")).json()["size"]  # type: ignore[no-any-return]
+
+
+def journal_extras(daemon: Daemon) -> list[tuple[int, int, int]]:
+    """The extras (offset, attempts, due) of the lmstfy queue's cursor journal on
+    ``daemon``."""
+    path = data_path(daemon) / "topics" / QUEUE_TOPIC / f"{LMSTFY_CHANNEL}.cursor"
+    state = cursorfile.load(path) if path.exists() else None
+    return list(state.extras) if state is not None else []
+
+
+async def test_a_replicated_lmstfy_namespace_keeps_its_jobs_delays_tries_and_dead_letters(
+        run_daemon: Callable[..., Daemon], etcd: Etcd, etcd_client: EtcdClient) -> None:
+    nodes = [Node(run_daemon, etcd) for _ in range(3)]
+    await joined(etcd_client, *(n.nsqd for n in nodes))
+    leader, followers = nodes[0], nodes[1:]
+    # the first job of a queue places its topic (--default-replicas=3), led by the node asked
+    acked = await leader.publish(b"acked")
+    state = await read_state(etcd_client, QUEUE_TOPIC)
+    assert state is not None and state[0].leader == node_of(leader.nsqd)
+    for n in followers:
+        await until(lambda d=n.nsqd: f"fetching from leader {node_of(leader.nsqd)}"
+                    in d.output(), timeout=FAILOVER)
+    assert [j["job_id"] for j in await leader.consume(ttr=60)] == [acked]
+    assert (await leader.api("DELETE", f"/q/job/{acked}")).status_code == 204
+    tried = await leader.publish(b"tried", tries=3)
+    dying = [await leader.publish(b"dying%d" % i, tries=1) for i in range(3)]
+    taken = await leader.consume(count=4, ttr=1)
+    assert [j["job_id"] for j in taken] == [tried, *dying]
+    ready = await leader.publish(b"ready")
+    delay = 20  # (past the failover: due on the new leader)
+    due_at = time.time() + delay
+    delayed = await leader.publish(b"delayed", delay=delay)
+    # the TTR runs out: "tried" back with two tries left, the others dead letters
+    await until(lambda: _equals(leader.dead_size(), 3), timeout=FAILOVER, what="dead letters")
+    head = (await leader.api("GET", "/q/deadletter")).json()["deadletter_head"]
+    r = await leader.api("PUT", "/q/deadletter", limit=1)
+    assert r.json() == {"msg": "respawned", "count": 1}
+    # the followers hold it all: two dead letters, one job in the own queue, and the
+    # attempt of "tried" in the channel's cursor
+    for n in followers:
+        await until(lambda d=n.nsqd: holds_queue(d, dead=2, own=1), timeout=FAILOVER,
+                    what="the dead letters, the own queue and the tries on the followers")
+
+    leader.nsqd.kill()
+    elected = await new_leader(etcd_client, QUEUE_TOPIC, [f.nsqd for f in followers])
+    new = next(n for n in followers if n.nsqd is elected)
+    assert await new.dead_size() == 2
+    got = await _consumed(new, 4)
+    jobs = {j["job_id"]: j for j, _ in got}
+    assert set(jobs) == {tried, ready, head, delayed}  # the acknowledged job is not back
+    assert jobs[tried]["remain_tries"] == 1  # 3 tries: one used before the kill, one now
+    assert jobs[head]["remain_tries"] == 0  # respawned: one try
+    assert next(t for j, t in got if j["job_id"] == delayed) >= due_at  # not before its delay
+    r = await new.api("PUT", "/q/deadletter", limit=5)
+    assert r.json() == {"msg": "respawned", "count": 2}
+    rest = {j["job_id"] for j, _ in await _consumed(new, 2)}
+    assert rest == set(dying) - {head}
+    for job_id in [*jobs, delayed, *rest]:
+        assert (await new.api("DELETE", f"/q/job/{job_id}")).status_code == 204
+    assert await new.consume(timeout=1) == []
+    assert await new.dead_size() == 0
+    clean(*(f.nsqd for f in followers))
+
+
+async def _equals(got: Any, expected: object) -> bool:
+    return await got == expected  # type: ignore[no-any-return]
+
+
+async def holds_queue(daemon: Daemon, *, dead: int, own: int) -> bool:
+    stats = await channel_stats(daemon, QUEUE_TOPIC, LMSTFY_CHANNEL)
+    return (stats is not None and stats.get("dead_letter_count") == dead
+            and stats["depth"] == own and any(a == 1 for _, a, _ in journal_extras(daemon)))
+
+
+async def _consumed(node: Node, count: int) -> list[tuple[dict[str, Any], float]]:
+    """``count`` jobs consumed (in flight for a minute), as many consumes as it takes, each
+    with when it came."""
+    got: list[tuple[dict[str, Any], float]] = []
+
+    async def more() -> bool:
+        jobs = await node.consume(count=count - len(got), ttr=60, timeout=1)
+        got.extend((job, time.time()) for job in jobs)
+        return len(got) >= count
+    await until(more, timeout=FAILOVER, what=f"{count} jobs consumed")
+    return got
