@@ -100,6 +100,10 @@ async def test_dead_letters_and_the_own_queue_survive_the_leaders_kill(
         for daemon in followers:
             await until(lambda d=daemon: holds(d, 3, 2), timeout=FAILOVER,
                         what="the dead letters and the own queue on the followers")
+        # a follower delivers nothing, of its own queue's copy either
+        async with await WireClient.connect(followers[0].tcp_address) as idle:
+            await idle.subscribe(TOPIC, CHANNEL, rdy=10)
+            await idle.nothing_for(1.0)
 
         leader.kill()
         new = await new_leader(etcd_client, TOPIC, followers)

@@ -191,9 +191,14 @@ async def apply_records(broker: Broker, replica: Replica, channel_name: str,
         return
     plog = private.log
     if plog.end > start:
-        cursor = private.cursor
-        if cursor.mark_delete > start:  # (the leader's cursor comes after the records)
-            cursor.restore(CursorState(start), plog.start)
+        # what it held from ``start`` on is not done with here until the leader's cursor
+        # (after the records) says so: those offsets may hold other records now
+        state = private.cursor.state()
+        if state.mark_delete > start or (state.ranges and state.ranges[-1][1] > start):
+            ranges = tuple((first, min(end, start)) for first, end in state.ranges
+                           if first < start)
+            private.cursor.restore(CursorState(min(state.mark_delete, start), ranges),
+                                   plog.start)
         await plog.truncate(start)
     for base, records in batches:
         await plog.append_at(base, records)

@@ -112,6 +112,12 @@ class Replica:
         else nothing."""
         return self.hw if self.leading and not self.fenced() else 0
 
+    @property
+    def delivering(self) -> bool:
+        """Whether the topic's channels may deliver at all (their own queues too): while
+        leading and not fenced."""
+        return self.leading and not self.fenced()
+
     # -- the fence ---------------------------------------------------------------------------
     def fenced(self) -> bool:
         """A leader whose lease may have expired (docs/design/replication.md, "The fence"):
