@@ -148,9 +148,12 @@ class Node:
         async with httpx.AsyncClient(headers={"X-Token": TOKEN}) as http:
             return await http.request(method, f"{self.url}{path}", params=params)
 
-    async def publish(self, body: bytes, **params: object) -> str:
+    async def put(self, body: bytes, **params: object) -> httpx.Response:
         async with httpx.AsyncClient(headers={"X-Token": TOKEN}) as http:
-            r = await http.put(f"{self.url}/q", params=params, content=body)
+            return await http.put(f"{self.url}/q", params=params, content=body)
+
+    async def publish(self, body: bytes, **params: object) -> str:
+        r = await self.put(body, **params)
         assert r.status_code == 201, r.text
         return r.json()["job_id"]  # type: ignore[no-any-return]
 
@@ -186,6 +189,9 @@ async def test_a_replicated_lmstfy_namespace_keeps_its_jobs_delays_tries_and_dea
     for n in followers:
         await until(lambda d=n.nsqd: f"fetching from leader {node_of(leader.nsqd)}"
                     in d.output(), timeout=FAILOVER)
+    # a job on a follower: refused (forwarding would lose its tries, TTL and delay)
+    r = await followers[0].put(b"elsewhere", tries=2)
+    assert (r.status_code, r.json()) == (500, {"error": "internal error"})
     assert [j["job_id"] for j in await leader.consume(ttr=60)] == [acked]
     assert (await leader.api("DELETE", f"/q/job/{acked}")).status_code == 204
     tried = await leader.publish(b"tried", tries=3)
