@@ -11,9 +11,11 @@ from __future__ import annotations
 import base64
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
+import trio
 from nsq_common import LMSTFY_CHANNEL, commands
 from nsq_testing import Daemon, Etcd, WireClient, until
 from nsq_testing.lmstfy import EXPECT, LMSTFY
@@ -53,10 +55,10 @@ async def post(daemon: Daemon, path: str, **params: object) -> Any:
     return r.json() if r.content else None
 
 
-async def dead_bodies(daemon: Daemon) -> list[str]:
+async def dead_bodies(daemon: Daemon, n: int = 100) -> list[str]:
     async with httpx.AsyncClient() as http:
         r = await http.get(f"http://{daemon.http_address}/channel/deadletter",
-                           params={"topic": TOPIC, "channel": CHANNEL, "n": 100})
+                           params={"topic": TOPIC, "channel": CHANNEL, "n": n})
     r.raise_for_status()
     return [base64.b64decode(m["body"]).decode() for m in r.json()["messages"]]
 
@@ -255,3 +257,65 @@ async def _consumed(node: Node, count: int) -> list[tuple[dict[str, Any], float]
         return len(got) >= count
     await until(more, timeout=FAILOVER, what=f"{count} jobs consumed")
     return got
+
+
+async def test_messages_dying_while_the_leader_is_killed_are_all_dead_letters_on_the_new_one(
+        run_daemon: Callable[..., Daemon], etcd: Etcd, etcd_client: EtcdClient) -> None:
+    """The order of the records and the cursors: a message turned into a dead letter just
+    before the kill was acknowledged on the old leader's cursor; the new leader has it either
+    in its dead letters or still on its cursor (a dead letter again once taken), never
+    neither."""
+    count = 600
+    # (--mem-queue-size=0: a message sent back waits behind nothing, and dies at once)
+    nodes = [start_node(run_daemon, etcd, "--mem-queue-size=0") for _ in range(3)]
+    leader, followers = nodes[0], nodes[1:]
+    await joined(etcd_client, *nodes)
+    await place(etcd_client, TOPIC, 3, prefer=node_of(leader))
+    for daemon in followers:
+        await until(lambda d=daemon: f"fetching from leader {node_of(leader)}" in d.output())
+    await post(leader, "/channel/create", topic=TOPIC, channel=CHANNEL, max_attempts=1)
+    async with await WireClient.connect(leader.tcp_address) as producer:
+        for first in range(0, count, 100):  # each MPUB acknowledged: held by all three
+            await producer.send(commands.mpub(TOPIC, [f"m{i}".encode()
+                                                      for i in range(first, first + 100)]))
+            assert await producer.response() == b"OK"
+    # every message sent back (REQ) as it comes: out of attempts, a dead letter when next
+    # taken; the leader killed while they die, once the followers' cursors have the first
+    # hundred done with (shipped, so also their dead letters)
+    journals = [data_path(d) / "topics" / TOPIC / f"{CHANNEL}.cursor" for d in followers]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(send_back, leader)
+        for journal in journals:
+            await until(lambda j=journal: (_mark_delete(j) or 0) >= 100, timeout=FAILOVER,
+                        what="the followers' cursors past the first hundred")
+        leader.kill()
+    new = await new_leader(etcd_client, TOPIC, followers)
+    expected = {f"m{i}" for i in range(count)}
+
+    async def all_dead() -> bool:
+        return set(await dead_bodies(new, count * 2)) >= expected
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(send_back, new)  # (what the new leader delivers: back, and dead)
+        await until(all_dead, timeout=FAILOVER, what="every message a dead letter")
+        nursery.cancel_scope.cancel()
+    clean(*followers)
+
+
+async def send_back(daemon: Daemon) -> None:
+    """Every message ``daemon`` delivers sent back at once (REQ), until it goes."""
+    try:
+        async with await WireClient.connect(daemon.tcp_address) as consumer:
+            await consumer.subscribe(TOPIC, CHANNEL, rdy=50)
+            while True:
+                msg = await consumer.message(timeout=FAILOVER)
+                await consumer.send(commands.req(msg.id, 0))
+    except (OSError, EOFError, trio.BrokenResourceError, trio.ClosedResourceError):
+        pass  # (killed)
+
+
+def _mark_delete(journal: Path) -> int | None:
+    if not journal.exists():
+        return None
+    state = cursorfile.load(journal)
+    return state.mark_delete if state is not None else None
