@@ -72,11 +72,14 @@ class Shipped:
             self._forget(name)
         self._epochs[name] = epoch
         private = self._private.setdefault(name, PrivateShipped())
-        records = await private.records(durable(topic), budget)
+        logs = await private.records(durable(topic), budget)
         sent = self._sent.setdefault(name, {})
         settings = self._settings.setdefault(name, {})
-        # (settings first: they make a channel a follower lacks; records before cursors)
-        records = self._settings_due(topic, sent, settings, private) + records
+        # (settings first: they make a channel a follower lacks; records before cursors;
+        # none of a channel deleted during the wait, after its deletion)
+        records = self._settings_due(topic, sent, settings, private)
+        records += [record for channel, record in logs
+                    if topic.channels.get(channel.name) is channel]
         for cname, channel in topic.channels.items():
             if channel.cursor.journal is None:  # ephemeral: never replicated
                 continue

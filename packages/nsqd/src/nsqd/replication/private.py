@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from ..broker import Broker
     from ..channel import Channel
     from ..privatelog import PrivateLog
+    from ..runs import Run
     from .replica import Replica
 
 log = logging.getLogger("nsqd")
@@ -85,6 +86,24 @@ class _Sent:
     cursor: bytes = b""
 
 
+def _within(read: list[Run], budget: int) -> list[tuple[int, list[bytes]]]:
+    """The runs read, cut to about ``budget`` bytes (at least one record)."""
+    out: list[tuple[int, list[bytes]]] = []
+    nbytes = 0
+    for first, records, _ in read:
+        taken: list[bytes] = []
+        for record in records:
+            if nbytes and nbytes + len(record) + 4 > budget:
+                break
+            taken.append(record)
+            nbytes += len(record) + 4
+        if taken:
+            out.append((first, taken))
+        if len(taken) < len(records):
+            break
+    return out
+
+
 class PrivateShipped:
     """What one follower connection was sent of one topic's channels' internal logs."""
 
@@ -96,11 +115,12 @@ class PrivateShipped:
         for which in (DEAD, OWN):
             self._sent.pop((channel, which), None)
 
-    async def records(self, channels: list[Channel], budget: int) -> list[Record]:
-        """Kind 3 records of ``channels``' internal logs not sent yet, up to about
-        ``budget`` bytes of records (what is over waits for the next ship). May wait for
-        the disk."""
-        out: list[Record] = []
+    async def records(self, channels: list[Channel], budget: int
+                      ) -> list[tuple[Channel, Record]]:
+        """Kind 3 records of ``channels``' internal logs not sent yet, each with its
+        channel, up to about ``budget`` bytes of records (what is over waits for the next
+        ship); what they hold is taken as sent. May wait for the disk."""
+        out: list[tuple[Channel, Record]] = []
         for channel in channels:
             for which in (DEAD, OWN):
                 key = (channel.name, which)
@@ -109,22 +129,17 @@ class PrivateShipped:
                 if private is None:
                     if sent is None or sent.log is not None:
                         self._sent[key] = _Sent(None, 0)
-                        out.append((channel.name, PRIVATE_RECORDS, _RANGE.pack(which, 0, 0)))
+                        out.append((channel, (channel.name, PRIVATE_RECORDS,
+                                              _RANGE.pack(which, 0, 0))))
                     continue
                 plog = private.log
-                if sent is None or sent.log is not private:
-                    sent = self._sent[key] = _Sent(private, max(plog.start,
-                                                                private.cursor.mark_delete))
-                    first = True
-                else:
-                    first = False
-                start, end = sent.next, plog.end
-                if start >= end and not first:
-                    continue
-                if budget <= 0:
+                first = sent is None or sent.log is not private
+                start = (max(plog.start, private.cursor.mark_delete) if first or sent is None
+                         else sent.next)
+                end = plog.end
+                if (start >= end and not first) or budget <= 0:
                     continue
                 runs: list[tuple[int, list[bytes]]] = []
-                nbytes = 0
                 if start < end:
                     try:
                         read = await plog.read_at(start, MAX_RECORDS, max(budget, 1))
@@ -132,17 +147,17 @@ class PrivateShipped:
                         log.info("replication: %s: %s not read - %s", channel.name,
                                  _NAMES[which], exc)
                         continue
-                    for run_first, run_records, _ in read:
-                        runs.append((run_first, list(run_records)))
-                        nbytes += sum(len(r) + 4 for r in run_records)
+                    runs = _within(read, budget)
                 if self._sent.get(key) is not sent:  # (the channel deleted meanwhile)
                     continue
-                # nothing stored from ``start`` to ``end``: a gap, passed
+                # (nothing stored from ``start`` to ``end``: a gap, passed)
                 after = runs[-1][0] + len(runs[-1][1]) if runs else end
-                sent.next = after
-                budget -= nbytes
-                out.append((channel.name, PRIVATE_RECORDS,
-                            _RANGE.pack(which, start, after) + wire.encode_batches(runs)))
+                self._sent[key] = _Sent(private, after, b"" if first or sent is None
+                                        else sent.cursor)
+                budget -= sum(len(r) + 4 for _, records in runs for r in records)
+                out.append((channel, (channel.name, PRIVATE_RECORDS,
+                                      _RANGE.pack(which, start, after)
+                                      + wire.encode_batches(runs))))
         return out
 
     def cursors(self, channel: Channel) -> list[Record] | None:
