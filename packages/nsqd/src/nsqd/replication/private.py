@@ -76,7 +76,7 @@ def _made(channel: Channel, which: int) -> PrivateLog | None:
     return channel.own_queue.disk
 
 
-@attrs.define
+@attrs.frozen
 class _Sent:
     """What one connection was sent of one internal log: the log (a channel made again has
     new ones) and where the next records start."""
@@ -174,7 +174,7 @@ class PrivateShipped:
                 return None
             payload = cursorfile.encode(private.cursor.state())
             if payload != sent.cursor:
-                sent.cursor = payload
+                self._sent[(channel.name, which)] = attrs.evolve(sent, cursor=payload)
                 out.append((channel.name, PRIVATE_CURSOR, _LOG.pack(which) + payload))
         return out
 
