@@ -102,16 +102,18 @@ async def test_dead_letters_and_the_own_queue_survive_the_leaders_kill(
         for daemon in followers:
             await until(lambda d=daemon: holds(d, 3, 2), timeout=FAILOVER,
                         what="the dead letters and the own queue on the followers")
-        # a follower delivers nothing, of its own queue's copy either
-        async with await WireClient.connect(followers[0].tcp_address) as idle:
+        # a follower delivers nothing, of its own queue's copy either; its consumers (there
+        # through nsqlookupd) stay connected across the failover
+        waiting = [await WireClient.connect(d.tcp_address) for d in followers]
+        for idle in waiting:
             await idle.subscribe(TOPIC, CHANNEL, rdy=10)
-            await idle.nothing_for(1.0)
+        await waiting[0].nothing_for(1.0)
 
         leader.kill()
         new = await new_leader(etcd_client, TOPIC, followers)
-    assert await dead_bodies(new) == ["d3", "d4", "d5"]
-    async with await WireClient.connect(new.tcp_address) as consumer:
-        await consumer.subscribe(TOPIC, CHANNEL, rdy=10)
+    try:
+        assert await dead_bodies(new) == ["d3", "d4", "d5"]
+        consumer = waiting[followers.index(new)]
         own = {m.body.decode(): m for m in await consumer.messages(2, timeout=FAILOVER)}
         assert sorted(own) == ["d1", "d2"]  # the own queue's, not done with; d0 is not back
         await consumer.nothing_for(0.5)  # (nothing of the topic's log either: all done)
@@ -124,6 +126,9 @@ async def test_dead_letters_and_the_own_queue_survive_the_leaders_kill(
         for msg in respawned.values():
             await consumer.send(commands.fin(msg.id))
         await consumer.nothing_for(0.5)
+    finally:
+        for idle in waiting:
+            await idle.aclose()
     await until(lambda: holds(new, 0, 0), what="nothing left on the new leader")
     clean(*followers)
 
