@@ -78,15 +78,18 @@ class Waiting:
         return on_disk + (self.own.disk_depth if self.own is not None else 0)
 
     def has_waiting(self) -> bool:
-        own = self.own
-        return (bool(self.requeued) or (own is not None and own.has_ready())
+        return (bool(self.requeued) or self._own_has_ready()
                 or self.cursor.read < self.topic.visible_end)
 
     # -- which comes next ----------------------------------------------------------------------
-    def own_ready(self) -> bool:
+    def _own_has_ready(self) -> bool:
+        """The own queue has messages to hand out now, and may (not on a follower of a
+        replicated topic)."""
         own = self.own
-        return (own is not None and own.has_ready()
-                and self.requeued.own_turn <= self.cursor.read)
+        return own is not None and own.has_ready() and self.topic.delivers_own
+
+    def own_ready(self) -> bool:
+        return self._own_has_ready() and self.requeued.own_turn <= self.cursor.read
 
     def requeued_ready(self) -> bool:
         return self.requeued.ready(self.cursor.read)
@@ -96,7 +99,7 @@ class Waiting:
         turn comes."""
         first = self.requeued.next_turn()
         turns = [first] if first is not None else []
-        if self.own is not None and self.own.has_ready():
+        if self._own_has_ready():
             turns.append(self.requeued.own_turn)
         return min(turns) - self.cursor.read if turns else READ_BATCH
 

@@ -33,6 +33,12 @@ class Replicas(Protocol):
         only, True once sent to its leader and acknowledged. Raises ``StoreFailed``."""
         ...
 
+    async def hold(self, topic: str) -> bool:
+        """``topic``, which this node does not have, placed as ``publish_new`` places it
+        (lmstfy's queue, before its first job); whether this node holds it (as its role
+        says) rather than other nodes only. Raises ``StoreFailed``."""
+        ...
+
     async def change(self, topic: str, replicas: int, *, forwarded: str | None) -> None:
         """``/topic/replicas``: done by the leader, forwarded to it from another node
         (``forwarded``: the node that forwarded it here). Raises ``HttpError``."""

@@ -40,6 +40,9 @@ class Replica(Protocol):
     @property
     def deliver_end(self) -> int: ...
 
+    @property
+    def delivering(self) -> bool: ...
+
     def check_publish(self) -> None: ...
 
     def published(self) -> None: ...
@@ -113,6 +116,14 @@ class Topic:
         end = self.paused_at if self.paused else self.log.end
         replica = self.replica
         return end if replica is None else min(end, replica.deliver_end)
+
+    @property
+    def delivers_own(self) -> bool:
+        """Whether its channels may deliver what they hold apart from the log (their own
+        queues): always, but a replicated topic's only while it leads (a follower's are
+        copies of its leader's: docs/design/replication.md)."""
+        replica = self.replica
+        return replica is None or replica.delivering
 
     def hold_until_started(self) -> None:
         """Hold what is published until ``start`` (the lookupds are asked for channels)."""

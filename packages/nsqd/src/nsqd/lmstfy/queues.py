@@ -25,7 +25,7 @@ import trio
 
 from ..broker import Broker
 from ..channel import Channel
-from ..errors import LogError
+from ..errors import LogError, StoreFailed
 from ..message import Job, QueuedMessage
 from . import ids, names
 from .state import State
@@ -54,8 +54,21 @@ class JobQueues:
         return topic.channels.get(names.CHANNEL) if topic is not None else None
 
     async def _open(self, namespace: str, queue: str) -> Channel:
+        """The queue's channel, made if needed. With --etcd-endpoints a queue's topic this
+        node does not have is placed first, as a first publish places a topic
+        (``--default-replicas``; docs/design/replication.md).
+
+        Raises:
+            StoreFailed: it could not be placed, or is placed on other nodes only (its jobs
+                go to its leader's lmstfy).
+        """
         broker = self.broker
-        topic = broker.get_topic(names.topic_name(namespace, queue))
+        name = names.topic_name(namespace, queue)
+        cluster = broker.replication
+        if cluster is not None and name not in broker.topics and not await cluster.hold(name):
+            raise StoreFailed(f"the queue's topic {name} is placed on other nodes: "
+                              "publish on its leader")
+        topic = broker.get_topic(name)
         channel = topic.channels.get(names.CHANNEL)
         if channel is None:
             channel = broker.get_channel(topic, names.CHANNEL)

@@ -18,8 +18,18 @@ import math
 from typing import TYPE_CHECKING
 
 from .. import cursorfile
+from .private import PrivateShipped
+from .private import apply_cursor as apply_private_cursor
+from .private import apply_records as apply_private_records
 from .settings import DELETED, apply_channel, apply_topic, channel_record, durable, topic_record
-from .wire import CHANNEL_SETTINGS, CURSOR, TOPIC_SETTINGS, encode_channel_records
+from .wire import (
+    CHANNEL_SETTINGS,
+    CURSOR,
+    PRIVATE_CURSOR,
+    PRIVATE_RECORDS,
+    TOPIC_SETTINGS,
+    encode_channel_records,
+)
 
 if TYPE_CHECKING:
     from ..broker import Broker
@@ -42,33 +52,62 @@ class Shipped:
         #: channel's (kind 1)
         self._settings: dict[str, dict[str, bytes]] = {}
         self._at: dict[str, float] = {}
+        #: the channels' internal logs sent, per topic (``replication.private``)
+        self._private: dict[str, PrivateShipped] = {}
+        #: the leader's epoch each topic's records were sent at
+        self._epochs: dict[str, int] = {}
 
-    def due(self, topic: Topic, holds: int, now: float) -> bytes:
+    async def due(self, topic: Topic, holds: int, now: float, *, epoch: int = 0,
+                  budget: int = 1 << 20) -> bytes:
         """Channel records of ``topic`` to send now to a follower holding every record
-        below ``holds``; what they say is taken as sent."""
-        if now - self._at.get(topic.name, -math.inf) < CURSOR_SHIP_INTERVAL:
+        below ``holds``; what they say is taken as sent. ``epoch``: the leader's (what was
+        sent at another is sent again: the follower may hold another leader's);
+        ``budget``: about how many bytes of internal logs' records to send at most. May
+        wait for the disk (internal logs' records), never between the look at a channel's
+        internal logs and at its cursors (``replication.private``'s order)."""
+        name = topic.name
+        if now - self._at.get(name, -math.inf) < CURSOR_SHIP_INTERVAL:
             return b""
-        sent = self._sent.setdefault(topic.name, {})
-        settings = self._settings.setdefault(topic.name, {})
-        records = self._settings_due(topic, sent, settings)
-        for name, channel in topic.channels.items():
+        if self._epochs.get(name, epoch) != epoch:
+            self._forget(name)
+        self._epochs[name] = epoch
+        private = self._private.setdefault(name, PrivateShipped())
+        logs = await private.records(durable(topic), budget)
+        sent = self._sent.setdefault(name, {})
+        settings = self._settings.setdefault(name, {})
+        # (settings first: they make a channel a follower lacks; records before cursors;
+        # none of a channel deleted during the wait, after its deletion)
+        records = self._settings_due(topic, sent, settings, private)
+        records += [record for channel, record in logs
+                    if topic.channels.get(channel.name) is channel]
+        for cname, channel in topic.channels.items():
             if channel.cursor.journal is None:  # ephemeral: never replicated
                 continue
             state = channel.cursor_state()
             if state.mark_delete > holds:
                 continue  # (sent once the follower has the records below it)
+            private_cursors = private.cursors(channel)
+            if private_cursors is None:
+                continue  # (sent once every record of its internal logs is)
+            records += private_cursors
             payload = cursorfile.encode(state)
-            if sent.get(name) != payload:
-                sent[name] = payload
-                records.append((name, CURSOR, payload))
+            if sent.get(cname) != payload:
+                sent[cname] = payload
+                records.append((cname, CURSOR, payload))
         if not records:
             return b""
-        self._at[topic.name] = now
+        self._at[name] = now
         return encode_channel_records(records)
 
+    def _forget(self, topic: str) -> None:
+        self._sent.pop(topic, None)
+        self._settings.pop(topic, None)
+        self._private.pop(topic, None)
+        self._at.pop(topic, None)
+
     @staticmethod
-    def _settings_due(topic: Topic, sent: dict[str, bytes], settings: dict[str, bytes]
-                      ) -> list[tuple[str, int, bytes]]:
+    def _settings_due(topic: Topic, sent: dict[str, bytes], settings: dict[str, bytes],
+                      private: PrivateShipped) -> list[tuple[str, int, bytes]]:
         """Kind 0 and 1 records that differ from what was sent (``settings``): the
         topic's first, then each durable channel's, and a deleted channel's last record;
         a deleted channel's cursor is forgotten (sent again if it is made again)."""
@@ -81,6 +120,7 @@ class Shipped:
         for name in [n for n in settings if n and n not in channels]:
             del settings[name]
             sent.pop(name, None)
+            private.forget(name)
             records.append((name, CHANNEL_SETTINGS, DELETED))
         for name, channel in channels.items():
             record = channel_record(channel)
@@ -116,10 +156,19 @@ async def apply_cursor(broker: Broker, replica: Replica, channel_name: str,
 
 async def apply_record(broker: Broker, replica: Replica, channel_name: str, kind: int,
                        payload: bytes) -> None:
-    """A follower takes one channel record of the leader's (kinds 0, 1 and 2)."""
+    """A follower takes one channel record of the leader's (kinds 0 to 4).
+
+    Raises:
+        wire.WireError: an internal log's records malformed.
+        LogError: they could not be stored (``private.apply_records``).
+    """
     if kind == TOPIC_SETTINGS:
         apply_topic(broker, replica, payload)
     elif kind == CHANNEL_SETTINGS:
         apply_channel(broker, replica, channel_name, payload)
     elif kind == CURSOR:
         await apply_cursor(broker, replica, channel_name, payload)
+    elif kind == PRIVATE_RECORDS:
+        await apply_private_records(broker, replica, channel_name, payload)
+    elif kind == PRIVATE_CURSOR:
+        await apply_private_cursor(broker, replica, channel_name, payload)

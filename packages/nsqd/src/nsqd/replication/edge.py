@@ -70,6 +70,15 @@ class Edge:
         return coordinator.node in placement.nodes
 
     async def publish_new(self, topic: str, msgs: list[QueuedMessage] | Records) -> bool:
+        return await self._first_publish(topic, msgs)
+
+    async def hold(self, topic: str) -> bool:
+        return not await self._first_publish(topic, None)
+
+    async def _first_publish(self, topic: str, msgs: list[QueuedMessage] | Records | None
+                             ) -> bool:
+        """``publish_new``'s placing; with no ``msgs`` (``hold``), True once it is seen
+        placed on other nodes only, sending nothing."""
         coordinator = self.coordinator
         try:
             here = await self.create(topic, None)
@@ -83,6 +92,8 @@ class Edge:
                 view = coordinator.view.topics.get(topic)
                 if (not here and view is not None and view.placement is not None
                         and self.node not in view.placement.nodes and view.leader is not None):
+                    if msgs is None:
+                        return True
                     if self.forward is None:
                         raise StoreFailed(f"topic {topic} is placed on other nodes")
                     await self.forward(view.leader[1].node, topic, msgs)

@@ -83,7 +83,8 @@ class Fetcher:
                         try:
                             await self._session(stream)
                         except (trio.BrokenResourceError, trio.ClosedResourceError,
-                                trio.TooSlowError, EOFError, wire.WireError) as exc:
+                                trio.TooSlowError, EOFError, wire.WireError,
+                                LogError) as exc:  # (LogError: a channel record not stored)
                             log.info("replication: fetching from %s: %s", self.leader,
                                      exc or type(exc).__name__)
                         except Exception:  # a bug: logged, and this connection only ends

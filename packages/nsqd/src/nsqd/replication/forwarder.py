@@ -128,12 +128,15 @@ def _forward_body(msgs: list[QueuedMessage] | Records) -> tuple[int, int, bytes]
     """FORWARD's kind, defer and body for what a client published.
 
     Raises:
-            StoreFailed: messages FORWARD cannot carry (an expiry of their own).
+            StoreFailed: messages FORWARD cannot carry (an expiry of their own, lmstfy's
+                jobs: their tries, TTL and delay).
     """
     if isinstance(msgs, Records):
         bodies = [r[HEADER_SIZE:] for r in msgs]
         defer_ms = 0
     else:
+        if any(m.is_job for m in msgs):
+            raise StoreFailed("a job is published on its queue's leader only")
         if any(m.expires for m in msgs):
             raise StoreFailed("a message with a TTL is published on the leader only")
         bodies = [m.body for m in msgs]

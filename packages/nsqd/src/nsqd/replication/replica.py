@@ -112,6 +112,12 @@ class Replica:
         else nothing."""
         return self.hw if self.leading and not self.fenced() else 0
 
+    @property
+    def delivering(self) -> bool:
+        """Whether the topic's channels may deliver at all (their own queues too): while
+        leading and not fenced."""
+        return self.leading and not self.fenced()
+
     # -- the fence ---------------------------------------------------------------------------
     def fenced(self) -> bool:
         """A leader whose lease may have expired (docs/design/replication.md, "The fence"):
@@ -162,7 +168,11 @@ class Replica:
             self.followers = {n: Progress(caught_up_at=now) for n in isr if n != self.node}
             log.info("replication: topic %s: leading at epoch %d from offset %d (HW %d)",
                      self.topic.name, epoch, self.epoch_start, self.hw)
+        was_leading = self.leading
         self.leading, self.leader, self.epoch = True, self.node, epoch
+        if not was_leading:  # (what they hold apart from the log, their own queues, may go)
+            for channel in self.topic.channels.values():
+                channel.changed()
         self.eligible = True
         self.set_isr(isr, replicas, revision)
 

@@ -151,7 +151,8 @@ class ReplicationServer:
             return TopicData(ask.topic, wire.OUT_OF_RANGE, replica.epoch, replica.hw, start,
                              log_.end), None
         progress = replica.fetched(follower, ask.offset, ask.flags)
-        channels = shipped.due(replica.topic, ask.offset, self.now())
+        channels = await shipped.due(replica.topic, ask.offset, self.now(),
+                                     epoch=replica.epoch, budget=max(max_bytes, 1))
         if ask.offset >= log_.end:
             return TopicData(ask.topic, wire.NONE, replica.epoch, replica.hw, start,
                              ask.offset, channels=channels), None if channels else replica

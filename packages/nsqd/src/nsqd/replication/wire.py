@@ -49,8 +49,9 @@ ETCD_UNREACHABLE = 1
 #: FORWARD kinds
 PUB, MPUB, DPUB = range(1, 4)
 
-#: channel record kinds (in DATA after the batches)
-TOPIC_SETTINGS, CHANNEL_SETTINGS, CURSOR = range(3)
+#: channel record kinds (in DATA after the batches): a topic's settings, a channel's, its
+#: cursor, records of one of its internal logs, that log's cursor (``replication.private``)
+TOPIC_SETTINGS, CHANNEL_SETTINGS, CURSOR, PRIVATE_RECORDS, PRIVATE_CURSOR = range(5)
 
 _FRAME = struct.Struct(">IB")
 _U8 = struct.Struct(">B")
