@@ -196,11 +196,13 @@ async def test_a_replicated_lmstfy_namespace_keeps_its_jobs_delays_tries_and_dea
     for n in followers:
         await until(lambda d=n.nsqd: f"fetching from leader {node_of(leader.nsqd)}"
                     in d.output(), timeout=FAILOVER)
-    # a job on a follower: refused (forwarding would lose its tries, TTL and delay)
-    r = await followers[0].put(b"elsewhere", tries=2)
-    assert (r.status_code, r.json()) == (500, {"error": "internal error"})
+    # a job on a follower: sent on to the leader's lmstfy, with its tries
+    elsewhere = await followers[0].publish(b"elsewhere", tries=2)
     assert [j["job_id"] for j in await leader.consume(ttr=60)] == [acked]
     assert (await leader.api("DELETE", f"/q/job/{acked}")).status_code == 204
+    [job] = await followers[1].consume(ttr=60)
+    assert (job["job_id"], job["remain_tries"]) == (elsewhere, 1)
+    assert (await followers[1].api("DELETE", f"/q/job/{elsewhere}")).status_code == 204
     tried = await leader.publish(b"tried", tries=3)
     dying = [await leader.publish(b"dying%d" % i, tries=1) for i in range(3)]
     taken = await leader.consume(count=4, ttr=1)

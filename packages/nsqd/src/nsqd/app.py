@@ -200,9 +200,11 @@ def _replication() -> Callable[[Options, Broker], Awaitable[None]]:
         leader (``DataPath.hold_replicas``): none takes a publish or delivers before etcd
         says what it is. Followers' fetch connections are served from now on."""
         tcp_port = opts.broadcast_tcp_port or broker.tcp_port
+        lmstfy = broker.lmstfy_addresses[0] if broker.lmstfy_addresses else ""
         info = NodeInfo(join_host_port(opts.broadcast_address, tcp_port),
                         opts.broadcast_address, tcp_port,
-                        opts.broadcast_http_port or broker.http_port, version_string("nsqd"))
+                        opts.broadcast_http_port or broker.http_port, version_string("nsqd"),
+                        lmstfy_port=int(lmstfy.rpartition(":")[2]) if lmstfy else 0)
         coordinator = Coordinator(etcd_endpoints({"etcd_endpoints": opts.etcd_endpoints}),
                                   info, broker.clock, local=broker,
                                   down_timeout=opts.replica_down_timeout)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import socket
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -75,6 +76,7 @@ from .http_jobs import JobApi, configure_channel, message_json
 from .message import QueuedMessage
 from .options import Options, Settings
 from .record import Records, decode_record
+from .relay import Relay
 from .replicas import FORWARDED
 from .stats import stats, stats_text
 from .topic import STARTS, Topic
@@ -400,6 +402,31 @@ def _hostname() -> str:
     return socket.gethostname()
 
 
+#: the routes that change what a channel holds outside delivery: with --etcd-endpoints, on a
+#: placed topic answered by its leader (a follower's change would be lost, or undone by the
+#: leader's next records), forwarded to it from any other node (``nsqd.relay``)
+LEADERS_ONLY = frozenset({"/topic/empty", "/channel/empty", "/channel/rewind",
+                          "/channel/deadletter/respawn", "/channel/deadletter/empty"})
+
+
+def led(broker: Broker, relay: Relay,
+        handler: Callable[[Request], Awaitable[Response]]
+        ) -> Callable[[Request], Awaitable[Response]]:
+    """``handler``, answered by the topic's leader when another node leads it."""
+    async def route(request: Request) -> Response:
+        if broker.replication is None:
+            return await handler(request)
+        topic = request.query_params.get("topic")
+        url = (await relay.leader_of(topic, forwarded=relay.forwarded(request))
+               if topic else None)
+        if url is None:
+            return await handler(request)
+        body = await read_limited(request, broker.opts.max_body_size, "BODY_TOO_BIG")
+        return await relay.relay(url, request, body)
+
+    return route
+
+
 def build_app(broker: Broker) -> ASGIApp:
     """nsqd's HTTP API: a ``Router`` (its routes called directly by ``serve_http``), behind
     ``--tls-required``'s gate when set."""
@@ -417,6 +444,7 @@ def build_app(broker: Broker) -> ASGIApp:
 
     router = Router(error_log=lambda line, exc: log.error(line, exc_info=exc),
                     translate=_translate)
+    relay = Relay(broker, "http", keep=False)
     for method, path, handler in (
         ("GET", "/ping", api.ping),
         ("GET", "/info", api.info),
@@ -450,6 +478,8 @@ def build_app(broker: Broker) -> ASGIApp:
         ("PUT", "/config/:opt", api.config),
         ("GET", "/openapi.json", openapi_json),
     ):
+        if path in LEADERS_ONLY and broker.opts.etcd_endpoints:
+            handler = led(broker, relay, handler)
         router.add(method, path, handler, logged=False)  # (Go's nsqd logs no API request)
     if broker.opts.etcd_endpoints:  # a replication cluster's route only (none in Go's nsqd)
         router.add("POST", "/topic/replicas", api.topic_replicas, logged=False)

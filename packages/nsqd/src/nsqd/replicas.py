@@ -50,6 +50,18 @@ class Replicas(Protocol):
         not placed (a local topic, deleted as nsqd deletes one). Raises ``HttpError``."""
         ...
 
+    def leader_url(self, topic: str, listener: str) -> str | None:
+        """Where a request on ``topic`` only its leader answers goes: None when it is not
+        placed, or led here (answered here); else ``http://host:port`` of the leader's
+        ``listener`` (``"http"``: its HTTP API, ``"lmstfy"``: its lmstfy data API), ``""``
+        while no leader, or none with that listener, is known. A dict lookup for a topic
+        that is not placed."""
+        ...
+
+    async def changed(self) -> None:
+        """Return when the cluster's view (leaders, nodes) next changes."""
+        ...
+
     def describe(self, topic: str) -> dict[str, Any] | None:
         """``topic``'s ``replication`` object of /stats; None when it is not placed."""
         ...

@@ -27,6 +27,7 @@ from starlette.responses import Response
 
 from ..errors import Exiting, StoreFailed
 from . import ids, names
+from .leaders import Leaders
 from .queues import JobQueues, consumed_job_text, job_json
 from .state import State
 from .throttle import Throttle
@@ -428,9 +429,16 @@ def _raw_elements(text: str, count: int) -> list[bytes]:
     return out
 
 
-def build_data_app(queues: JobQueues, state: State, throttle: Throttle) -> Router:
-    """lmstfy's data API as a ``Router`` (``serve_http`` calls its routes directly)."""
+def build_data_app(queues: JobQueues, state: State, throttle: Throttle,
+                   leaders: Leaders | None = None) -> Router:
+    """lmstfy's data API as a ``Router`` (``serve_http`` calls its routes directly); with
+    ``leaders``, a queue led by another node is answered by it (``lmstfy.leaders``)."""
     api = DataApi(queues, state, throttle)
+
+    def checked(request: Request) -> str:
+        namespace = api._queue(request)[0]
+        return api._token(request, namespace)
+
     router = Router(gin_conventions(HttpError(404, "api not found")), error_log=log_bug,
                     translate=translate)
     routes: list[tuple[str, str, Endpoint]] = [
@@ -443,5 +451,12 @@ def build_data_app(queues: JobQueues, state: State, throttle: Throttle) -> Route
         ("GET", "/deadletter/size", api.dead_letter_size),
     ]
     for method, tail, endpoint in routes:
+        if leaders is not None:
+            if endpoint == api.consume:
+                endpoint = leaders.consume_route(endpoint)
+            else:
+                endpoint = leaders.queue_route(
+                    endpoint, publish=endpoint in (api.publish, api.publish_bulk),
+                    check=checked)
         router.add(method, "/api/:namespace/:queue" + tail, endpoint, logged=False)
     return router

@@ -158,6 +158,24 @@ class Edge:
         if answer.status_code != 200:
             raise HttpError(answer.status_code, _message(answer))
 
+    def leader_url(self, topic: str, listener: str) -> str | None:
+        coordinator = self.coordinator
+        view = coordinator.view.topics.get(topic)
+        if view is None or view.placement is None:
+            return None
+        role = coordinator.roles.get(topic)
+        if role is not None and role.leading:
+            return None
+        node = coordinator.view.nodes.get(view.leader[1].node) if view.leader else None
+        if node is None:
+            return ""
+        info = node[1]
+        port = info.lmstfy_port if listener == "lmstfy" else info.http_port
+        return f"http://{join_host_port(info.broadcast_address, port)}" if port else ""
+
+    async def changed(self) -> None:
+        await self.coordinator.reconciled.wait()
+
     @property
     def node(self) -> str:
         return self.coordinator.node

@@ -71,15 +71,22 @@ class NodeInfo:
     tcp_port: int
     http_port: int
     version: str = ""
+    #: the port of its lmstfy data API (0: none; absent from the value then, and in the
+    #: values of nodes that predate it)
+    lmstfy_port: int = 0
 
     def encode(self) -> bytes:
-        return _dump(attrs.asdict(self))
+        value = attrs.asdict(self)
+        if not self.lmstfy_port:
+            del value["lmstfy_port"]
+        return _dump(value)
 
     @classmethod
     def decode(cls, data: bytes) -> NodeInfo:
         v = _load(data)
         return cls(str(v["node"]), str(v["broadcast_address"]), int(v["tcp_port"]),
-                   int(v["http_port"]), str(v.get("version", "")))
+                   int(v["http_port"]), str(v.get("version", "")),
+                   int(v.get("lmstfy_port", 0)))
 
 
 @attrs.frozen

@@ -1,0 +1,138 @@
+"""Requests only a replicated topic's leader answers, relayed to it over HTTP from the node
+that took them (docs/design/replication.md, "Forwarding"): lmstfy's data API (``lmstfy.api``)
+and NSQ's routes that change a channel's holdings outside delivery (``http_api``).
+
+The request goes as it came (method, path, query, body, headers but the hop's own) to the
+leader's listener with ``X-NSQ-Forwarded-By``, and the leader's answer comes back as it is
+(status, body, and its headers but the hop's own). A forwarded request is never forwarded
+again: a node that takes one for a topic it does not lead answers 503
+``LEADER_UNAVAILABLE`` (the leader changed meanwhile: to be sent again), as it does when no
+leader is seen within ``LEADER_WITHIN`` or the leader cannot be reached. Without
+``--etcd-endpoints``, or for a topic that is not placed or is led here, nothing of this runs
+but an attribute test and a dict lookup.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import trio
+from nsq_serving import HttpError
+from starlette.requests import Request
+from starlette.responses import Response
+
+from .replicas import FORWARDED
+
+if TYPE_CHECKING:
+    import httpx
+
+    from .broker import Broker
+
+log = logging.getLogger("nsqd")
+
+#: seconds a leader has to answer a relayed request (beyond a long poll's own wait)
+RELAY_TIMEOUT = 30.0
+#: seconds a request waits for its topic's leader to be known (a failover under way)
+LEADER_WITHIN = 10.0
+#: the hop's own headers, not relayed either way
+_HOP = frozenset({b"host", b"content-length", b"connection", b"keep-alive", b"transfer-encoding",
+                  b"te", b"upgrade", b"proxy-connection", b"expect",
+                  FORWARDED.lower().encode()})
+_HOP_ANSWER = frozenset({"content-length", "connection", "keep-alive", "transfer-encoding",
+                         "date", "server", "content-encoding"})
+
+
+class Relay:
+    """The relaying of one listener's requests (``listener``: ``"http"`` or ``"lmstfy"``)."""
+
+    def __init__(self, broker: Broker, listener: str, *, keep: bool = True) -> None:
+        self.broker = broker
+        self.listener = listener
+        self.keep = keep  # one pool of connections to the leaders (False: one per request)
+        self._client: httpx.AsyncClient | None = None
+
+    def forwarded(self, request: Request) -> bool:
+        return any(key == _FORWARDED_KEY for key, _ in request.scope["headers"])
+
+    def leader_url(self, topic: str) -> str | None:
+        """None: answered here (no cluster, the topic not placed, or led here)."""
+        cluster = self.broker.replication
+        return None if cluster is None else cluster.leader_url(topic, self.listener)
+
+    async def leader_of(self, topic: str, *, forwarded: bool) -> str | None:
+        """``leader_url``, waiting up to ``LEADER_WITHIN`` for a leader to be known; a
+        forwarded request for a topic not led here is refused (one hop only)."""
+        url = self.leader_url(topic)
+        if url is None:
+            return None
+        if forwarded:
+            raise HttpError(503, "LEADER_UNAVAILABLE")
+        with trio.move_on_after(LEADER_WITHIN):
+            while url == "":
+                cluster = self.broker.replication
+                if cluster is None:
+                    break
+                await cluster.changed()
+                url = self.leader_url(topic)
+                if url is None:
+                    return None  # it leads here now
+        if not url:
+            raise HttpError(503, "LEADER_UNAVAILABLE")
+        return url
+
+    async def relay(self, url: str, request: Request, body: bytes, *, path: str | None = None,
+                    wait: float = 0.0) -> Response:
+        """``request`` sent to ``url`` (the leader's listener), its answer given back
+        (``path``: another path than the request's; ``wait``: seconds the leader may hold
+        it beyond ``RELAY_TIMEOUT``, a long poll's)."""
+        import httpx
+
+        client = self._client
+        if client is None:
+            client = httpx.AsyncClient(trust_env=False)
+            if self.keep:
+                self._client = client
+        try:
+            return await self._relay(client, url, request, body, path, wait)
+        finally:
+            if not self.keep:
+                with trio.CancelScope(shield=True):
+                    await client.aclose()
+
+    async def _relay(self, client: httpx.AsyncClient, url: str, request: Request, body: bytes,
+                     path: str | None, wait: float) -> Response:
+        import httpx
+
+        scope = request.scope
+        headers = [(key, value) for key, value in scope["headers"] if key not in _HOP]
+        headers.append((_FORWARDED_KEY, self.node.encode()))
+        target = url + (path if path is not None else scope["path"])
+        query = scope["query_string"]
+        if query:
+            target += "?" + query.decode("latin-1")
+        try:
+            answer = await client.request(
+                scope["method"], target, content=body or None, headers=headers,
+                timeout=RELAY_TIMEOUT + wait)
+        except httpx.HTTPError as exc:
+            log.warning("replication: %s %s not forwarded to %s: %s",
+                        scope["method"], scope["path"], url, exc)
+            raise HttpError(503, "LEADER_UNAVAILABLE") from None
+        kept = {key: value for key, value in answer.headers.items()
+                if key.lower() not in _HOP_ANSWER}
+        return Response(answer.content, answer.status_code, headers=kept)
+
+    @property
+    def node(self) -> str:
+        cluster = self.broker.replication
+        return cluster.node if cluster is not None else ""
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            with trio.CancelScope(shield=True):
+                await self._client.aclose()
+            self._client = None
+
+
+_FORWARDED_KEY = FORWARDED.lower().encode()
