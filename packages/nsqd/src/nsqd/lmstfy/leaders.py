@@ -7,10 +7,10 @@ answer given back, so a client of any node works as producers of any node do
   letters, respawn) goes to its leader. A first job of a queue no node has places its topic
   first (as ``JobQueues._open`` would), once its names and token are good here; placed on
   other nodes only, the job goes to the leader.
-- A consume of several queues goes where they are led: all on one other node, to it; some
-  led here, the ones led here only are looked at (those led elsewhere are left to their
-  leaders' clients); none here and several leaders, to the first queue's leader with the
-  queues it leads.
+- A consume of several queues goes where they are led: some led here, the ones led here
+  only are looked at (those led elsewhere are left to their leaders' clients); else to the
+  leader of the first queue led elsewhere, with the queues it leads (all of them when one
+  node leads them all; queues no node has hold nothing and are left out).
 - A queue not placed, or led here, is answered here as without etcd.
 """
 
@@ -90,15 +90,18 @@ class Leaders:
             forwarded = relay.forwarded(request)
             if forwarded:
                 raise HttpError(503, "LEADER_UNAVAILABLE")
-            here = [q for q, url in zip(queues, urls, strict=True) if url is None]
+            topics = self.broker.topics
+            here = [q for q, url in zip(queues, urls, strict=True)
+                    if url is None and names.topic_name(namespace, q) in topics]
             if here:
                 request.scope["path_params"] = {**params, "queue": ",".join(here)}
                 return await endpoint(request)
-            first = await relay.leader_of(names.topic_name(namespace, queues[0]),
+            i = next(i for i, url in enumerate(urls) if url is not None)
+            first = await relay.leader_of(names.topic_name(namespace, queues[i]),
                                           forwarded=False)
-            if first is None:  # the first queue is led here now
+            if first is None:  # led here now
                 return await endpoint(request)
-            urls[0] = first
+            urls[i] = first
             led = [q for q, url in zip(queues, urls, strict=True) if url == first]
             answer: Response | None = None
             async with while_connected(request):
