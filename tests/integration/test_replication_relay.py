@@ -16,9 +16,10 @@ from nsq_testing import Daemon, Etcd, WireClient, until
 from nsqd import cursorfile
 from nsqd.replicas import FORWARDED
 from nsqd.replication.etcd import EtcdClient
+from nsqd.replication.keys import NodeInfo, node_key
 from nsqd.replication.placement import place
 
-from .test_replication_data import FAILOVER, clean, data_path, joined, node_of
+from .test_replication_data import FAILOVER, clean, data_path, joined, node_of, start_node
 from .test_replication_private import (
     CHANNEL,
     QUEUE_TOPIC,
@@ -99,17 +100,18 @@ async def test_an_lmstfy_client_of_a_follower_works_and_goes_on_across_the_leade
     assert [data(j) for j in taken] == ["first", "job0", "job1", "job2"]
     assert [j["remain_tries"] for j in taken[1:]] == [1, 1, 1]  # its tries went along
     assert [j["job_id"] for j in taken[1:]] == published[:3]
-    # a long poll through the follower: answered when a job comes to the leader
+    # a long poll through the follower (with a queue no node has: left out), answered when
+    # a job comes due on the leader (delayed: it waits, whenever the poll arrived)
     waited: list[dict[str, Any]] = []
 
     async def wait_for_job() -> None:
-        r = await sent(client, "GET", "/q", expect=200, ttr=60, timeout=60, count=1)
+        r = await sent(client, "GET", "/q,nowhere", expect=200, ttr=60, timeout=60, count=1)
         waited.append(r.json())
 
     async with trio.open_nursery() as nursery:
         await sent(client, "GET", "/q", expect=200, ttr=60, count=2)  # job3, job4 in flight
         nursery.start_soon(wait_for_job)
-        await sent(followers[1], "PUT", "/q", body=b"late", expect=201)
+        await sent(followers[1], "PUT", "/q", body=b"late", expect=201, delay=3)
     assert [data(j) for j in waited] == ["late"]
     # a request forwarded once is not forwarded again
     async with httpx.AsyncClient(headers={"X-Token": "replicated-namespace-token",
@@ -121,6 +123,12 @@ async def test_an_lmstfy_client_of_a_follower_works_and_goes_on_across_the_leade
         await sent(client, "PUT", f"/q/job/{job_id}", body=b"again-" + job_id.encode(),
                    expect=201)
     await sent(client, "DELETE", f"/q/job/{waited[0]['job_id']}", expect=204)
+    # a queue's first job on the follower: placed, led by it; a consume of both queues
+    # looks at the one led here only (two jobs wait in the other)
+    other = (await sent(client, "PUT", "/other", body=b"other", expect=201)).json()["job_id"]
+    r = await sent(client, "GET", "/q,other", expect=200, ttr=60, count=5)
+    assert [j["job_id"] for j in r.json()] == [other]
+    await sent(client, "DELETE", f"/other/job/{other}", expect=204)
     # the followers hold what the leader holds: every job before the two sent again done
     # with (offsets: "first" 0, job0-job4 1-5, "late" 6, sent again 7 and 8)
     for n in followers:
@@ -175,3 +183,20 @@ async def test_a_dead_letter_respawn_sent_to_a_follower_is_done_by_the_leader(
             await until(lambda d=daemon: holds(d, 0, 0), timeout=FAILOVER,
                         what="no dead letter on the followers")
     clean(*nodes)
+
+
+async def test_the_node_key_says_where_lmstfy_is(
+        run_daemon: Callable[..., Daemon], etcd: Etcd, etcd_client: EtcdClient) -> None:
+    with_lmstfy = Node(run_daemon, etcd).nsqd
+    without = start_node(run_daemon, etcd)
+    await joined(etcd_client, with_lmstfy, without)
+    infos = []
+    for daemon in (with_lmstfy, without):
+        kv = await etcd_client.get(node_key(node_of(daemon)))
+        assert kv is not None
+        infos.append(NodeInfo.decode(kv.value))
+        if daemon is without:
+            assert b"lmstfy_port" not in kv.value  # (as nodes before it wrote it)
+    port = int(with_lmstfy.addresses["LMSTFY"].rpartition(":")[2])
+    assert [info.lmstfy_port for info in infos] == [port, 0]
+    clean(with_lmstfy, without)
