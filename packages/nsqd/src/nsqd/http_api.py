@@ -417,12 +417,12 @@ def led(broker: Broker, relay: Relay,
         if broker.replication is None:
             return await handler(request)
         topic = request.query_params.get("topic")
-        url = (await relay.leader_of(topic, forwarded=relay.forwarded(request))
-               if topic else None)
-        if url is None:
+        if not topic:
             return await handler(request)
-        body = await read_limited(request, broker.opts.max_body_size, "BODY_TOO_BIG")
-        return await relay.relay(url, request, body)
+        return await relay.answered(topic, request, handler, read)
+
+    async def read(request: Request) -> bytes:
+        return await read_limited(request, broker.opts.max_body_size, "BODY_TOO_BIG")
 
     return route
 

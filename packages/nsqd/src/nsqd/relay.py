@@ -15,12 +15,14 @@ but an attribute test and a dict lookup.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import trio
 from nsq_serving import HttpError
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import Message
 
 from .replicas import FORWARDED
 
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
     from .broker import Broker
 
 log = logging.getLogger("nsqd")
+Endpoint = Callable[[Request], Awaitable[Response]]
 
 #: seconds a leader has to answer a relayed request (beyond a long poll's own wait)
 RELAY_TIMEOUT = 30.0
@@ -81,6 +84,38 @@ class Relay:
             raise HttpError(503, "LEADER_UNAVAILABLE")
         return url
 
+    async def answered(self, topic: str, request: Request, local: Endpoint,
+                       read: Callable[[Request], Awaitable[bytes]], *, path: str | None = None,
+                       wait: float = 0.0) -> Response:
+        """``request`` answered by ``local`` when ``topic`` is not placed or is led here, else
+        by its leader (``relay``; ``read``: its body). A leader that cannot be connected to
+        (killed: nothing was sent to it) is looked for again as the view changes, up to
+        ``LEADER_WITHIN``: a new leader elsewhere is sent the request, one here answers it
+        (``local``)."""
+        url = await self.leader_of(topic, forwarded=self.forwarded(request))
+        if url is None:
+            return await local(request)
+        body = await read(request)
+        deadline = trio.current_time() + LEADER_WITHIN
+        while True:
+            try:
+                return await self.relay(url, request, body, path=path, wait=wait)
+            except Unreachable:
+                pass
+            found: str | None = ""
+            with trio.move_on_at(deadline):
+                while found == "":
+                    cluster = self.broker.replication
+                    if cluster is None:
+                        break
+                    await cluster.changed()
+                    found = self.leader_url(topic)
+            if found is None:  # led here now
+                return await local(replayed(request, body))
+            if not found:
+                raise HttpError(503, "LEADER_UNAVAILABLE")
+            url = found
+
     async def relay(self, url: str, request: Request, body: bytes, *, path: str | None = None,
                     wait: float = 0.0) -> Response:
         """``request`` sent to ``url`` (the leader's listener), its answer given back
@@ -115,6 +150,10 @@ class Relay:
             answer = await client.request(
                 scope["method"], target, content=body or None, headers=headers,
                 timeout=RELAY_TIMEOUT + wait)
+        except httpx.ConnectError as exc:  # (nothing sent: it may go to another leader)
+            log.warning("replication: %s %s not forwarded to %s: %s",
+                        scope["method"], scope["path"], url, exc)
+            raise Unreachable from None
         except httpx.HTTPError as exc:
             log.warning("replication: %s %s not forwarded to %s: %s",
                         scope["method"], scope["path"], url, exc)
@@ -136,3 +175,21 @@ class Relay:
 
 
 _FORWARDED_KEY = FORWARDED.lower().encode()
+
+
+class Unreachable(Exception):
+    """The leader could not be connected to: nothing of the request was sent."""
+
+
+def replayed(request: Request, body: bytes) -> Request:
+    """``request`` with its body, already read, to be read again."""
+    given = False
+
+    async def receive() -> Message:
+        nonlocal given
+        if not given:
+            given = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await request.receive()
+
+    return Request(request.scope, receive)

@@ -55,11 +55,7 @@ class Leaders:
             if (publish and not forwarded and check is not None
                     and relay.leader_url(topic) is None):
                 await self._place(request, topic, check)
-            url = await relay.leader_of(topic, forwarded=forwarded)
-            if url is None:
-                return await endpoint(request)
-            body = await self._body(request)
-            return await relay.relay(url, request, body)
+            return await relay.answered(topic, request, endpoint, self._body)
 
         return route
 
@@ -87,8 +83,7 @@ class Leaders:
             urls = [relay.leader_url(names.topic_name(namespace, q)) for q in queues]
             if all(url is None for url in urls):
                 return await endpoint(request)
-            forwarded = relay.forwarded(request)
-            if forwarded:
+            if relay.forwarded(request):
                 raise HttpError(503, "LEADER_UNAVAILABLE")
             topics = self.broker.topics
             here = [q for q, url in zip(queues, urls, strict=True)
@@ -96,18 +91,13 @@ class Leaders:
             if here:
                 request.scope["path_params"] = {**params, "queue": ",".join(here)}
                 return await endpoint(request)
-            i = next(i for i, url in enumerate(urls) if url is not None)
-            first = await relay.leader_of(names.topic_name(namespace, queues[i]),
-                                          forwarded=False)
-            if first is None:  # led here now
-                return await endpoint(request)
-            urls[i] = first
+            first = next(url for url in urls if url is not None)
             led = [q for q, url in zip(queues, urls, strict=True) if url == first]
             answer: Response | None = None
             async with while_connected(request):
-                answer = await relay.relay(first, request, b"",
-                                           path=f"/api/{namespace}/{','.join(led)}",
-                                           wait=_timeout(request))
+                answer = await relay.answered(
+                    names.topic_name(namespace, led[0]), request, endpoint, self._body,
+                    path=f"/api/{namespace}/{','.join(led)}", wait=_timeout(request))
             if answer is None:  # the client went away
                 raise HttpError(404, body={"msg": "no job available"})
             return answer
