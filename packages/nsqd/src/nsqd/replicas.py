@@ -12,7 +12,8 @@ if TYPE_CHECKING:
     from .message import QueuedMessage
     from .record import Records
 
-#: the header of a ``/topic/replicas`` a follower forwards to the leader (never forwarded on)
+#: the header of a request a node forwards to a topic's leader (``/topic/replicas``, and those
+#: ``nsqd.relay`` relays): never forwarded on
 FORWARDED = "X-NSQ-Forwarded-By"
 
 

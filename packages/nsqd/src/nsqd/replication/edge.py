@@ -6,7 +6,8 @@ topic on ``/topic/create``, ``/topic/replicas`` answered by the topic's leader, 
 leader's HTTP port (its node key's ``http_port``) with ``X-NSQ-Forwarded-By``, and the
 leader's answer is given back: any node takes it, as producers need not know the leader. A
 forwarded request is never forwarded again (a leader changing meanwhile answers 503
-``LEADER_UNAVAILABLE``, to be sent again).
+``LEADER_UNAVAILABLE``, to be sent again). ``leader_url`` says where a topic's leader's
+listeners are, for the other requests only the leader answers (``nsqd.relay``).
 
 Answers beyond NSQ: 400 ``INVALID_REPLICAS`` (fewer than 1, or more than the live nodes),
 404 ``TOPIC_NOT_FOUND`` (not placed), 503 ``LEADER_UNAVAILABLE`` (no leader, or it cannot
@@ -166,8 +167,9 @@ class Edge:
         role = coordinator.roles.get(topic)
         if role is not None and role.leading:
             return None
-        node = coordinator.view.nodes.get(view.leader[1].node) if view.leader else None
-        if node is None:
+        leader = view.leader[1].node if view.leader is not None else None
+        node = coordinator.view.nodes.get(leader) if leader is not None else None
+        if node is None or leader == coordinator.node:  # (here, its role not taken yet)
             return ""
         info = node[1]
         port = info.lmstfy_port if listener == "lmstfy" else info.http_port
