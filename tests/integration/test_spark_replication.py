@@ -184,22 +184,19 @@ def rows_of(sink: dict[int, list]) -> list:
     return [row for batch in list(sink.values()) for row in batch]
 
 
-def read_up_to(query, topic: str, end: int) -> bool:
-    """Whether the query has committed a batch ending at ``end`` or past it."""
+def caught_up(query) -> bool:
+    """Whether the query's last batch, committed, ended at the latest offsets it had seen, on
+    every partition (whatever its partitions are)."""
     progress = query.lastProgress or {}
     for source in progress.get("sources") or []:
-        offsets = json.loads(source.get("endOffset") or "{}")
-        if (offsets.get(topic) or {}).get(REPLICATED, -1) >= end:
-            return True
-    return False
-
-
-def hw(cluster: Cluster, topic: str) -> int:
-    """The high watermark the leader reads to (its ``/topic/read`` bound)."""
-    leader = cluster.leader(topic)
-    doc = httpx.get(f"http://{leader.http_address}/topic/read", timeout=DEADLINE,
-                    params={"topic": topic, "offset": str(1 << 62), "n": "1"}).json()
-    return int(doc["latest_offset"]) + 1
+        end = json.loads(source.get("endOffset") or "{}")
+        latest = json.loads(source.get("latestOffset") or "{}")
+        partitions = {(t, k): n for t, per in latest.items() if isinstance(per, dict)
+                      for k, n in per.items()}
+        if not partitions or any((end.get(t) or {}).get(k) != n
+                                 for (t, k), n in partitions.items()):
+            return False
+    return bool(progress)
 
 
 def test_a_replicated_topic_is_one_partition_read_from_any_in_sync_replica(run_daemon, etcd):
@@ -247,9 +244,9 @@ def test_a_replicated_topic_is_read_once_not_once_per_replica(spark, run_daemon,
     sink: dict[int, list] = {}
     query, _ = collected(spark, topic, tmp_path, sink, lookupd=cluster.lookupd.http_address)
     try:
-        wait_progressing(lambda: read_up_to(query, topic, len(bodies)),
+        wait_progressing(lambda: len(rows_of(sink)) >= len(bodies) and caught_up(query),
                          lambda: (len(rows_of(sink)), query.status["message"]),
-                         "the query past every message",
+                         "the query caught up past every message",
                          details=lambda: f"{query.exception()}\n{query.lastProgress}")
         assert query.exception() is None
     finally:
@@ -310,9 +307,9 @@ def test_a_query_across_the_leaders_kill_holds_every_acknowledged_message_once(
         wait_progressing(lambda: producer.sent >= 3000, progress, "every message sent",
                          details=details)
         thread.join(timeout=FAILOVER)
-        end = hw(cluster, topic)
-        wait_progressing(lambda: read_up_to(query, topic, end), progress,
-                         f"the query past offset {end}", details=details)
+        wait_progressing(lambda: set(producer.acked) <= {bytes(r.body) for r in rows_of(sink)}
+                         and caught_up(query), progress,
+                         "every acknowledged message in the sink", details=details)
         assert query.isActive and query.exception() is None, details()
     finally:
         query.stop()
