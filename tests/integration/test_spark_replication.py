@@ -131,10 +131,16 @@ class Producer:
     #: publishing pauses once this many were sent (until raised: the test's pace)
     limit: int = 0
     moved: threading.Condition = attrs.field(factory=threading.Condition)
+    stopped: bool = False
 
     def hold_at(self, limit: int) -> None:
         with self.moved:
             self.limit = limit
+            self.moved.notify_all()
+
+    def stop(self) -> None:
+        with self.moved:
+            self.stopped = True
             self.moved.notify_all()
 
     def run(self) -> None:
@@ -142,7 +148,9 @@ class Producer:
         with httpx.Client(timeout=DEADLINE) as http:
             while self.sent < self.count:
                 with self.moved:
-                    self.moved.wait_for(lambda: self.sent < self.limit)
+                    self.moved.wait_for(lambda: self.sent < self.limit or self.stopped)
+                    if self.stopped:
+                        return
                 bodies = [f"{self.topic}-{i}".encode()
                           for i in range(self.sent, min(self.sent + self.per, self.count))]
                 while True:
@@ -263,11 +271,20 @@ def test_a_replicated_topic_is_read_once_not_once_per_replica(spark, run_daemon,
 
 
 @pytest.fixture
-def producing() -> Iterator[list[threading.Thread]]:
-    """The producer threads a test starts, joined at its end (each stops by itself)."""
-    threads: list[threading.Thread] = []
-    yield threads
-    for thread in threads:
+def producing() -> Iterator[Callable[[Producer], threading.Thread]]:
+    """Starts a producer in a thread of its own; at the test's end, passed or failed, each
+    is stopped and its thread joined (before the cluster stops)."""
+    started_: list[tuple[Producer, threading.Thread]] = []
+
+    def start(producer: Producer) -> threading.Thread:
+        thread = threading.Thread(target=producer.run, daemon=True)
+        started_.append((producer, thread))
+        thread.start()
+        return thread
+
+    yield start
+    for producer, thread in started_:
+        producer.stop()
         thread.join(timeout=FAILOVER)
 
 
@@ -281,9 +298,7 @@ def test_a_query_across_the_leaders_kill_holds_every_acknowledged_message_once(
     cluster = start_cluster(run_daemon, etcd, topic)
     producer = Producer(cluster, topic, 3000)
     producer.hold_at(1000)
-    thread = threading.Thread(target=producer.run, daemon=True)
-    producing.append(thread)
-    thread.start()
+    thread = producing(producer)
     sink: dict[int, list] = {}
     query, _ = collected(spark, topic, tmp_path, sink, lookupd=cluster.lookupd.http_address,
                          timeout="120s")
@@ -301,6 +316,7 @@ def test_a_query_across_the_leaders_kill_holds_every_acknowledged_message_once(
         producer.hold_at(2000)
         wait_progressing(lambda: producer.sent >= 1200, progress, "publishing on")
         old.kill()  # mid-stream: the query is reading, the producer publishing
+        sent_at_kill = producer.sent
         wait_until(lambda: (cluster.replication(topic) or {}).get("leader") not in (
             None, cluster.node_id(old)), timeout=FAILOVER, interval=0.2, what="a new leader")
         producer.hold_at(3000)
@@ -323,5 +339,8 @@ def test_a_query_across_the_leaders_kill_holds_every_acknowledged_message_once(
     offsets = collections.Counter(r.offset for r in rows)
     assert max(offsets.values()) == 1
     assert {r.nsqd for r in rows} == {REPLICATED}
+    # the new leader took publishes, and the query read them from it
+    assert any(int(body.rsplit(b"-", 1)[1]) >= sent_at_kill for body in producer.acked)
+    clean(cluster)
     print(f"acknowledged {len(producer.acked)}, unknown {len(producer.unknown)}, "
           f"of which in the sink {len(set(producer.unknown) & set(counts))}")
