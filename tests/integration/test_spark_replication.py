@@ -225,6 +225,9 @@ def test_a_replicated_topic_is_one_partition_read_from_any_in_sync_replica(run_d
     assert sorted(readers) == sorted(d.http_address for d in cluster.nodes)
     wait_until(lambda: logread.bounds(options, readers, topic) == logread.Bounds(0, 500, readers),
                what="every record below the HW")
+    # named by their HTTP addresses rather than through nsqlookupd: the same one partition
+    direct = parse({"nsqdHttp": ",".join(d.http_address for d in cluster.nodes), "topic": topic})
+    assert replicas.partitions(direct) == found
 
     leader.kill()  # kill -9: the first of the readers refuses every connection now
     part = logread.LogRange(topic, REPLICATED, 100, 500, readers=readers)
@@ -267,6 +270,9 @@ def test_a_replicated_topic_is_read_once_not_once_per_replica(spark, run_daemon,
     assert counts == collections.Counter(bodies)
     assert sorted(r.offset for r in rows) == list(range(len(bodies)))
     assert {(r.topic, r.nsqd) for r in rows} == {(topic, REPLICATED)}
+    batch = (spark.read.format("nsq").option("lookupd", cluster.lookupd.http_address)
+             .option("topic", topic).load().select("body", "offset").collect())
+    assert sorted((r.offset, bytes(r.body)) for r in batch) == list(enumerate(bodies))
     clean(cluster)
 
 
