@@ -371,3 +371,59 @@ def test_a_log_that_went_back_is_data_loss(monkeypatch):
     end = lenient.latestOffset({"t": {"a": 50}}, ReadAllAvailable())
     assert end == {"t": {"a": 20}}  # on from where the log ends now, as Kafka's source
     assert lenient.partitions({"t": {"a": 50}}, end) == []
+
+
+def test_a_replicated_topic_is_asked_of_its_replicas_in_turn(caplog):
+    """retry.first_of: a replica down, answering 5xx or not holding the offset yet passes
+    the call to the next; a round where none answers is tried again; every one saying it
+    does not have the topic is the answer."""
+    import httpx
+    from nsq_spark.errors import UnreachableError
+    from nsq_spark.retry import NotYet, first_of
+
+    clock = FakeTime()
+    asked: list[str] = []
+    behind = {"b": 2}  # rounds in which b's high watermark is still behind
+
+    def attempt(address: str) -> str | None:
+        asked.append(address)
+        if address == "a":
+            raise httpx.ConnectError("refused")
+        if behind["b"]:
+            behind["b"] -= 1
+            raise NotYet("not past 10 yet")
+        return f"from {address}"
+
+    timing = {"sleep": clock.sleep, "clock": lambda: clock.now}
+    caplog.set_level("INFO", logger="nsq_spark")
+    assert first_of(["a", "b"], attempt, who="nsqd", timeout=30, **timing) == "from b"
+    assert asked == ["a", "b", "a", "b", "a", "b"] and clock.pauses == [0.1, 0.2]
+    assert any("a: ConnectError: refused; asked the next" in m for m in caplog.messages)
+    assert any("b: not past 10 yet" in m for m in caplog.messages)
+    assert first_of(["a", "c"], lambda a: None, who="nsqd", timeout=30, **timing) is None
+    with pytest.raises(UnreachableError, match=r"nsqd a, b: no answer for 5 s .*a: ConnectError"):
+        first_of(["a", "b"], lambda a: attempt("a"), who="nsqd", timeout=5, **timing)
+
+
+def test_a_replicated_topic_is_one_partition_whose_end_never_goes_back(monkeypatch):
+    """A replicated topic's partition ("*"): a replica whose high watermark is behind the
+    query's offset (a new leader's, just after a failover) is no data loss and moves the
+    query's offsets back by nothing; its ranges are read from the replicas that were found."""
+    import pickle
+
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    readers = ("leader:4151", "follower:4151")
+    reader = planner(monkeypatch, {("t", "*"): (0, 20, readers)})
+    end = reader.latestOffset({"t": {"*": 50}}, ReadAllAvailable())
+    assert end == {"t": {"*": 50}}
+    assert reader.partitions({"t": {"*": 50}}, end) == []
+    reader = planner(monkeypatch, {("t", "*"): (0, 80, readers)})
+    end = reader.latestOffset({"t": {"*": 50}}, ReadAllAvailable())
+    assert end == {"t": {"*": 80}}
+    (part,) = reader.partitions({"t": {"*": 50}}, end)
+    assert (part.topic, part.nsqd, part.start, part.end) == ("t", "*", 50, 80)
+    assert part.where == readers and pickle.loads(pickle.dumps(part)).where == readers
+    # a partition of one nsqd is read there, as before
+    (alone,) = ranges({("t", "a:1"): 0}, {("t", "a:1"): 5}, {}, readers={("t", "*"): readers})
+    assert alone.where == "a:1" and alone.readers == ()

@@ -165,6 +165,32 @@ def log_partitions(options: Options) -> dict[str, list[str]]:
     return found
 
 
+def nodes_http(options: Options, topic: str) -> dict[str, str]:
+    """The HTTP address of each nsqd by its id as replication names a node (``<broadcast
+    address>:<tcp port>``): those that nsqlookupd names for ``topic`` (``lookupd``), or those
+    of ``nsqdHttp`` that answer ``/info`` (one that does not is left out, and logged)."""
+    if options.lookupd:
+        found = {}
+        for producer in _producers(options, topic):
+            http, tcp = _address(producer, "http_port"), _address(producer, "tcp_port")
+            if http and tcp:
+                found[tcp] = http
+        return found
+    client = retry.client(options)
+
+    def node(address: str) -> tuple[str, str] | None:
+        status, info = retry.get_json(client, nsqd_url(address, "/info"))
+        try:
+            return join_host_port(str(info["broadcast_address"]), int(info["tcp_port"])), address
+        except (KeyError, TypeError, ValueError):
+            log.warning("nsq_spark: nsqd %s: GET /info answered %s without its address", address,
+                        status)
+            return None
+
+    answers = retry.one_of(options.nsqd_http, node, who="nsqd", timeout=options.timeout)
+    return dict(found for found in answers if found is not None)
+
+
 def _all_topics(options: Options) -> list[str]:
     """Every topic nsqlookupd knows (``/topics``), or every nsqd of ``nsqdHttp`` has."""
     http = retry.client(options)

@@ -4,7 +4,9 @@ Each message of a topic has an offset on each nsqd that stores it (0, 1, 2, ... 
 order; they never change). ``/topic/read?topic=T&offset=N&n=K`` answers up to K of them from
 N, with the log's bounds: ``earliest_offset`` (the first still stored) and ``latest_offset``
 (the last, -1 for none). An offset read's position on an nsqd is, as Kafka's, the *next*
-offset to read: a range ``[start, end)``.
+offset to read: a range ``[start, end)``. A replicated topic has the same offsets on every
+replica, and each answers only below its high watermark (``latest_offset`` is the last
+below it): it is read from the first of its replicas that answers (:mod:`.replicas`).
 
 * :func:`bounds`: an nsqd's earliest and next offsets for a topic (the driver, each trigger).
 * :func:`offset_at`: the first offset published at or after a time (``startingTimestamp``).
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import attrs
+import httpx
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
@@ -44,10 +47,17 @@ READ_N = 2500
 PAST_THE_END = (1 << 63) - 2
 
 
+#: Where a log is read: an nsqd's HTTP address, or a replicated topic's replicas (the
+#: addresses asked in turn, :mod:`.replicas`).
+Where = str | tuple[str, ...]
+
+
 @attrs.frozen
 class Bounds:
     earliest: int  # the first offset still stored (``end`` when none is)
     end: int  # the next offset to be given: latest_offset + 1
+    #: a replicated topic's: the HTTP addresses it is read from, its leader first
+    readers: tuple[str, ...] = ()
 
 
 class _Refused(NSQSparkError):
@@ -58,10 +68,31 @@ class _Refused(NSQSparkError):
         self.message = message
 
 
-def _get(options: Options, nsqd: str, topic: str, params: dict[str, str]) -> dict[str, Any] | None:
-    """``/topic/read``'s answer; None when the nsqd does not have the topic."""
-    response = retry.call(retry.client(options), "GET", nsqd, "/topic/read", who="nsqd",
-                          timeout=options.timeout, params={"topic": topic, **params})
+def _get(options: Options, where: Where, topic: str, params: dict[str, str], *,
+         holding: int | None = None) -> dict[str, Any] | None:
+    """``/topic/read``'s answer; None when the nsqd does not have the topic (no replica has
+    it). A replicated topic's replicas are asked in turn, passing over those down and, with
+    ``holding``, those whose high watermark is not past that offset yet."""
+    if isinstance(where, str):
+        response = retry.call(retry.client(options), "GET", where, "/topic/read", who="nsqd",
+                              timeout=options.timeout, params={"topic": topic, **params})
+        return _answer(response, where, topic)
+    http = retry.client(options)
+
+    def ask(nsqd: str) -> dict[str, Any] | None:
+        response = retry.request(http, "GET", nsqd, "/topic/read",
+                                 params={"topic": topic, **params})
+        doc = _answer(response, nsqd, topic)
+        if doc is not None and holding is not None and int(doc["latest_offset"]) < holding:
+            raise retry.NotYet(f"topic {topic} is read there below offset "
+                               f"{int(doc['latest_offset']) + 1} (its high watermark), not past "
+                               f"{holding} yet")
+        return doc
+
+    return retry.first_of(where, ask, who="nsqd", timeout=options.timeout)
+
+
+def _answer(response: httpx.Response, nsqd: str, topic: str) -> dict[str, Any] | None:
     if response.status_code == 200:
         doc: dict[str, Any] = response.json()
         return doc
@@ -83,23 +114,25 @@ def _message(content: bytes) -> str:
         return content[:200].decode("utf-8", "replace")
 
 
-def bounds(options: Options, nsqd: str, topic: str) -> Bounds | None:
-    """The topic's log bounds on this nsqd; None when it does not have the topic.
+def bounds(options: Options, where: Where, topic: str) -> Bounds | None:
+    """The topic's log bounds on this nsqd (on the first of its replicas that answers); None
+    when it does not have the topic.
 
     Raises:
-        UnreachableError: the nsqd did not answer within the timeout option.
+        UnreachableError: the nsqd (no replica) did not answer within the timeout option.
     """
-    doc = _get(options, nsqd, topic, {"offset": str(PAST_THE_END), "n": "1"})
+    doc = _get(options, where, topic, {"offset": str(PAST_THE_END), "n": "1"})
     if doc is None:
         return None
     end = int(doc["latest_offset"]) + 1
-    return Bounds(min(int(doc["earliest_offset"]), end), end)
+    return Bounds(min(int(doc["earliest_offset"]), end), end,
+                  () if isinstance(where, str) else where)
 
 
-def offset_at(options: Options, nsqd: str, topic: str, ms: int) -> int | None:
+def offset_at(options: Options, where: Where, topic: str, ms: int) -> int | None:
     """The offset of the first message stored on this nsqd published at or after ``ms``
     (milliseconds since the epoch); None when there is none (or no such topic)."""
-    doc = _get(options, nsqd, topic, {"timestamp": f"{ms / 1000:.3f}", "n": "1"})
+    doc = _get(options, where, topic, {"timestamp": f"{ms / 1000:.3f}", "n": "1"})
     if doc is None or not doc["messages"]:
         return None
     return int(doc["messages"][0]["offset"])
@@ -108,15 +141,21 @@ def offset_at(options: Options, nsqd: str, topic: str, ms: int) -> int | None:
 @dataclass(repr=False)
 class LogRange(InputPartition):
     """One task of an offset read: ``topic``'s offsets ``start`` to ``end`` (exclusive) on the
-    nsqd at HTTP address ``nsqd``. ``from_earliest``: the range began as "the earliest"
-    (a new nsqd, or ``startingOffsets`` earliest), so a start below what the log still holds
-    is not data loss."""
+    nsqd at HTTP address ``nsqd`` (a replicated topic: ``nsqd`` is ``*``, and it is read from
+    the first of ``readers`` that holds the offsets). ``from_earliest``: the range began as
+    "the earliest" (a new nsqd, or ``startingOffsets`` earliest), so a start below what the
+    log still holds is not data loss."""
 
     topic: str
     nsqd: str
     start: int
     end: int
     from_earliest: bool = False
+    readers: tuple[str, ...] = ()
+
+    @property
+    def where(self) -> Where:
+        return self.readers or self.nsqd
 
     def __repr__(self) -> str:
         return f"LogRange({self.topic} on {self.nsqd}: {self.start}..{self.end})"
@@ -133,8 +172,8 @@ def read_range(options: Options, part: LogRange) -> Iterator[pa.RecordBatch]:
     first = True
     while at < part.end:
         try:
-            doc = _get(options, part.nsqd, part.topic,
-                       {"offset": str(at), "n": str(min(n, part.end - at))})
+            doc = _get(options, part.where, part.topic,
+                       {"offset": str(at), "n": str(min(n, part.end - at))}, holding=at)
         except _Refused as exc:
             if exc.message == "INVALID_N" and n > 1:  # an nsqd with a lower --max-rdy-count
                 n = max(1, n // 4)
@@ -172,7 +211,8 @@ def _batch(messages: list[dict[str, Any]], part: LogRange) -> pa.RecordBatch:
 
 
 def _lost(options: Options, part: LogRange, start: int, end: int, why: str) -> None:
-    text = (f"offsets {start} to {end - 1} of topic {part.topic} on nsqd {part.nsqd} are no "
+    on = f"nsqd {part.nsqd}" if not part.readers else f"its replicas {', '.join(part.readers)}"
+    text = (f"offsets {start} to {end - 1} of topic {part.topic} on {on} are no "
             f"longer stored ({why}): a topic read by offset needs a retention (POST "
             "/topic/create?topic=...&retention=24h) or a channel that holds its messages")
     if options.fail_on_data_loss:

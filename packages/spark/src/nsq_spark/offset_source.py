@@ -6,10 +6,12 @@
          .option("topic", "clicks").option("startingOffsets", "earliest").load()
 
 The offsets are Kafka's kind (:mod:`.positions`): per topic, per nsqd (by HTTP address), the
-next offset to read. Spark keeps them in its own offset log, in the writer's checkpoint, so
-the reader needs no option and keeps no file: a micro-batch is the range between two offsets
-Spark recorded, and reading it again after any crash reads the same messages, as long as
-nsqd still stores them (a retention, or a channel that holds them).
+next offset to read; a replicated topic is one partition, ``*``, read from its leader or
+another in-sync replica (:mod:`.replicas`), so its offsets outlive a failover. Spark keeps
+them in its own offset log, in the writer's checkpoint, so the reader needs no option and
+keeps no file: a micro-batch is the range between two offsets Spark recorded, and reading it
+again after any crash reads the same messages, as long as nsqd still stores them (a
+retention, or a channel that holds them).
 
 The driver side (Spark's calls, in one Python worker of the driver) asks the nsqd for their
 bounds (``/topic/read``) each trigger and plans ranges; the executors read the ranges
@@ -34,7 +36,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from . import discovery, logread
+from . import logread, replicas
 from .errors import DataLossError, OptionError
 from .logread import Bounds, LogRange
 from .options import EARLIEST, LATEST, Options, Position
@@ -51,12 +53,21 @@ def current(options: Options) -> dict[Key, Bounds]:
         UnreachableError: an nsqlookupd or nsqd did not answer within the timeout option.
     """
     found: dict[Key, Bounds] = {}
-    for topic, addresses in discovery.log_partitions(options).items():
-        for nsqd in addresses:
-            b = logread.bounds(options, nsqd, topic)
-            if b is not None:
-                found[(topic, nsqd)] = b
+    for key, readers in replicas.partitions(options).items():
+        b = logread.bounds(options, _where(key, readers), key[0])
+        if b is not None:
+            found[key] = b
     return found
+
+
+def _where(key: Key, readers: tuple[str, ...]) -> logread.Where:
+    """Where a partition is read: its nsqd, or a replicated topic's replicas."""
+    return readers if key[1] == replicas.REPLICATED else key[1]
+
+
+def _on(key: Key) -> str:
+    """The partition, for a message: "on nsqd <address>", or "on its replicas"."""
+    return "on its replicas" if key[1] == replicas.REPLICATED else f"on nsqd {key[1]}"
 
 
 def _named(position: Position, now: dict[Key, Bounds], options: Options, option: str) -> Flat:
@@ -70,13 +81,15 @@ def _named(position: Position, now: dict[Key, Bounds], options: Options, option:
     return given
 
 
-def _at_time(options: Options, key: Key, ms: int, *, starting: bool) -> int | None:
-    found = logread.offset_at(options, key[1], key[0], ms)
+def _at_time(options: Options, key: Key, now: dict[Key, Bounds], ms: int, *,
+             starting: bool) -> int | None:
+    found = logread.offset_at(options, _where(key, now[key].readers if key in now else ()),
+                              key[0], ms)
     if found is not None or not starting:
         return found
     if options.no_match_latest:
         return LATEST
-    raise OptionError(f"no message of topic {key[0]} on nsqd {key[1]} was published at or after "
+    raise OptionError(f"no message of topic {key[0]} {_on(key)} was published at or after "
                       f"{ms} (ms since the epoch); option startingOffsetsByTimestampStrategy="
                       "latest starts such an nsqd at its latest offset instead")
 
@@ -92,15 +105,15 @@ def starting_offsets(options: Options, position: Position, now: dict[Key, Bounds
     elif position.kind == "timestamp":
         assert position.timestamp is not None
         for key in now:
-            out[key] = _starting_at(options, key, position.timestamp)
+            out[key] = _starting_at(options, key, now, position.timestamp)
     elif position.kind == "timestamps":
         for key, ms in _named(position, now, options, "startingOffsetsByTimestamp").items():
-            out[key] = _starting_at(options, key, ms)
+            out[key] = _starting_at(options, key, now, ms)
     return out
 
 
-def _starting_at(options: Options, key: Key, ms: int) -> int:
-    found = _at_time(options, key, ms, starting=True)
+def _starting_at(options: Options, key: Key, now: dict[Key, Bounds], ms: int) -> int:
+    found = _at_time(options, key, now, ms, starting=True)
     assert found is not None  # a start finds an offset, LATEST, or raises
     return found
 
@@ -117,7 +130,7 @@ def ending_offsets(options: Options, position: Position, now: dict[Key, Bounds])
         out = {}
         for key, ms in wanted.items():
             assert ms is not None
-            found = _at_time(options, key, ms, starting=False)
+            found = _at_time(options, key, now, ms, starting=False)
             out[key] = latest.get(key, 0) if found is None else found
         return out
     return latest
@@ -129,14 +142,15 @@ def _data_loss(options: Options, text: str) -> None:
     log.warning("nsq_spark: %s; going on (failOnDataLoss is false)", text)
 
 
-def _earliest(options: Options, start: Flat, end: Flat) -> Flat:
+def _earliest(start: Flat, end: Flat, now: dict[Key, Bounds]) -> Flat:
     """The earliest offset of each partition that a batch reads from its earliest."""
-    out: Flat = {}
-    for key in end:
-        if start.get(key, EARLIEST) == EARLIEST:
-            b = logread.bounds(options, key[1], key[0])
-            out[key] = b.earliest if b is not None else end[key]
-    return out
+    return {key: now[key].earliest if key in now else end[key] for key in end
+            if start.get(key, EARLIEST) == EARLIEST}
+
+
+def _readers(now: dict[Key, Bounds]) -> dict[Key, tuple[str, ...]]:
+    """Where each replicated topic's ranges are read."""
+    return {key: b.readers for key, b in now.items() if b.readers}
 
 
 class OffsetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -149,10 +163,11 @@ class OffsetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._latest: Flat | None = None  # the latest offsets at the last trigger
         self._consumed: Flat | None = None  # where the batch planned then ends
         self._last_trigger: float | None = None  # monotonic time the last batch was planned
+        self._now: dict[Key, Bounds] | None = None  # the partitions at the last trigger
 
     def __getstate__(self) -> dict[str, Any]:
         return {"options": self.options, "_target": None, "_latest": None, "_consumed": None,
-                "_last_trigger": None}
+                "_last_trigger": None, "_now": None}
 
     def initialOffset(self) -> dict[str, Any]:
         position = self.options.starting or Position("latest")  # Kafka's default for streams
@@ -176,15 +191,20 @@ class OffsetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         options = self.options
         begin = flat(start)
-        now = current(options)
+        now = self._now = current(options)
         latest = {key: b.end for key, b in now.items()}
         for key, b in now.items():
             s = begin.get(key)
-            if s is not None and s > b.end:
+            if s is not None and s > b.end and key[1] == replicas.REPLICATED:
+                # Not data loss: a replica whose high watermark is behind answered (the new
+                # leader's after a failover, until its followers have fetched from it); no
+                # replica ever cuts what is committed, and the query read only that.
+                latest[key] = s
+            elif s is not None and s > b.end:
                 # nsqd lost the end of its log (killed with messages only in memory, whose
                 # offsets it gives again), or the topic was deleted and made again: as Kafka,
                 # go on from where the log ends now (this batch reads nothing of it).
-                _data_loss(options, f"the log of topic {key[0]} on nsqd {key[1]} now ends at "
+                _data_loss(options, f"the log of topic {key[0]} {_on(key)} now ends at "
                            f"{b.end - 1}, before offset {s} where the query was: offsets "
                            f"{b.end} to {s - 1} were lost, or the topic was made again")
                 begin[key] = b.end
@@ -230,7 +250,13 @@ class OffsetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         s, e = flat(start), flat(end)
-        return ranges(s, e, _earliest(self.options, s, e),
+        # the bounds seen when this batch was planned; asked again after a restart, or when
+        # the batch reads a partition from its earliest (its first batch: it may have moved)
+        now = self._now
+        if now is None or any(s.get(key, EARLIEST) == EARLIEST or (
+                key[1] == replicas.REPLICATED and key not in now) for key in e):
+            now = current(self.options)
+        return ranges(s, e, _earliest(s, e, now), readers=_readers(now),
                       min_partitions=self.options.min_partitions,
                       max_records=self.options.max_records_per_partition)
 
@@ -261,10 +287,10 @@ class OffsetBatchReader(DataSourceReader):
         for key, e in end.items():
             s = start.get(key, EARLIEST)
             if s > e:
-                raise OptionError(f"topic {key[0]} on nsqd {key[1]}: the read starts at {s}, "
+                raise OptionError(f"topic {key[0]} {_on(key)}: the read starts at {s}, "
                                   f"past where it ends ({e})")
         parts = ranges(start, end, {key: b.earliest for key, b in now.items()},
-                       min_partitions=options.min_partitions,
+                       readers=_readers(now), min_partitions=options.min_partitions,
                        max_records=options.max_records_per_partition)
         log.info("nsq_spark: reading %s from %s: %d ranges", options.what, options.sources,
                  len(parts))

@@ -1,13 +1,14 @@
 """Offsets of a read by offset, as Spark's offset log keeps them, and the arithmetic on them.
 
 An offset, as Kafka's, is ``{"topic": {"nsqd HTTP address": next offset to read}}``: one
-partition per nsqd per topic (offsets are per nsqd). Spark stores what ``latestOffset``
-returns as the end of a micro-batch and hands it back as the start of the next one, and
-compares them as JSON text, so :func:`nest` always sorts the keys. Before the first batch a
-partition may stand at :data:`.EARLIEST` (-2: from the first offset still stored) or
-:data:`.LATEST` (-1: from the end when the first batch is planned, which is then empty for
-it: a batch replayed after a crash must read the same offsets, and "the latest" will have
-moved by then).
+partition per nsqd per topic (offsets are per nsqd), or, for a replicated topic, one
+partition, ``{"topic": {"*": next offset}}`` (offsets are the same on every replica). Spark
+stores what ``latestOffset`` returns as the end of a micro-batch and hands it back as the
+start of the next one, and compares them as JSON text, so :func:`nest` always sorts the
+keys. Before the first batch a partition may stand at :data:`.EARLIEST` (-2: from the first
+offset still stored) or :data:`.LATEST` (-1: from the end when the first batch is planned,
+which is then empty for it: a batch replayed after a crash must read the same offsets, and
+"the latest" will have moved by then).
 
 Planning works on flat maps, ``{(topic, nsqd): offset}`` (:data:`Flat`). Nothing here does
 I/O: :mod:`.offset_source` gives the nsqd's bounds.
@@ -22,7 +23,7 @@ from .logread import Bounds, LogRange
 from .options import EARLIEST, LATEST
 
 Offsets = dict[str, dict[str, int]]
-Key = tuple[str, str]  # (topic, nsqd HTTP address)
+Key = tuple[str, str]  # (topic, nsqd HTTP address, or "*" for a replicated topic: .replicas)
 Flat = dict[Key, int]
 
 #: Messages one task reads when ``maxRecordsPerPartition`` does not say: small enough that a
@@ -82,11 +83,13 @@ def behind(latest: Mapping[Key, int], consumed: Mapping[Key, int]) -> tuple[int,
 
 
 def ranges(start: Mapping[Key, int], end: Mapping[Key, int], earliest: Mapping[Key, int], *,
+           readers: Mapping[Key, tuple[str, ...]] | None = None,
            min_partitions: int | None = None, max_records: int | None = None
            ) -> list[LogRange]:
     """The tasks reading ``start`` to ``end``: a partition missing from ``start`` or at
     EARLIEST is read from its earliest (``earliest``, its bound when planned); one at LATEST,
-    or past its end (its log went back), is empty in this batch.
+    or past its end (its log went back), is empty in this batch. A replicated topic's ranges
+    are read from its ``readers`` (:mod:`.replicas`).
     Each range is cut into pieces of at most ``max_records`` (default
     :data:`DEFAULT_RECORDS_PER_PARTITION`), and further, the largest first, until there are
     ``min_partitions``."""
@@ -114,5 +117,6 @@ def ranges(start: Mapping[Key, int], end: Mapping[Key, int], earliest: Mapping[K
         bounds = [s + (e - s) * k // count for k in range(count + 1)]
         for k in range(count):
             out.append(LogRange(topic, nsqd, bounds[k], bounds[k + 1],
-                                from_earliest=from_earliest and k == 0))
+                                from_earliest=from_earliest and k == 0,
+                                readers=(readers or {}).get((topic, nsqd), ())))
     return out

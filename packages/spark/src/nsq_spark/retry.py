@@ -107,7 +107,7 @@ def retrying(attempt: Callable[[], T], what: str, timeout: float, *,
 
 def _say(exc: BaseException) -> str:
     text = str(exc) or type(exc).__name__
-    return f"{type(exc).__name__}: {text}" if not isinstance(exc, _Failed) else text
+    return f"{type(exc).__name__}: {text}" if not isinstance(exc, _Failed | NotYet) else text
 
 
 def call(http: httpx.Client, method: str, address: str, path: str, *, who: str, timeout: float,
@@ -120,13 +120,59 @@ def call(http: httpx.Client, method: str, address: str, path: str, *, who: str, 
         UnreachableError: no answer below 500 for ``timeout`` seconds.
     """
     def attempt() -> httpx.Response:
-        response = http.request(method, url(address, path), params=params, content=content,
-                                headers=headers)
-        if response.status_code >= 500:
-            raise _Failed(f"{response.status_code} {response.text.strip()[:200]}")
-        return response
+        return request(http, method, address, path, params=params, content=content,
+                       headers=headers)
 
     return retrying(attempt, f"{who} {address} ({method} {path})", timeout)
+
+
+def request(http: httpx.Client, method: str, address: str, path: str, *,
+            params: dict[str, str] | None = None, content: bytes | None = None,
+            headers: dict[str, str] | None = None) -> httpx.Response:
+    """One request, not retried (an attempt of :func:`retrying`, :func:`one_of` or
+    :func:`first_of`): a 5xx answer fails it as not connecting does."""
+    response = http.request(method, url(address, path), params=params, content=content,
+                            headers=headers)
+    if response.status_code >= 500:
+        raise _Failed(f"{response.status_code} {response.text.strip()[:200]}")
+    return response
+
+
+class NotYet(Exception):
+    """An attempt of :func:`first_of` found an answer this address cannot give yet (a
+    replica whose high watermark is behind the offset asked): the next address is asked,
+    and the round again later, as for one that does not answer."""
+
+
+def first_of(addresses: tuple[str, ...] | list[str], attempt: Callable[[str], T | None], *,
+             who: str, timeout: float, sleep: Callable[[float], None] = time.sleep,
+             clock: Callable[[], float] = time.monotonic) -> T | None:
+    """``attempt(address)`` on each address in turn, until one gives a result: the replicas
+    of a topic, any of which can answer. One that cannot be reached, answers 5xx or raises
+    :class:`NotYet` passes the call to the next; one that gives None does not have what is
+    asked. A round in which none gave a result is retried (as :func:`retrying`) if any of
+    them failed; if every one answered None, so is the answer.
+
+    Raises:
+        UnreachableError: no result for ``timeout`` seconds; names them all.
+    """
+    def round_() -> T | None:
+        failures: list[str] = []
+        for address in addresses:
+            try:
+                found = attempt(address)
+            except (_Failed, NotYet, httpx.TransportError) as exc:
+                failures.append(f"{address}: {_say(exc)}")
+                continue
+            if found is not None:
+                for failure in failures:
+                    log.info("nsq_spark: %s %s; asked the next", who, failure)
+                return found
+        if failures:
+            raise _Failed("; ".join(failures))
+        return None
+
+    return retrying(round_, f"{who} {', '.join(addresses)}", timeout, sleep=sleep, clock=clock)
 
 
 def one_of(addresses: tuple[str, ...] | list[str], attempt: Callable[[str], T], *, who: str,
