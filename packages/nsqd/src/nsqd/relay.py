@@ -24,6 +24,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Message
 
+from .errors import NsqdError
 from .replicas import FORWARDED
 
 if TYPE_CHECKING:
@@ -177,7 +178,7 @@ class Relay:
 _FORWARDED_KEY = FORWARDED.lower().encode()
 
 
-class Unreachable(Exception):
+class Unreachable(NsqdError):
     """The leader could not be connected to: nothing of the request was sent."""
 
 
