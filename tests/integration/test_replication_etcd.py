@@ -5,6 +5,9 @@ stale epoch (docs/design/replication.md, "The transactions")."""
 
 from __future__ import annotations
 
+import socket
+from pathlib import Path
+
 import trio
 from nsq_testing import Etcd
 from nsqd.replication.election import StaleEpoch, campaign, change_isr, read_state
@@ -159,3 +162,27 @@ async def test_placement_election_race_and_stale_epochs(etcd: Etcd) -> None:
         assert won == TopicState(loser, 3, (loser,))
     finally:
         await client.aclose()
+
+
+def test_an_etcd_whose_port_was_taken_meanwhile_starts_on_other_ports(tmp_path: Path) -> None:
+    """The free port chosen for etcd is taken by another process before etcd binds it (as
+    another test's daemon can): the first start moves to new ports rather than failing."""
+    server = Etcd(tmp_path / "etcd")
+    taken = server.client_port
+    with socket.socket() as squatter:
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        squatter.bind(("127.0.0.1", taken))
+        squatter.listen()
+        try:
+            server.start()
+            assert server.client_port != taken and server.healthy()
+            assert "address already in use" in server.output()
+        finally:
+            server.stop()
+    # a restart keeps the ports it was started on
+    ports = (server.client_port, server.peer_port)
+    try:
+        server.start()
+        assert (server.client_port, server.peer_port) == ports and server.healthy()
+    finally:
+        server.stop()

@@ -3,7 +3,8 @@ tests: one member on two free loopback ports (client and peer), its own data dir
 
 ``Etcd.start`` waits until ``/health`` says so; ``kill`` (SIGKILL) and ``stop`` end the
 process it started, by its pid, and nothing else; ``start`` again brings it back on the
-same ports and data, as a restarted etcd.
+same ports and data, as a restarted etcd. A free port can be taken by another process
+between its choice and etcd's bind: the first start then tries again on two new ports.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class Etcd:
     client_port: int = attrs.field(factory=free_port)
     peer_port: int = attrs.field(factory=free_port)
     process: subprocess.Popen[bytes] | None = None
+    started: bool = False  # once started, the ports are kept (the nsqd were given them)
 
     @property
     def endpoint(self) -> str:
@@ -53,6 +55,21 @@ class Etcd:
         binary = etcd_binary()
         if binary is None:
             raise RuntimeError("etcd is not installed (Debian: apt-get install etcd-server)")
+        deadline = time.monotonic() + timeout
+        for _ in range(5):
+            logged = len(self.output())
+            if self._started(binary, deadline):
+                self.started = True
+                return self
+            taken = "address already in use" in self.output()[logged:]
+            if self.started or not taken:
+                break
+            self.client_port, self.peer_port = free_port(), free_port()
+            shutil.rmtree(self.directory / "data", ignore_errors=True)  # the old ports' member
+        raise RuntimeError(f"etcd did not start: {self.output()[-4000:]}")
+
+    def _started(self, binary: str, deadline: float) -> bool:
+        """One start: True once healthy, False (and killed) if it exited or was too slow."""
         peer = f"http://127.0.0.1:{self.peer_port}"
         self.directory.mkdir(parents=True, exist_ok=True)
         env = {k: v for k, v in os.environ.items() if not k.startswith("ETCD")}
@@ -63,13 +80,12 @@ class Etcd:
                  "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
                  "--initial-cluster", f"test={peer}"],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env)
-        deadline = time.monotonic() + timeout
         while not self.healthy():
             if self.process.poll() is not None or time.monotonic() > deadline:
                 self.kill()
-                raise RuntimeError(f"etcd did not start: {self.output()[-4000:]}")
+                return False
             time.sleep(0.05)
-        return self
+        return True
 
     def healthy(self) -> bool:
         try:
