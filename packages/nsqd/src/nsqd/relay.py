@@ -97,7 +97,7 @@ class Relay:
         if url is None:
             return await local(request)
         body = await read(request)
-        deadline = trio.current_time() + LEADER_WITHIN
+        deadline = self.broker.now() + LEADER_WITHIN
         while True:
             try:
                 return await self.relay(url, request, body, path=path, wait=wait)

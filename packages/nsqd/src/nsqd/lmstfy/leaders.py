@@ -89,8 +89,9 @@ class Leaders:
             here = [q for q, url in zip(queues, urls, strict=True)
                     if url is None and names.topic_name(namespace, q) in topics]
             if here:
-                request.scope["path_params"] = {**params, "queue": ",".join(here)}
-                return await endpoint(request)
+                narrowed = {**params, "queue": ",".join(here)}
+                return await endpoint(Request({**request.scope, "path_params": narrowed},
+                                              request.receive))
             first = next(url for url in urls if url is not None)
             led = [q for q, url in zip(queues, urls, strict=True) if url == first]
             answer: Response | None = None
