@@ -403,8 +403,10 @@ def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def _drive(daemons: Daemons, name: str, connections: int, tool: str, duration: float,
-           work_dir: str) -> Result:
+def drive(daemons: Daemons, name: str, connections: int, tool: str, duration: float,
+          work_dir: str) -> Result:
+    """Drive route ``name`` of ``daemons`` with ``tool`` ("wrk" or "builtin") for
+    ``duration`` seconds over ``connections`` connections; the figures of that run."""
     route = ROUTES[name]
     daemon = daemons.daemon(route.daemon)
     cpu_before = _cpu_seconds(daemon.pid)
@@ -461,7 +463,7 @@ def main(argv: list[str] | None = None) -> int:
             for name in args.routes:
                 for connections in args.connections:
                     for daemons in sets:
-                        result = _drive(daemons, name, connections, tool, args.duration, work_dir)
+                        result = drive(daemons, name, connections, tool, args.duration, work_dir)
                         results.append(result)
                         _print(result)
     finally:

@@ -267,7 +267,9 @@ def _admin_token(admin_url: str) -> str:
     return token
 
 
-def _start_ours(args: str) -> Target:
+def start_ours(args: str) -> Target:
+    """An nsqd of ours with lmstfy's listeners and the extra flags ``args``, its token made
+    through its admin listener."""
     nsqd = Nsqd.start(extra_args=["--lmstfy-http-address=127.0.0.1:0",
                                   "--lmstfy-admin-http-address=127.0.0.1:0",
                                   *shlex.split(args)],
@@ -282,7 +284,9 @@ def _start_ours(args: str) -> Target:
     return Target(f"nsqd {args}".strip(), addresses["LMSTFY"], token, [nsqd.pid], nsqd)
 
 
-def _external(url: str, admin_url: str | None, token: str | None, pids: str) -> Target:
+def external(url: str, admin_url: str | None, token: str | None, pids: str) -> Target:
+    """The lmstfy at ``url``; its token given, or made through ``admin_url``; ``pids``
+    (comma-separated) the processes whose CPU time counts for it."""
     parts = urllib.parse.urlsplit(url)
     if token is None:
         if admin_url is None:
@@ -339,9 +343,9 @@ def main(argv: list[str] | None = None) -> int:
     targets: list[Target] = []
     results: list[dict[str, Any]] = []
     try:
-        targets += [_start_ours(a) for a in ours]
+        targets += [start_ours(a) for a in ours]
         if args.url:
-            targets.append(_external(args.url, args.admin_url, args.token, args.pid))
+            targets.append(external(args.url, args.admin_url, args.token, args.pid))
         print(f"{'target':<28} {'conns':>5} "
               + " ".join(f"{p + ' jobs/s (range)':>28} {'µs/j':>5}" for p in phases)
               + "  load")

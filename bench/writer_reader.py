@@ -414,10 +414,16 @@ def fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line's settings, as ``one_run`` takes them."""
     args = build_parser().parse_args(argv)
     if args.reader_runfor is None:
         args.reader_runfor = args.runfor / 2
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     sizes = [int(v) for v in args.mem_queue_size.split(",") if v]
     channel_counts_ = [int(v) for v in args.channels.split(",") if v]
     nsqds = [tuple(spec.split("=", 1)) for spec in args.nsqd or ["ours="]]
