@@ -1,10 +1,14 @@
 """The benchmark runs end to end on small counts (its figures are not checked here: speed is
 measured by running it, not by tests; this only keeps it working)."""
 
+import importlib.machinery
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -208,3 +212,62 @@ def test_replication_publishes_in_every_setup_and_times_a_failover(tmp_path: Pat
     assert failover["first_delivery_s"] > 1 and failover["first_publish_s"] > 1
     assert "failover replicas 2" in done.stdout
     assert "wait" in done.stdout and "mpub replicas 2" in done.stdout
+
+
+def test_goals_prints_every_path_beside_another_build_and_the_form(tmp_path: Path) -> None:
+    # --go: a directory holding nsqd and nsqlookupd; here this environment's again (there is
+    # no Go here), so that the columns beside ours and the ratios are filled in.
+    other = tmp_path / "other"
+    other.mkdir()
+    for name in ("nsqd", "nsqlookupd"):
+        (other / name).symlink_to(Path(sys.executable).parent / name)
+    out = tmp_path / "goals.json"
+    done = run_module("bench.goals", "--runs", "1", "--tool", "builtin", "--duration", "0.5",
+                      "--runfor", "0.5", "--pause", "0.1", "--lmstfy-count", "300",
+                      "--go", str(other), "--json", str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    titles = ("nsqd HTTP POST /pub", "nsqlookupd HTTP GET /lookup", "nsqd TCP MPUB into memory",
+              "nsqd TCP consume from memory", "lmstfy publish", "lmstfy consume+ack")
+    lines = done.stdout.splitlines()
+    rows = {title: re.split(r"\s{2,}", line[len(title):].strip())
+            for title in titles for line in lines if line.startswith(title + " ")}
+    assert set(rows) == set(titles), done.stdout
+    for title, cells in rows.items():
+        unit, ours_rate, ours_us, against, their_rate, their_us, us_ratio, rate_ratio = cells
+        assert float(ours_rate.replace(",", "")) > 0 and float(ours_us) >= 0
+        if title.startswith("lmstfy"):  # no lmstfy in Go's NSQ, and no --lmstfy-url here
+            assert unit == "jobs/s"
+            assert [against, their_rate, their_us, us_ratio, rate_ratio] == ["-"] * 5
+            continue
+        assert unit in ("req/s", "msg/s") and against == "Go"
+        assert float(their_rate.replace(",", "")) > 0 and float(rate_ratio) > 0
+        if float(their_us) > 0:  # (/proc's CPU time is in 10 ms ticks)
+            assert float(us_ratio) == pytest.approx(float(ours_us) / float(their_us), rel=0.01)
+    form = [line for line in lines if line.startswith("form: ")]
+    assert len(form) == 1 and re.match(r"form: (plain Python|compiled): ", form[0])
+    doc = json.loads(out.read_text())
+    assert [r["path"] for r in doc["results"]] == [
+        "http-pub", "http-lookup", "tcp-publish", "tcp-consume", "lmstfy-publish",
+        "lmstfy-consume"]
+    assert all(len(r["ours_runs"]) == 1 and r["failures"] == [] for r in doc["results"])
+    assert doc["form"]["line"] == form[0]
+
+
+def test_goals_tells_extension_modules_from_python_source(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from bench.goals import form_line, module_forms
+
+    package = tmp_path / "formpkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "plain.py").write_text("")
+    (package / "sub" / "__init__.py").write_text("")
+    # found, never loaded: an extension module's file name is enough for import's finder
+    (package / "sub" / f"fast{importlib.machinery.EXTENSION_SUFFIXES[0]}").write_bytes(b"")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    forms = module_forms(("formpkg",))
+    assert forms == {"formpkg": "plain", "formpkg.plain": "plain", "formpkg.sub": "plain",
+                     "formpkg.sub.fast": "compiled"}
+    assert form_line(forms, []).startswith(
+        "form: compiled: 1 of the 4 modules of formpkg are extension modules (formpkg.sub.fast)")
+    assert form_line({"nsqd": "plain"}, None).startswith("form: plain Python: all 1 modules")
