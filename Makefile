@@ -11,7 +11,7 @@ export UV_PROJECT_ENVIRONMENT := .venv
 # compile Trio, Hypercorn and Starlette from source where bytecode is not written back.
 export UV_COMPILE_BYTECODE := 1
 
-.PHONY: install run test soak stress lint typecheck bench docs clean pipeline
+.PHONY: install run test soak stress lint typecheck bench bench-tcp docs clean pipeline
 
 $(UV):
 	$(PYTHON) -m venv .tools
@@ -58,7 +58,12 @@ STRESS_BUSY ?= 2
 stress: install
 	scripts/stress-test.sh --no-install -n $(STRESS_RUNS) -b $(STRESS_BUSY) -- $(PYTEST_ARGS)
 
+# The paths of the CPU-per-request goals, ours beside Go's (BENCH_ARGS="--go DIR"), one table;
+# bench-tcp: nsqd's TCP scenarios, raw and library clients (docs/performance.md).
 bench: install
+	.venv/bin/python -m bench.goals $(BENCH_ARGS)
+
+bench-tcp: install
 	.venv/bin/python -m bench --client raw,library $(BENCH_ARGS)
 
 docs: install

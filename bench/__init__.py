@@ -1,6 +1,6 @@
 """Throughput benchmark for nsqd, in the spirit of NSQ's bench_writer and bench_reader.
 
-Run it from the repository root with ``python -m bench`` (or ``make bench``); see
+Run it from the repository root with ``python -m bench`` (or ``make bench-tcp``); see
 ``docs/performance.md`` for the scenarios and targets.
 
 The client side is deliberately plain: blocking sockets, pre-encoded commands, one process per

@@ -1,6 +1,6 @@
 """``python -m bench``: start nsqd, run the scenarios, print the median msgs/s and MB/s.
 
-Run from the repository root with the workspace's Python (``make bench``). See
+Run from the repository root with the workspace's Python (``make bench-tcp``). See
 ``docs/performance.md``.
 """
 
