@@ -4,7 +4,8 @@ replicated"). The leader ships each durable channel's internal logs (records at 
 then their cursors) to its followers in the fetch's ``DATA``; after a ``kill -9`` of the
 leader the new one holds every dead letter and every own-queue record the old one had, and
 what was respawned or done with from them is not back (once shipped: each test waits until
-the followers show it, the design's bound)."""
+the followers show it, the design's bound). Each in the default storage mode and with
+``--sync-every=1``."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import trio
 from nsq_common import LMSTFY_CHANNEL, commands
 from nsq_testing import Daemon, Etcd, WireClient, until
@@ -27,6 +29,8 @@ from nsqd.replication.placement import place
 from .test_replication_data import FAILOVER, clean, data_path, joined, node_of, start_node
 
 TOPIC, CHANNEL = "jobs", "work"
+#: each test in the default storage mode and with every write fsynced before it is answered
+SYNC = pytest.mark.parametrize("sync", [[], ["--sync-every=1"]], ids=["default", "sync-every-1"])
 
 
 async def channel_stats(daemon: Daemon, topic: str, channel: str) -> dict[str, Any] | None:
@@ -71,9 +75,11 @@ async def new_leader(etcd_client: EtcdClient, topic: str, nodes: list[Daemon]) -
     return next(d for d in nodes if node_of(d) == node)
 
 
+@SYNC
 async def test_dead_letters_and_the_own_queue_survive_the_leaders_kill(
-        run_daemon: Callable[..., Daemon], etcd: Etcd, etcd_client: EtcdClient) -> None:
-    nodes = [start_node(run_daemon, etcd) for _ in range(3)]
+        run_daemon: Callable[..., Daemon], etcd: Etcd, etcd_client: EtcdClient,
+        sync: list[str]) -> None:
+    nodes = [start_node(run_daemon, etcd, *sync) for _ in range(3)]
     leader, followers = nodes[0], nodes[1:]
     await joined(etcd_client, *nodes)
     await place(etcd_client, TOPIC, 3, prefer=node_of(leader))
@@ -142,10 +148,10 @@ class Node:
     """One nsqd of the cluster serving lmstfy, its token for namespace ``ns`` the same as
     every other node's (tokens are node settings, not replicated)."""
 
-    def __init__(self, run_daemon: Callable[..., Daemon], etcd: Etcd) -> None:
+    def __init__(self, run_daemon: Callable[..., Daemon], etcd: Etcd, *args: str) -> None:
         self.nsqd = run_daemon("nsqd", "--broadcast-address=127.0.0.1",
                                f"--etcd-endpoints={etcd.endpoint}", "--default-replicas=3",
-                               *LMSTFY, expect=EXPECT)
+                               *LMSTFY, *args, expect=EXPECT)
         self.url = f"http://{self.nsqd.addresses['LMSTFY']}/api/ns"
         admin = f"http://{self.nsqd.addresses['LMSTFY_ADMIN']}"
         r = httpx.post(f"{admin}/token/ns", data={"token": TOKEN, "description": "tests"})
@@ -184,9 +190,11 @@ def journal_extras(daemon: Daemon) -> list[tuple[int, int, int]]:
     return list(state.extras) if state is not None else []
 
 
+@SYNC
 async def test_a_replicated_lmstfy_namespace_keeps_its_jobs_delays_tries_and_dead_letters(
-        run_daemon: Callable[..., Daemon], etcd: Etcd, etcd_client: EtcdClient) -> None:
-    nodes = [Node(run_daemon, etcd) for _ in range(3)]
+        run_daemon: Callable[..., Daemon], etcd: Etcd, etcd_client: EtcdClient,
+        sync: list[str]) -> None:
+    nodes = [Node(run_daemon, etcd, *sync) for _ in range(3)]
     await joined(etcd_client, *(n.nsqd for n in nodes))
     leader, followers = nodes[0], nodes[1:]
     # the first job of a queue places its topic (--default-replicas=3), led by the node asked
@@ -266,15 +274,17 @@ async def _consumed(node: Node, count: int) -> list[tuple[dict[str, Any], float]
     return got
 
 
+@SYNC
 async def test_messages_dying_while_the_leader_is_killed_are_all_dead_letters_on_the_new_one(
-        run_daemon: Callable[..., Daemon], etcd: Etcd, etcd_client: EtcdClient) -> None:
+        run_daemon: Callable[..., Daemon], etcd: Etcd, etcd_client: EtcdClient,
+        sync: list[str]) -> None:
     """The order of the records and the cursors: a message turned into a dead letter just
     before the kill was acknowledged on the old leader's cursor; the new leader has it either
     in its dead letters or still on its cursor (a dead letter again once taken), never
     neither."""
     count = 600
     # (--mem-queue-size=0: a message sent back waits behind nothing, and dies at once)
-    nodes = [start_node(run_daemon, etcd, "--mem-queue-size=0") for _ in range(3)]
+    nodes = [start_node(run_daemon, etcd, "--mem-queue-size=0", *sync) for _ in range(3)]
     leader, followers = nodes[0], nodes[1:]
     await joined(etcd_client, *nodes)
     await place(etcd_client, TOPIC, 3, prefer=node_of(leader))

@@ -1,7 +1,8 @@
 """Requests only a replicated topic's leader answers, taken by any node, with real processes:
 etcd and three nsqd serving lmstfy (docs/design/replication.md, "Forwarding"). An lmstfy
 client given one node works whether that node leads its queue or not, and across the
-leader's kill; NSQ's dead-letter routes sent to a follower act on the leader."""
+leader's kill; NSQ's dead-letter routes sent to a follower act on the leader (these two in
+the default storage mode and with ``--sync-every=1``)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from .test_replication_data import FAILOVER, clean, data_path, joined, node_of, 
 from .test_replication_private import (
     CHANNEL,
     QUEUE_TOPIC,
+    SYNC,
     TOPIC,
     Node,
     holds,
@@ -80,9 +82,11 @@ def acknowledged_below(daemon: Daemon) -> int:
     return state.mark_delete if state is not None else 0
 
 
+@SYNC
 async def test_an_lmstfy_client_of_a_follower_works_and_goes_on_across_the_leaders_kill(
-        run_daemon: Callable[..., Daemon], etcd: Etcd, etcd_client: EtcdClient) -> None:
-    nodes = [Node(run_daemon, etcd) for _ in range(3)]
+        run_daemon: Callable[..., Daemon], etcd: Etcd, etcd_client: EtcdClient,
+        sync: list[str]) -> None:
+    nodes = [Node(run_daemon, etcd, *sync) for _ in range(3)]
     await joined(etcd_client, *(n.nsqd for n in nodes))
     leader, followers = nodes[0], nodes[1:]
     await leader.publish(b"first")  # places the queue's topic, led by the node asked
@@ -147,9 +151,11 @@ async def test_an_lmstfy_client_of_a_follower_works_and_goes_on_across_the_leade
     clean(*(f.nsqd for f in followers))
 
 
+@SYNC
 async def test_a_dead_letter_respawn_sent_to_a_follower_is_done_by_the_leader(
-        run_daemon: Callable[..., Daemon], etcd: Etcd, etcd_client: EtcdClient) -> None:
-    nodes = [Node(run_daemon, etcd).nsqd for _ in range(3)]
+        run_daemon: Callable[..., Daemon], etcd: Etcd, etcd_client: EtcdClient,
+        sync: list[str]) -> None:
+    nodes = [Node(run_daemon, etcd, *sync).nsqd for _ in range(3)]
     leader, followers = nodes[0], nodes[1:]
     await joined(etcd_client, *nodes)
     await place(etcd_client, TOPIC, 3, prefer=node_of(leader))

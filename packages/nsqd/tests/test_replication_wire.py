@@ -123,3 +123,20 @@ def test_channel_records_round_trip_and_a_cut_one_is_refused() -> None:
         wire.decode_channel_records(data[:-1])
     with pytest.raises(WireError):
         wire.decode_channel_records(b"\x00\x02\xff\xfe\x02\x00\x00\x00\x00")
+
+
+def test_runs_are_cut_to_a_budget_that_counts_each_records_length() -> None:
+    runs = [(10, [b"a" * 6, b"b" * 6], True), (20, [b"c" * 6, b"d" * 6], False)]
+    # each record is 10 bytes in a batch (u32 length, 6 bytes): 29 holds two, not three
+    assert wire.within_budget(runs, 29) == [(10, [b"a" * 6, b"b" * 6])]
+    assert wire.within_budget(runs, 30) == [(10, [b"a" * 6, b"b" * 6]), (20, [b"c" * 6])]
+    assert wire.within_budget(runs, 19) == [(10, [b"a" * 6])]
+    assert wire.within_budget(runs, 1 << 20) == [(10, [b"a" * 6, b"b" * 6]),
+                                                (20, [b"c" * 6, b"d" * 6])]
+    # the first record goes however large, or however small the budget
+    assert wire.within_budget(runs, 0) == [(10, [b"a" * 6])]
+    assert wire.within_budget([(5, [b"x" * 100, b"y"], True)], 50) == [(5, [b"x" * 100])]
+    assert wire.within_budget([], 100) == []
+    # the records of the batches made of what is taken stay within the budget
+    taken = wire.within_budget(runs, 29)
+    assert sum(len(r) + 4 for _, records in taken for r in records) <= 29

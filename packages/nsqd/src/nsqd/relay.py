@@ -72,15 +72,10 @@ class Relay:
             return None
         if forwarded:
             raise HttpError(503, "LEADER_UNAVAILABLE")
-        with trio.move_on_after(LEADER_WITHIN):
-            while url == "":
-                cluster = self.broker.replication
-                if cluster is None:
-                    break
-                await cluster.changed()
-                url = self.leader_url(topic)
-                if url is None:
-                    return None  # it leads here now
+        if url == "":
+            url = await self._leader_seen(topic, self.broker.now() + LEADER_WITHIN)
+            if url is None:
+                return None  # it leads here now
         if not url:
             raise HttpError(503, "LEADER_UNAVAILABLE")
         return url
@@ -103,19 +98,26 @@ class Relay:
                 return await self.relay(url, request, body, path=path, wait=wait)
             except Unreachable:
                 pass
-            found: str | None = ""
-            with trio.move_on_at(deadline):
-                while found == "":
-                    cluster = self.broker.replication
-                    if cluster is None:
-                        break
-                    await cluster.changed()
-                    found = self.leader_url(topic)
+            found = await self._leader_seen(topic, deadline)
             if found is None:  # led here now
                 return await local(replayed(request, body))
             if not found:
                 raise HttpError(503, "LEADER_UNAVAILABLE")
             url = found
+
+    async def _leader_seen(self, topic: str, deadline: float) -> str | None:
+        """``leader_url`` once a change of the view shows the topic's leader: its url, None
+        when it is led here now; "" when none is seen by ``deadline`` (the broker's clock) or
+        the cluster is gone."""
+        url: str | None = ""
+        with trio.move_on_at(deadline):
+            while url == "":
+                cluster = self.broker.replication
+                if cluster is None:
+                    break
+                await cluster.changed()
+                url = self.leader_url(topic)
+        return url
 
     async def relay(self, url: str, request: Request, body: bytes, *, path: str | None = None,
                     wait: float = 0.0) -> Response:

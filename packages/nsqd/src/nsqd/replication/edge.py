@@ -37,6 +37,7 @@ from .view import TopicView
 if TYPE_CHECKING:
     from ..message import QueuedMessage
     from ..record import Records
+    from .keys import NodeInfo
 
 log = logging.getLogger("nsqd")
 
@@ -142,11 +143,10 @@ class Edge:
                        forwarded: str | None) -> None:
         """A request only the topic's leader answers, sent to it (never forwarded on)."""
         coordinator = self.coordinator
-        leader = view.leader[1].node if view.leader is not None else None
-        node = coordinator.view.nodes.get(leader) if leader is not None else None
+        node = self._leader_node(view)
         if forwarded is not None or node is None:
             raise HttpError(503, "LEADER_UNAVAILABLE")
-        info = node[1]
+        leader, info = node
         url = f"http://{join_host_port(info.broadcast_address, info.http_port)}{path}"
         try:
             async with httpx.AsyncClient(timeout=FORWARD_TIMEOUT) as client:
@@ -159,6 +159,14 @@ class Edge:
         if answer.status_code != 200:
             raise HttpError(answer.status_code, _message(answer))
 
+    def _leader_node(self, view: TopicView) -> tuple[str, NodeInfo] | None:
+        """The topic's leader (its node id) and its node key, when the view shows both."""
+        if view.leader is None:
+            return None
+        leader = view.leader[1].node
+        node = self.coordinator.view.nodes.get(leader)
+        return (leader, node[1]) if node is not None else None
+
     def leader_url(self, topic: str, listener: str) -> str | None:
         coordinator = self.coordinator
         view = coordinator.view.topics.get(topic)
@@ -167,9 +175,8 @@ class Edge:
         role = coordinator.roles.get(topic)
         if role is not None and role.leading:
             return None
-        leader = view.leader[1].node if view.leader is not None else None
-        node = coordinator.view.nodes.get(leader) if leader is not None else None
-        if node is None or leader == coordinator.node:  # (here, its role not taken yet)
+        node = self._leader_node(view)
+        if node is None or node[0] == coordinator.node:  # (here, its role not taken yet)
             return ""
         info = node[1]
         port = info.lmstfy_port if listener == "lmstfy" else info.http_port

@@ -43,7 +43,6 @@ if TYPE_CHECKING:
     from ..broker import Broker
     from ..channel import Channel
     from ..privatelog import PrivateLog
-    from ..runs import Run
     from .replica import Replica
 
 log = logging.getLogger("nsqd")
@@ -84,24 +83,6 @@ class _Sent:
     log: PrivateLog | None
     next: int
     cursor: bytes = b""
-
-
-def _within(read: list[Run], budget: int) -> list[tuple[int, list[bytes]]]:
-    """The runs read, cut to about ``budget`` bytes (at least one record)."""
-    out: list[tuple[int, list[bytes]]] = []
-    nbytes = 0
-    for first, records, _ in read:
-        taken: list[bytes] = []
-        for record in records:
-            if nbytes and nbytes + len(record) + 4 > budget:
-                break
-            taken.append(record)
-            nbytes += len(record) + 4
-        if taken:
-            out.append((first, taken))
-        if len(taken) < len(records):
-            break
-    return out
 
 
 class PrivateShipped:
@@ -147,7 +128,7 @@ class PrivateShipped:
                         log.info("replication: %s: %s not read - %s", channel.name,
                                  _NAMES[which], exc)
                         continue
-                    runs = _within(read, budget)
+                    runs = wire.within_budget(read, budget)
                 if self._sent.get(key) is not sent:  # (the channel deleted meanwhile)
                     continue
                 # (nothing stored from ``start`` to ``end``: a gap, passed)

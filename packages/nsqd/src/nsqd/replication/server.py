@@ -163,19 +163,7 @@ class ReplicationServer:
                       ask.offset, follower, exc)
             return TopicData(ask.topic, wire.STORAGE, replica.epoch, replica.hw, start,
                              ask.offset), None
-        runs_out: list[tuple[int, list[bytes]]] = []
-        nbytes = 0
-        for first, records, _ in runs:
-            taken: list[bytes] = []
-            for record in records:
-                if nbytes and nbytes + len(record) > max_bytes:
-                    break
-                taken.append(record)
-                nbytes += len(record) + 4
-            if taken:
-                runs_out.append((first, taken))
-            if len(taken) < len(records):
-                break
+        runs_out = wire.within_budget(runs, max_bytes)
         if runs_out:
             next_offset = runs_out[-1][0] + len(runs_out[-1][1])
         elif log_.hole is not None and log_.hole[0] <= ask.offset < log_.hole[1]:

@@ -26,11 +26,15 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import attrs
 
 from ..segformat import BATCH_HEAD, HEAD
+
+if TYPE_CHECKING:
+    from ..runs import Run
 
 MAGIC = b"  R1"
 #: the largest frame either side accepts (a fetch's ``max bytes`` stays well below)
@@ -203,6 +207,26 @@ def encode_batches(runs: Sequence[tuple[int, Sequence[bytes]]]) -> bytes:
         out += (BATCH_HEAD.pack(HEAD - 4 + len(body), first, len(records), max_ts,
                                 zlib.crc32(body)), body)
     return b"".join(out)
+
+
+def within_budget(runs: Iterable[Run], budget: int) -> list[tuple[int, list[bytes]]]:
+    """Runs read from a log, cut to about ``budget`` bytes of records as a batch frames them
+    (each with its u32 length), for ``encode_batches``: at least their first record, however
+    large, and after it none that would go past ``budget``."""
+    out: list[tuple[int, list[bytes]]] = []
+    nbytes = 0
+    for first, records, _ in runs:
+        taken: list[bytes] = []
+        for record in records:
+            if nbytes and nbytes + len(record) + 4 > budget:
+                break
+            taken.append(record)
+            nbytes += len(record) + 4
+        if taken:
+            out.append((first, taken))
+        if len(taken) < len(records):
+            break
+    return out
 
 
 def encode_channel_records(records: Sequence[tuple[str, int, bytes]]) -> bytes:
