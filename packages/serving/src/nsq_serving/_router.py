@@ -105,19 +105,27 @@ class _Pattern:
     parts: tuple[str | None, ...]  # a fixed segment, or None for a parameter
     names: tuple[str, ...]
     methods: dict[str, Handler]
+    #: the fixed segments with their positions, and the parameters' positions (from parts)
+    fixed: tuple[tuple[int, str], ...] = attrs.field(init=False)
+    params: tuple[int, ...] = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.fixed = tuple((i, part) for i, part in enumerate(self.parts) if part is not None)
+        self.params = tuple(i for i, part in enumerate(self.parts) if part is None)
 
     def match(self, segments: list[str], *, empty: bool, fold: bool = False) -> Params | None:
         if len(segments) != len(self.parts):
             return None
-        values = []
-        last = len(segments) - 1
-        for index, (part, segment) in enumerate(zip(self.parts, segments, strict=True)):
-            if part is None:
-                if not segment and not (empty and index < last):
-                    return None
-                values.append(segment)
-            elif part != segment and not (fold and part.lower() == segment.lower()):
+        for index, part in self.fixed:
+            segment = segments[index]
+            if part != segment and not (fold and part.lower() == segment.lower()):
                 return None
+        values = [segments[index] for index in self.params]
+        if not all(values):  # an empty parameter: only before the last segment, if allowed
+            last = len(segments) - 1
+            for index, value in zip(self.params, values, strict=True):
+                if not value and not (empty and index < last):
+                    return None
         return dict(zip(self.names, values, strict=True))
 
     def path(self, params: Params) -> str:
