@@ -6,9 +6,8 @@ from __future__ import annotations
 import random
 from urllib.parse import parse_qsl
 
-from starlette.requests import Request
-
 from nsqd.lmstfy.api import query_params
+from starlette.requests import Request
 
 
 def _query(raw: bytes) -> dict[str, str]:
