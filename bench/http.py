@@ -107,13 +107,21 @@ class Result:
 
 
 # -- helpers --------------------------------------------------------------------------------
-def _cpu_seconds(pid: int) -> float | None:
-    """User + system CPU time of a process so far (Linux /proc), None elsewhere."""
+def cpu_times(pid: int) -> tuple[float, float] | None:
+    """User and system CPU time of a process so far, in seconds (Linux ``/proc``: whole clock
+    ticks, 10 ms here), None elsewhere."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of a process so far (Linux /proc), None elsewhere."""
+    times = cpu_times(pid)
+    return None if times is None else times[0] + times[1]
 
 
 def _loadavg() -> float:
@@ -403,6 +411,15 @@ def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
+def run_load(tool: str, address: str, route: Route, connections: int, duration: float,
+             work_dir: str) -> Load:
+    """``route`` at ``address`` driven by ``tool`` ("wrk" or "builtin"; ``work_dir`` for wrk's
+    scripts) for ``duration`` seconds over ``connections`` connections."""
+    if tool == "wrk":
+        return run_wrk(address, route, connections, duration, work_dir)
+    return run_builtin(address, route, connections, duration)
+
+
 def drive(daemons: Daemons, name: str, connections: int, tool: str, duration: float,
           work_dir: str) -> Result:
     """Drive route ``name`` of ``daemons`` with ``tool`` ("wrk" or "builtin") for
@@ -410,10 +427,7 @@ def drive(daemons: Daemons, name: str, connections: int, tool: str, duration: fl
     route = ROUTES[name]
     daemon = daemons.daemon(route.daemon)
     cpu_before = _cpu_seconds(daemon.pid)
-    if tool == "wrk":
-        load = run_wrk(daemon.http_address, route, connections, duration, work_dir)
-    else:
-        load = run_builtin(daemon.http_address, route, connections, duration)
+    load = run_load(tool, daemon.http_address, route, connections, duration, work_dir)
     cpu_after = _cpu_seconds(daemon.pid)
     daemons.after_run(route)
     cpu = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before

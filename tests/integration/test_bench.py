@@ -4,6 +4,7 @@ measured by running it, not by tests; this only keeps it working)."""
 import importlib.machinery
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -83,6 +84,39 @@ def test_http_routes_with_the_builtin_client(tmp_path: Path) -> None:
     assert len(results) == 10
     assert all(r["requests"] > 0 and r["errors"] == 0 for r in results)
     assert all(r["messages_per_s"] > 0 for r in results if r["route"] == "mpub")
+
+
+def test_floor_prints_every_server_beside_another_build(tmp_path: Path) -> None:
+    # --go: here this environment's nsqd again (there is no Go here), so that the Go row and
+    # the ratios to it are filled in; wrk when installed (a whole second a row), else the
+    # built-in client.
+    other = tmp_path / "other"
+    other.mkdir()
+    for name in ("nsqd", "nsqlookupd"):
+        (other / name).symlink_to(Path(sys.executable).parent / name)
+    out = tmp_path / "floor.json"
+    tool = "wrk" if shutil.which("wrk") else "builtin"
+    done = run_module("bench.floor", "--runs", "1", "--duration", "0.3", "--tool", tool,
+                      "--go", str(other), "--json", str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    servers = ["bare-epoll", "bare-trio", "nsq_serving", "nsqd", "go"]
+    table = done.stdout.split("\n\n", 1)[1].splitlines()
+    assert table[1].startswith("server ") and set(table[2]) == {"-", " "}, done.stdout
+    rows = [line.split() for line in table[3:3 + len(servers)]]
+    assert [row[0] for row in rows] == servers, done.stdout
+    first_cpu, go_cpu = float(rows[0][2]), float(rows[-1][2])
+    for row in rows:
+        rate, cpu, user, system = (float(cell.replace(",", "")) for cell in row[1:5])
+        assert rate > 0 and float(row[6]) > 0 and float(row[8]) > 0  # req/s, its ratios
+        assert cpu >= 0 and user >= 0 and system >= 0
+        # a ratio to a CPU time of 0 is "-" (/proc's CPU time is in 10 ms ticks)
+        assert row[5] == "-" if first_cpu == 0 else float(row[5]) >= 0
+        assert row[7] == "-" if go_cpu == 0 else float(row[7]) >= 0
+    assert rows[0][6] == "1.00" and rows[-1][8] == "1.00"
+    results = json.loads(out.read_text())["results"]
+    assert [r["server"] for r in results] == servers
+    assert all(len(r["runs"]) == 1 and r["runs"][0]["requests"] > 0
+               and r["runs"][0]["errors"] == 0 for r in results)
 
 
 def test_http_pulling(tmp_path: Path) -> None:
