@@ -64,6 +64,9 @@ NODES = 3
 WAIT = 180.0
 #: how long the final drain may take to get every owed message
 DRAIN_DEADLINE = 120.0
+#: (on failure) how long a consumer waits for what was not delivered: past the message
+#: timeout, after which anything in flight somewhere comes again
+LATE = 75.0
 #: a pause in deliveries this long ends a partial consume (not a synchronisation: the model
 #: accepts any number taken)
 QUIET = 0.3
@@ -157,7 +160,8 @@ class Runner:
 
     def channel(self, slot: int) -> dict[str, Any] | None:
         doc = self.web.get(f"{self.http(slot)}/stats",
-                           params={"format": "json", "topic": TOPIC}).json()
+                           params={"format": "json", "topic": TOPIC,
+                                   "include_offsets": "true"}).json()
         for topic in doc.get("topics") or []:
             for channel in topic["channels"]:
                 if channel["channel_name"] == CHANNEL:
@@ -436,30 +440,56 @@ class Runner:
         deadline = time.monotonic() + DRAIN_DEADLINE
         while owed and time.monotonic() < deadline:
             leader = await self.wait_settled(caught_up=True)
-            if await self._drain(leader, owed):
+            if await self._drain(leader, owed, deadline):
                 break  # the channel is empty: nothing more will come
         if owed:
+            where = self.where(owed)
+            late = await self.late(set(owed))
             raise Failure(f"{len(owed)} acknowledged, unfinished messages never delivered: "
-                          f"{sorted(owed)[:20]}\n{self.where(owed)}\n{self.situation()}")
+                          f"{sorted(owed)[:20]}\n{where}\n{late}\n{self.situation()}")
 
-    async def _drain(self, slot: int, owed: set[bytes]) -> bool:
+    async def late(self, owed: set[bytes]) -> str:
+        """(On failure) whether the messages not delivered come later, past the message
+        timeout (60 s): a fresh consumer on the leader waits that long for them."""
+        found = self.leading()
+        if found is None:
+            return "no leader to look for late deliveries on"
+        daemon = self.nodes[found[0]]
+        assert daemon is not None
+        came: set[bytes] = set()
+        with trio.move_on_after(LATE):
+            async with await WireClient.connect(daemon.tcp_address) as client:
+                await client.subscribe(TOPIC, CHANNEL, 100)
+                while not owed <= came:
+                    msg = await self._take(client, LATE)
+                    if msg is not None:
+                        came.add(msg.body)
+                        await client.send(commands.fin(msg.id))
+        return (f"within {LATE} s more on node {found[0]}: {len(owed & came)} of them came "
+                f"late ({sorted(owed & came)[:20]}), {len(owed - came)} never")
+
+    async def _drain(self, slot: int, owed: set[bytes], deadline: float) -> bool:
         """Take (and FIN) what the leader delivers until nothing is owed, or its channel is
-        empty (True) or it is not reachable (False: look for the leader again)."""
+        empty, or the deadline passed (True: done), or it stopped leading or answering
+        (False: look for the leader again)."""
         daemon = self.nodes[slot]
         assert daemon is not None
         try:
             async with await WireClient.connect(daemon.tcp_address) as client:
                 await client.subscribe(TOPIC, CHANNEL, 100)
-                while owed:
+                while owed and time.monotonic() < deadline:
                     msg = await self._take(client, QUIET)
                     if msg is not None:
                         await client.send(commands.fin(msg.id))
                         owed.discard(msg.body)
                         continue
+                    settled = self.settled(caught_up=True)
                     c = self.channel(slot)
-                    if c is not None and c["depth"] == c["in_flight_count"] == \
-                            c["deferred_count"] == 0 and self.settled(caught_up=True) == slot:
-                        return True
+                    if settled == slot and c is not None and c["depth"] == \
+                            c["in_flight_count"] == c["deferred_count"] == 0:
+                        return True  # nothing more will come
+                    if settled is not None and settled != slot:
+                        return False
         except (OSError, EOFError, trio.BrokenResourceError, httpx.HTTPError):
             return False
         return True
@@ -486,7 +516,9 @@ class Runner:
                         break
                     offset = messages[-1]["offset"] + 1
                 ends.append(f"node {slot}: read {seen}, "
-                            f"{ {k: v for k, v in doc.items() if k != 'messages'} }")
+                            f"{ {k: v for k, v in doc.items() if k != 'messages'} }; "
+                            f"its channel: {self.channel(slot)}; its view: "
+                            f"{self.replication(slot)}")
             except (httpx.HTTPError, ValueError) as exc:
                 ends.append(f"node {slot}: {exc!r}")
         lines = [f"{b!r}: acknowledged by {self.acked.get(b)}, in the logs at "
