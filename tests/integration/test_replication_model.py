@@ -718,3 +718,42 @@ async def test_soak_many_sequences(mode: str, forks: ForkServer | None) -> None:
         print(f"soak: mode {mode}, seed {seed} ({time.monotonic() - started:.0f} s): "
               f"{verdict}", flush=True)
     assert not failed, "\n\n".join(failed)
+
+
+#: Sequences that found a loss, as printed by the soak; each may need particular timings to
+#: fail again (a replay of the same operations differs in what each node has done when the
+#: next operation comes), so they run under ``-m slow`` as non-strict xfails until the defect
+#: is fixed, and then as plain regressions.
+FOUND: dict[str, tuple[str, str, list[list[Any]]]] = {
+    # (soak seed 1005, default mode; failed once, then passed 12 replays of the same list)
+    # node 0 led epoch 1, was killed (its memory tail lost), restarted as a follower of node
+    # 2 (epoch 2), joined the in-sync set, and node 2 was killed within about 50 ms of its catching up:
+    # node 0 led epoch 3 and its channel delivered none of the 5 acknowledged, unfinished
+    # messages, though all three logs held them at the same offsets. A replica restarted
+    # after a kill -9 skips its log's hole in its channels' cursors (restart.open_cursor:
+    # the cursor at the reservation's end, 1048596 in a run of this file's kind); only the
+    # leader's cursor, shipped later, brings it back. Led before that cursor is applied,
+    # the records fetched into those offsets are taken as done.
+    "restarted-replica-leads-before-its-cursor": (
+        "default",
+        "a replica restarted after kill -9 led before the leader's cursor reached it: its "
+        "channel took the offsets of its log's hole as done (restart.open_cursor) and never "
+        "delivered the records fetched into them",
+        [["mpub", 923, 14], ["consume", 10, "lffllffflf"], ["mpub", 212, 3], ["consume", 1, "f"],
+         ["kill", "follower", 348], ["wait_leader"], ["pub", 302], ["consume", 8, "flffllff"],
+         ["restart", 692], ["consume", 5, "flfff"], ["mpub", 832, 11], ["consume", 1, "f"],
+         ["consume", 9, "flflfllll"], ["pub_kill", 35, 15, "leader", 28], ["wait_leader"],
+         ["pub", 67], ["pub", 475], ["consume", 6, "fffflf"], ["consume", 8, "llffflff"],
+         ["restart", 366], ["mpub", 969, 18], ["pub", 613], ["pub", 592],
+         ["pub_kill", 398, 12, "leader", 674], ["wait_leader"]]),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(FOUND))
+async def test_sequences_that_found_a_loss(case: str, forks: ForkServer | None) -> None:
+    mode, reason, ops = FOUND[case]
+    failure = await run_sequence(mode, ops, forks)
+    if failure is not None:
+        pytest.xfail(f"{reason}: {failure[:2000]}")
+    assert failure is None
