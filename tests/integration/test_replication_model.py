@@ -23,8 +23,9 @@ Replay: ``NSQ_REPL_MODEL_SEED=<seed>`` (with ``NSQ_REPL_MODEL_MODE=<mode>``,
 ``NSQ_REPL_MODEL_LENGTH=<n>``), or ``NSQ_REPL_MODEL_OPS='<json list>'`` for a sequence as a
 failure prints it; ``NSQ_REPL_MODEL_SHRINK=<seconds>`` shrinks a failing sequence first.
 ``-m slow`` runs ``NSQ_REPL_MODEL_SOAK=<n>`` sequences per mode (longer ones:
-``NSQ_REPL_MODEL_BASE=<seed>`` the first), and the loss the soak found (``FOUND``; a strict
-xfail until it is fixed: docs/design/replication.md, "Known defect").
+``NSQ_REPL_MODEL_BASE=<seed>`` the first), and the loss the soak found (``FOUND``, and
+the race behind it made on purpose; docs/design/replication.md, "A follower's log cut back
+brings its cursors back with it").
 """
 
 from __future__ import annotations
@@ -724,8 +725,7 @@ async def test_soak_many_sequences(mode: str, forks: ForkServer | None) -> None:
 
 #: Sequences that found a loss, as printed by the soak; each may need particular timings to
 #: fail again (a replay of the same operations differs in what each node has done when the
-#: next operation comes), so they run under ``-m slow`` as non-strict xfails until the defect
-#: is fixed, and then as plain regressions.
+#: next operation comes), so they run under ``-m slow``, as regressions once fixed.
 FOUND: dict[str, tuple[str, str, list[list[Any]]]] = {
     # (soak seed 1005, default mode; failed once, then passed 12 replays of the same list)
     # node 0 led epoch 1, was killed (its memory tail lost), restarted as a follower of node
@@ -739,6 +739,8 @@ FOUND: dict[str, tuple[str, str, list[list[Any]]]] = {
     # first DATA spends that on the settings records (kinds 0 and 1), so a follower that
     # catches up within 100 ms joins the in-sync set, and may lead, with no cursor from the
     # leader yet: leading then, it takes the records fetched into its hole's offsets as done.
+    # Fixed: a follower's log cut back brings its channels' cursors back to the log's end
+    # (replication.cursors.cut_back).
     "restarted-replica-leads-before-its-cursor": (
         "default",
         "a replica restarted after kill -9 led before the leader's cursor reached it: its "
@@ -759,9 +761,7 @@ FOUND: dict[str, tuple[str, str, list[list[Any]]]] = {
 async def test_sequences_that_found_a_loss(case: str, forks: ForkServer | None) -> None:
     mode, reason, ops = FOUND[case]
     failure = await run_sequence(mode, ops, forks)
-    if failure is not None:
-        pytest.xfail(f"{reason}: {failure[:2000]}")
-    assert failure is None
+    assert failure is None, f"{reason}: {failure}"
 
 
 #: attempts of the race below (each hits it one time in a few on a busy 2-core machine)
@@ -769,9 +769,6 @@ ATTEMPTS = 20
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="a replica restarted after kill -9 that leads before "
-                   "the leader's first cursor reaches it skips what its log's hole covered "
-                   "(restart.open_cursor), fetched again since: acknowledged messages lost")
 async def test_a_restarted_replica_leading_at_once_delivers_every_message_owed() -> None:
     """FOUND's loss made on purpose: the leader A killed (its memory tail lost), B leads; A
     restarted, and B and C killed the moment etcd has A back in the in-sync set, so that A
