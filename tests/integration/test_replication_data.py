@@ -10,6 +10,8 @@ log the records it never committed (KIP-101) and fetches the new leader's."""
 from __future__ import annotations
 
 import base64
+import socket
+import struct
 from collections.abc import Callable
 from pathlib import Path
 
@@ -328,6 +330,24 @@ async def test_the_magic_r1_is_served_only_with_etcd_endpoints(
             assert await stream.receive_some(65536) == b""
     finally:
         await stream.aclose()
+    clean(node)
+
+
+async def test_a_followers_connection_reset_is_logged_as_lost_not_as_a_bug(
+        run_daemon: Callable[..., Daemon], etcd: Etcd, etcd_client: EtcdClient) -> None:
+    """A follower killed with ``kill -9`` may reset its connection (unread data in its
+    socket): the leader's read fails with ECONNRESET, which is no bug (it logged a traceback,
+    "unexpected error", found by test_replication_model.py)."""
+    node = start_node(run_daemon, etcd)
+    await joined(etcd_client, node)
+    stream = await trio.open_tcp_stream("127.0.0.1", node.tcp_port)
+    await stream.send_all(wire.MAGIC + wire.encode(wire.Hello("127.0.0.1:1")))
+    await until(lambda: "127.0.0.1:1 connected from" in node.output())
+    # closed with a zero linger: a reset, not a FIN
+    stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    await stream.aclose()
+    await until(lambda: "follower 127.0.0.1:1: connection lost" in node.output()
+                or "unexpected error" in node.output(), what="the reset seen")
     clean(node)
 
 

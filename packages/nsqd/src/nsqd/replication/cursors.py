@@ -130,6 +130,36 @@ class Shipped:
         return records
 
 
+async def cut_back(broker: Broker, replica: Replica) -> None:
+    """A follower's log was cut back: no channel's cursor here may count anything at or past
+    the log's end as done with. What it fetches there is the leader's, which that cursor
+    never saw: a restart after ``kill -9`` counts its log's hole as done
+    (``restart.open_cursor``), and the leader's records fetched into those offsets would be
+    skipped were this replica to lead before the leader's first cursor reached it. Each
+    such cursor is brought back to the end and written to its journal (so that a restart
+    does not bring the old one back), as ``apply_cursor`` writes the leader's."""
+    end = replica.log.end
+    for name, channel in list(replica.topic.channels.items()):
+        cursor = channel.cursor
+        if cursor.journal is None:
+            continue
+        state = cursor.state()
+        if state.mark_delete <= end and all(stop <= end for _, stop in state.ranges):
+            continue
+        cursor.restore(cursorfile.CursorState(
+            min(state.mark_delete, end),
+            tuple((start, min(stop, end)) for start, stop in state.ranges if start < end),
+            tuple(extra for extra in state.extras if extra[0] < end)), replica.log.start)
+        log.info("replication: topic %s: channel %s: cursor back to %d with the log",
+                 replica.topic.name, name, cursor.mark_delete)
+        try:
+            await cursor.flush(channel.cursor_state, sync=broker.opts.sync_every == 1,
+                               force=True)
+        except OSError as exc:
+            log.error("replication: topic %s: channel %s: cursor not written - %s",
+                      replica.topic.name, name, exc)
+
+
 async def apply_cursor(broker: Broker, replica: Replica, channel_name: str,
                        payload: bytes) -> None:
     """A follower's channel takes the leader's cursor state (made here if it is not)."""

@@ -29,7 +29,7 @@ from nsq_common import ProtocolError, decode_mpub_body
 
 from ..errors import Exiting, StoreFailed
 from ..record import Records
-from .cursors import apply_record
+from .cursors import apply_record, cut_back
 from .epochs import NAME as EPOCHS_FILE
 from .fetcher import Fetcher
 from .forwarder import Forwarder
@@ -200,6 +200,7 @@ class DataPath:
         for leader, topics in by_leader.items():
             fetcher = Fetcher(self.node, leader, self.replicas.get, self._node_info,
                               self.broker.now, partial(apply_record, self.broker),
+                              partial(cut_back, self.broker),
                               lambda: not self.coordinator.membership.reachable)
             fetcher.follow(topics)
             self.fetchers[leader] = fetcher

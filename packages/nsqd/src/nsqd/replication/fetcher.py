@@ -45,9 +45,12 @@ class Fetcher:
                  address_of: Callable[[str], NodeInfo | None],
                  now: Callable[[], float],
                  apply_channel: Callable[[Replica, str, int, bytes], Awaitable[None]],
+                 cut_cursors: Callable[[Replica], Awaitable[None]],
                  etcd_unreachable: Callable[[], bool] = lambda: False) -> None:
         #: a channel record of the leader's taken (``cursors.apply_record``)
         self.apply_channel = apply_channel
+        #: the channels' cursors brought back to a log cut back (``cursors.cut_back``)
+        self.cut_cursors = cut_cursors
         self.node = node
         self.now = now  # the broker's clock (Trio's)
         self.leader = leader
@@ -143,6 +146,7 @@ class Fetcher:
             log_.cut_back(max(log_.stored_end, replica.hw))
         except LogError as exc:
             log.error("replication: topic %s: %s", topic, exc)
+        await self.cut_cursors(replica)
         if log_.stored_end == 0 and not replica.epochs.lines:
             replica.truncated()  # an empty log: nothing to cut
             return True
@@ -169,6 +173,7 @@ class Fetcher:
                 return False
             log.info("replication: topic %s: log cut back to %d (epoch %d)", topic, cut,
                      answer.epoch)
+            await self.cut_cursors(replica)
         try:
             replica.epochs.cut(cut)
         except OSError as exc:
@@ -229,6 +234,8 @@ class Fetcher:
             log.error("replication: topic %s: past the leader's end %d: %s", data.topic,
                       data.next_offset, exc)
             self._later[data.topic] = self.now() + 10 * RETRY
+            return
+        await self.cut_cursors(replica)
 
     def _retry_later(self, topic: str, error: int) -> None:
         name = wire.ERROR_NAMES[error] if error < len(wire.ERROR_NAMES) else str(error)

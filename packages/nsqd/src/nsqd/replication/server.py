@@ -103,6 +103,10 @@ class ReplicationServer:
                     raise wire.WireError(f"a {type(frame).__name__} frame from a follower")
         except wire.WireError as exc:
             log.warning("replication: follower %s: %s, closing", follower, exc)
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            # (a follower killed, its connection reset: as a client's, not a bug; raised out
+            # of the nursery it would reach the TCP handler in an exception group)
+            log.info("replication: follower %s: connection lost (%s)", follower, exc)
         finally:
             nursery.cancel_scope.cancel()
 
