@@ -79,6 +79,16 @@ async def bodies(daemon: Daemon, topic: str, offset: int = 0) -> list[tuple[int,
             for m in doc["messages"]]  # type: ignore[attr-defined]
 
 
+async def isr_shrinks(daemon: Daemon, topic: str) -> int:
+    """How many times ``daemon``, leading ``topic``, shrank its ISR (its ``/metrics``)."""
+    async with httpx.AsyncClient() as http:
+        text = (await http.get(f"http://{daemon.http_address}/metrics")).text
+    for line in text.splitlines():
+        if line.startswith("nsq_topic_isr_shrinks_total{") and f'topic="{topic}"' in line:
+            return int(float(line.rpartition(" ")[2]))
+    return 0
+
+
 async def isr(etcd_client: EtcdClient, topic: str) -> tuple[str, ...]:
     read_ = await read_state(etcd_client, topic)
     assert read_ is not None
@@ -151,6 +161,10 @@ async def test_below_the_minimum_in_sync_a_publish_fails_at_once(
     follower.kill()
     await until(lambda: _is(isr(etcd_client, "orders"), (node_of(leader),)), timeout=FAILOVER,
                 what="the killed follower shrunk out")
+    # the leader counts the shrink once etcd answered its write, as it takes the new ISR
+    # (etcd shows it a moment before: a publish then is appended, and refused after)
+    await until(lambda: isr_shrinks(leader, "orders"), timeout=FAILOVER,
+                what="the leader's own ISR shrunk")
     async with await WireClient.connect(leader.tcp_address) as producer:
         await producer.send(commands.pub("orders", b"refused"))
         error = await producer.error()
