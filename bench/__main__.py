@@ -15,10 +15,10 @@ import signal
 import statistics
 import sys
 import time
-from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any, cast
 
+from .report import render
 from .scenarios import CLIENTS, SCENARIOS, Context, RunFailed, RunResult, Settings, run_once
 from .server import Nsqd
 
@@ -155,19 +155,6 @@ def _summary(name: str, runs: list[RunResult], size: int) -> dict[str, Any]:
     }
 
 
-def _render(headers: tuple[str, ...], rows: Sequence[tuple[str, ...]], right: set[int]) -> None:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-
-    def line(cells: tuple[str, ...]) -> str:
-        return "  ".join(c.rjust(w) if i in right else c.ljust(w)
-                         for i, (c, w) in enumerate(zip(cells, widths, strict=True))).rstrip()
-
-    print(line(headers))
-    print(line(tuple("-" * w for w in widths)))
-    for row in rows:
-        print(line(row))
-
-
 def comparisons(summaries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Library against raw for every (queue, scenario) that has both: the ratio of the
     medians, and the ratio within each pair of runs (raw run i and library run i ran one
@@ -209,7 +196,7 @@ def print_table(summaries: list[dict[str, Any]], settings: Settings, runs: int) 
     print()
     print(f"{settings.size}-byte messages; median of {runs} run(s); MB/s = msgs/s x size / 2^20; "
           "CPU = CPU time / run time (clients: all client processes together)")
-    _render(headers, rows, {4, 5, 6, 7, 8, 9})
+    render(headers, rows, {4, 5, 6, 7, 8, 9})
     compared = comparisons(summaries)
     if not compared:
         return
@@ -222,7 +209,7 @@ def print_table(summaries: list[dict[str, Any]], settings: Settings, runs: int) 
              " ".join(_pct(r) for r in c["run_ratios"]),
              f"{_pct(c['raw_client_cpu'])} / {_pct(c['library_client_cpu'])}")
             for c in compared]
-    _render(("queue", "scenario", "raw msgs/s", "library msgs/s", "library/raw", ">= 80%",
+    render(("queue", "scenario", "raw msgs/s", "library msgs/s", "library/raw", ">= 80%",
              "per run pair", "client CPU raw / library"), pairs, {2, 3, 4, 5, 6, 7})
 
 

@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from . import http
+from .report import cell, daemons_dir, positive, render
 
 #: Every read of a bare server gets this answer.
 ANSWER = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nOK"
@@ -320,63 +321,32 @@ def summary(rows: list[Row]) -> list[dict[str, Any]]:
     return table
 
 
-def _cell(value: float | None, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
-
-
 def print_table(table: list[dict[str, Any]]) -> None:
     first = table[0]["server"]
     headers = ("server", "req/s", "CPU µs/req", "user µs", "system µs", f"µs/{first}",
                f"req/s/{first}", "µs/go", "req/s/go")
-    cells = [(r["server"], _cell(r["requests_per_s"], ",.0f"), _cell(r["cpu_us"], ".2f"),
-              _cell(r["user_us"], ".2f"), _cell(r["system_us"], ".2f"),
-              _cell(r["cpu_to_first"], ".2f"), _cell(r["rate_to_first"], ".2f"),
-              _cell(r["cpu_to_go"], ".2f"), _cell(r["rate_to_go"], ".2f")) for r in table]
-    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
-
-    def line(items: tuple[str, ...]) -> str:
-        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                         for i, (c, w) in enumerate(zip(items, widths, strict=True))).rstrip()
-
-    print(line(headers))
-    print(line(tuple("-" * w for w in widths)))
-    for row in cells:
-        print(line(row))
+    cells = [(r["server"], cell(r["requests_per_s"], ",.0f"), cell(r["cpu_us"], ".2f"),
+              cell(r["user_us"], ".2f"), cell(r["system_us"], ".2f"),
+              cell(r["cpu_to_first"], ".2f"), cell(r["rate_to_first"], ".2f"),
+              cell(r["cpu_to_go"], ".2f"), cell(r["rate_to_go"], ".2f")) for r in table]
+    render(headers, cells, set(range(1, len(headers))))
 
 
 # -- command line ------------------------------------------------------------------------------
 
-def _positive(convert: Callable[[str], Any]) -> Callable[[str], Any]:
-    def parse(text: str) -> Any:
-        try:
-            value = convert(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be positive: {text}")
-        return value
-    return parse
-
-
-def _daemons_dir(text: str) -> str:
-    if not all(Path(text, name).is_file() for name in ("nsqd", "nsqlookupd")):
-        raise argparse.ArgumentTypeError(f"no nsqd and nsqlookupd in {text}")
-    return text
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench.floor", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--runs", type=_positive(int), default=3,
+    p.add_argument("--runs", type=positive(int), default=3,
                    help="runs of every server, alternated (default 3); medians")
-    p.add_argument("--duration", type=_positive(float), default=5.0,
+    p.add_argument("--duration", type=positive(float), default=5.0,
                    help="seconds per server and run (default 5; wrk: whole seconds)")
-    p.add_argument("--connections", type=_positive(int), default=8,
+    p.add_argument("--connections", type=positive(int), default=8,
                    help="keep-alive connections, one request in flight on each (default 8)")
     p.add_argument("--tool", choices=["auto", "wrk", "builtin"], default="auto",
                    help="load generator: wrk, the built-in client, or wrk if installed "
                         "(default)")
-    p.add_argument("--go", type=_daemons_dir, default=None, metavar="DIR",
+    p.add_argument("--go", type=daemons_dir, default=None, metavar="DIR",
                    help="Go's nsqd (and nsqlookupd) in DIR: its /ping as the last row")
     p.add_argument("--json", dest="json_path", metavar="FILE", default=None,
                    help="also write the results to FILE as JSON")
@@ -412,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
                 run = measure(server, args.tool, args.connections, args.duration, work_dir)
                 row.runs.append(run)
                 print(f"  run {i + 1} {server.name}: {run.requests_per_s:,.0f} req/s, "
-                      f"{_cell(run.cpu_us, '.2f')} µs CPU each, {run.errors} errors", flush=True)
+                      f"{cell(run.cpu_us, '.2f')} µs CPU each, {run.errors} errors", flush=True)
             loads.append(os.getloadavg()[0])
     finally:
         stop_servers(servers)

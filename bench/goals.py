@@ -52,12 +52,12 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from . import http, lmstfy, writer_reader
+from .report import cell, daemons_dir, positive, render
 from .scenarios import Context, RunFailed
 
 # The packages whose code our nsqd and nsqlookupd run.
@@ -316,49 +316,17 @@ def summary(session: Session) -> list[dict[str, Any]]:
     return rows
 
 
-def _cell(value: float | None, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
-
-
 def print_table(rows: list[dict[str, Any]]) -> None:
     headers = ("path", "unit", "ours rate", "ours µs", "against", "their rate", "their µs",
                "µs ours/theirs", "rate ours/theirs")
-    cells = [(r["title"], r["unit"], _cell(r["ours_rate"], ",.0f"), _cell(r["ours_cpu_us"], ".2f"),
-              r["against"] or "-", _cell(r["theirs_rate"], ",.0f"),
-              _cell(r["theirs_cpu_us"], ".2f"), _cell(r["cpu_ratio"], ".2f"),
-              _cell(r["rate_ratio"], ".2f")) for r in rows]
-    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
-    left = {0, 1, 4}
-
-    def line(items: tuple[str, ...]) -> str:
-        return "  ".join(c.ljust(w) if i in left else c.rjust(w)
-                         for i, (c, w) in enumerate(zip(items, widths, strict=True))).rstrip()
-
-    print(line(headers))
-    print(line(tuple("-" * w for w in widths)))
-    for row in cells:
-        print(line(row))
+    cells = [(r["title"], r["unit"], cell(r["ours_rate"], ",.0f"), cell(r["ours_cpu_us"], ".2f"),
+              r["against"] or "-", cell(r["theirs_rate"], ",.0f"),
+              cell(r["theirs_cpu_us"], ".2f"), cell(r["cpu_ratio"], ".2f"),
+              cell(r["rate_ratio"], ".2f")) for r in rows]
+    render(headers, cells, set(range(len(headers))) - {0, 1, 4})
 
 
 # -- command line ----------------------------------------------------------------------------
-
-def _positive(convert: Callable[[str], Any]) -> Callable[[str], Any]:
-    def parse(text: str) -> Any:
-        try:
-            value = convert(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be positive: {text}")
-        return value
-    return parse
-
-
-def _daemons_dir(text: str) -> str:
-    if not all(Path(text, name).is_file() for name in ("nsqd", "nsqlookupd")):
-        raise argparse.ArgumentTypeError(f"no nsqd and nsqlookupd in {text}")
-    return text
-
 
 def _clients_dir(text: str) -> str:
     if not all(Path(text, name).is_file() for name in ("bench_writer", "bench_reader")):
@@ -369,24 +337,24 @@ def _clients_dir(text: str) -> str:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench.goals", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--runs", type=_positive(int), default=3,
+    p.add_argument("--runs", type=positive(int), default=3,
                    help="runs of every path, ours and theirs alternated (default 3); medians")
-    p.add_argument("--duration", type=_positive(float), default=5.0,
+    p.add_argument("--duration", type=positive(float), default=5.0,
                    help="seconds per HTTP path and side (default 5; wrk: whole seconds)")
-    p.add_argument("--connections", type=_positive(int), default=8,
+    p.add_argument("--connections", type=positive(int), default=8,
                    help="HTTP keep-alive connections (default 8)")
     p.add_argument("--tool", choices=["auto", "wrk", "builtin"], default="auto",
                    help="HTTP load generator: wrk, the built-in client, or wrk if installed "
                         "(default)")
-    p.add_argument("--runfor", type=_positive(float), default=5.0,
+    p.add_argument("--runfor", type=positive(float), default=5.0,
                    help="TCP writer seconds; the reader runs half as long (default 5)")
     p.add_argument("--pause", type=float, default=1.0,
                    help="seconds between the TCP writer and reader (default 1)")
-    p.add_argument("--mem-queue-size", type=_positive(int), default=100_000_000,
+    p.add_argument("--mem-queue-size", type=positive(int), default=100_000_000,
                    help="the TCP paths' nsqd --mem-queue-size (default 100000000: memory)")
-    p.add_argument("--lmstfy-count", type=_positive(int), default=20_000,
+    p.add_argument("--lmstfy-count", type=positive(int), default=20_000,
                    help="jobs per lmstfy run (default 20000)")
-    p.add_argument("--go", type=_daemons_dir, default=None, metavar="DIR",
+    p.add_argument("--go", type=daemons_dir, default=None, metavar="DIR",
                    help="Go's nsqd and nsqlookupd in DIR, alternated with ours")
     p.add_argument("--go-clients", type=_clients_dir, default=None, metavar="DIR",
                    help="NSQ's bench_writer and bench_reader from DIR as the TCP paths' clients "
