@@ -33,6 +33,7 @@ from .wire import (
 
 if TYPE_CHECKING:
     from ..broker import Broker
+    from ..channel import Channel
     from ..topic import Topic
     from .replica import Replica
 
@@ -146,18 +147,12 @@ async def cut_back(broker: Broker, replica: Replica) -> None:
         state = cursor.state()
         if state.mark_delete <= end and all(stop <= end for _, stop in state.ranges):
             continue
-        cursor.restore(cursorfile.CursorState(
+        log.info("replication: topic %s: channel %s: cursor back to %d with the log",
+                 replica.topic.name, name, min(state.mark_delete, end))
+        await _restore(broker, replica, channel, cursorfile.CursorState(
             min(state.mark_delete, end),
             tuple((start, min(stop, end)) for start, stop in state.ranges if start < end),
-            tuple(extra for extra in state.extras if extra[0] < end)), replica.log.start)
-        log.info("replication: topic %s: channel %s: cursor back to %d with the log",
-                 replica.topic.name, name, cursor.mark_delete)
-        try:
-            await cursor.flush(channel.cursor_state, sync=broker.opts.sync_every == 1,
-                               force=True)
-        except OSError as exc:
-            log.error("replication: topic %s: channel %s: cursor not written - %s",
-                      replica.topic.name, name, exc)
+            tuple(extra for extra in state.extras if extra[0] < end)))
 
 
 async def apply_cursor(broker: Broker, replica: Replica, channel_name: str,
@@ -173,15 +168,22 @@ async def apply_cursor(broker: Broker, replica: Replica, channel_name: str,
     if replica.leading or state.mark_delete > replica.log.end:
         return
     channel = broker.get_channel(replica.topic, channel_name)
-    cursor = channel.cursor
-    if cursor.journal is None:
+    if channel.cursor.journal is None:
         return
+    await _restore(broker, replica, channel, state)
+
+
+async def _restore(broker: Broker, replica: Replica, channel: Channel,
+                   state: cursorfile.CursorState) -> None:
+    """``channel``'s cursor set to ``state`` and written to its journal (fsynced under
+    ``--sync-every=1``); a journal that cannot be written is logged."""
+    cursor = channel.cursor
     cursor.restore(state, replica.log.start)
     try:
         await cursor.flush(channel.cursor_state, sync=broker.opts.sync_every == 1, force=True)
     except OSError as exc:
-        log.error("replication: topic %s: channel %s: cursor not written - %s", topic,
-                  channel_name, exc)
+        log.error("replication: topic %s: channel %s: cursor not written - %s",
+                  replica.topic.name, channel.name, exc)
 
 
 async def apply_record(broker: Broker, replica: Replica, channel_name: str, kind: int,
